@@ -1,0 +1,30 @@
+//! Generates the Rust declarations of the C glue boundary from `wrapper.h`.
+//!
+//! Only `ompi-glue/ipmc_glue.h` is read: Open MPI's own headers never reach
+//! bindgen, so struct layouts of Open MPI stay on the C side.
+
+use std::env;
+use std::path::PathBuf;
+
+fn main() {
+    for input in [
+        "wrapper.h",
+        "ompi-glue/ipmc_glue.h",
+        "mca-params/ipmc_params.def",
+    ] {
+        println!("cargo:rerun-if-changed={input}");
+    }
+    let bindings = bindgen::Builder::default()
+        .header("wrapper.h")
+        .allowlist_function("ipmc_.*")
+        .allowlist_type("ipmc_config_t")
+        .opaque_type("ompi_.*")
+        .opaque_type("mca_.*")
+        .layout_tests(false)
+        .generate()
+        .expect("bindgen could not read wrapper.h (is libclang installed?)");
+    let out = PathBuf::from(env::var("OUT_DIR").expect("cargo sets OUT_DIR")).join("glue.rs");
+    bindings
+        .write_to_file(&out)
+        .expect("could not write the generated bindings");
+}

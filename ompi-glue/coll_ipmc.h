@@ -1,0 +1,41 @@
+/*
+ * ipmc: MPI_Bcast over IP multicast for Open MPI's coll framework.
+ *
+ * The C side of the component: the component structure, the module object and
+ * the parameters. Everything else is in Rust (../src), reached through
+ * ipmc_glue.h.
+ */
+#ifndef MCA_COLL_IPMC_EXPORT_H
+#define MCA_COLL_IPMC_EXPORT_H
+
+#include "ompi_config.h"
+
+#include "mpi.h"
+#include "ompi/mca/coll/coll.h"
+
+#include "ipmc_glue.h"
+
+BEGIN_C_DECLS
+
+OMPI_MODULE_DECLSPEC extern const mca_coll_base_component_2_0_0_t mca_coll_ipmc_component;
+
+/* The values of the MCA parameters (storage of the registered variables). */
+extern ipmc_config_t mca_coll_ipmc_params;
+/* opal_output stream of the component, with the verbosity of coll_ipmc_verbose. */
+extern int mca_coll_ipmc_output;
+
+typedef struct mca_coll_ipmc_module_t {
+    mca_coll_base_module_t super;
+    /* Rust's per-communicator state (owned by Rust, freed by the destructor). */
+    void *rs;
+    /* The broadcast ipmc replaced, kept (and retained) for per-call fallback. */
+    mca_coll_base_module_bcast_fn_t prev_bcast;
+    mca_coll_base_module_t *prev_bcast_module;
+} mca_coll_ipmc_module_t;
+OBJ_CLASS_DECLARATION(mca_coll_ipmc_module_t);
+
+mca_coll_base_module_t *mca_coll_ipmc_comm_query(struct ompi_communicator_t *comm, int *priority);
+
+END_C_DECLS
+
+#endif /* MCA_COLL_IPMC_EXPORT_H */

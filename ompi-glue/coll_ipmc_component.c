@@ -1,0 +1,150 @@
+/*
+ * The component structure and the MCA parameters of ipmc.
+ *
+ * Parameters come from one table (../mca-params/ipmc_params.def): it is
+ * expanded here into registration and range checks.
+ */
+#include "ompi_config.h"
+
+#include <dlfcn.h>
+#include <libgen.h>
+#include <limits.h>
+#include <string.h>
+
+#include "opal/util/output.h"
+#include "opal/util/proc.h"
+#include "opal/util/show_help.h"
+
+#include "coll_ipmc.h"
+
+const char *mca_coll_ipmc_component_version_string = "Open MPI ipmc collective MCA component version " OMPI_VERSION;
+
+ipmc_config_t mca_coll_ipmc_params;
+int mca_coll_ipmc_output = -1;
+
+static int ipmc_register(void);
+static int ipmc_open(void);
+static int ipmc_close(void);
+static int ipmc_init_query(bool enable_progress_threads, bool enable_mpi_threads);
+
+const mca_coll_base_component_2_0_0_t mca_coll_ipmc_component = {
+    .collm_version = {
+        MCA_COLL_BASE_VERSION_2_0_0,
+        .mca_component_name = "ipmc",
+        MCA_BASE_MAKE_VERSION(component, OMPI_MAJOR_VERSION, OMPI_MINOR_VERSION, OMPI_RELEASE_VERSION),
+        .mca_open_component = ipmc_open,
+        .mca_close_component = ipmc_close,
+        .mca_register_component_params = ipmc_register,
+    },
+    .collm_data = {
+        /* The component is checkpoint ready */
+        MCA_BASE_METADATA_PARAM_CHECKPOINT
+    },
+    .collm_init_query = ipmc_init_query,
+    .collm_comm_query = mca_coll_ipmc_comm_query,
+};
+
+#define IPMC_VAR_TYPE_INT MCA_BASE_VAR_TYPE_INT
+#define IPMC_VAR_TYPE_SIZE MCA_BASE_VAR_TYPE_SIZE_T
+#define IPMC_VAR_TYPE_BOOL MCA_BASE_VAR_TYPE_BOOL
+/* ompi_info shows the allowed range with the help text. */
+#define IPMC_HELP_INT(help, min, max) help " (allowed: " #min " to " #max ")"
+#define IPMC_HELP_SIZE(help, min, max) help " (allowed: " #min " to " #max ")"
+#define IPMC_HELP_BOOL(help, min, max) help
+
+static int ipmc_register(void)
+{
+#define IPMC_PARAM(name, type, def, min, max, level, scope, help)                              \
+    mca_coll_ipmc_params.name = (def);                                                         \
+    (void) mca_base_component_var_register(&mca_coll_ipmc_component.collm_version, #name,        \
+                                           IPMC_HELP_##type(help, min, max),                   \
+                                           IPMC_VAR_TYPE_##type, NULL, 0, 0,                   \
+                                           OPAL_INFO_LVL_##level, MCA_BASE_VAR_SCOPE_##scope,  \
+                                           &mca_coll_ipmc_params.name);
+#include "../mca-params/ipmc_params.def"
+#undef IPMC_PARAM
+    return OMPI_SUCCESS;
+}
+
+/* Lets opal_show_help find help-coll-ipmc.txt beside the installed DSO. */
+static void ipmc_add_help_dir(void)
+{
+    Dl_info info;
+    char path[PATH_MAX];
+    if (0 == dladdr((const void *) &mca_coll_ipmc_component, &info) || NULL == info.dli_fname) {
+        return;
+    }
+    if (strlen(info.dli_fname) >= sizeof(path)) {
+        return;
+    }
+    strcpy(path, info.dli_fname);
+    (void) opal_show_help_add_dir(dirname(path));
+}
+
+static int ipmc_open(void)
+{
+    mca_coll_ipmc_output = opal_output_open(NULL);
+    opal_output_set_verbosity(mca_coll_ipmc_output, mca_coll_ipmc_params.verbose);
+    ipmc_add_help_dir();
+    return OMPI_SUCCESS;
+}
+
+static int ipmc_close(void)
+{
+    if (mca_coll_ipmc_output >= 0) {
+        opal_output_close(mca_coll_ipmc_output);
+        mca_coll_ipmc_output = -1;
+    }
+    return OMPI_SUCCESS;
+}
+
+/* Refuses a value outside its row's range. Every rank refuses it (the values
+   are the same everywhere), and the first process of the job tells the user
+   once, in Open MPI's help style. */
+static bool ipmc_in_range(const char *name, long long value, long long min, long long max)
+{
+    char *msg;
+    if (value >= min && value <= max) {
+        return true;
+    }
+    if (0 == opal_proc_local_get()->proc_name.vpid) {
+        msg = opal_show_help_string("help-coll-ipmc.txt", "param out of range", true, name, value,
+                                    min, max, name);
+        if (NULL != msg) {
+            opal_output(0, "%s", msg);
+            free(msg);
+        }
+    }
+    opal_output_verbose(1, mca_coll_ipmc_output, "ipmc: %s=%lld is outside %lld..%lld; ipmc steps aside",
+                        name, value, min, max);
+    return false;
+}
+
+static bool ipmc_params_in_range(void)
+{
+    bool ok = true;
+#define IPMC_CHECK_INT(name, min, max)                                                         \
+    ok &= ipmc_in_range("coll_ipmc_" #name, mca_coll_ipmc_params.name, min, max);
+/* size_t values above LLONG_MAX are out of every range in the table. */
+#define IPMC_CHECK_SIZE(name, min, max)                                                        \
+    ok &= ipmc_in_range("coll_ipmc_" #name,                                                    \
+                        mca_coll_ipmc_params.name > (size_t) LLONG_MAX                         \
+                            ? LLONG_MAX : (long long) mca_coll_ipmc_params.name,               \
+                        min, max);
+#define IPMC_CHECK_BOOL(name, min, max)
+#define IPMC_PARAM(name, type, def, min, max, level, scope, help) IPMC_CHECK_##type(name, min, max)
+#include "../mca-params/ipmc_params.def"
+#undef IPMC_PARAM
+    return ok;
+}
+
+static int ipmc_init_query(bool enable_progress_threads, bool enable_mpi_threads)
+{
+    (void) enable_progress_threads;
+    (void) enable_mpi_threads;
+    if (!ipmc_params_in_range()) {
+        /* Step aside: the job runs with Open MPI's other components. */
+        return OMPI_ERR_NOT_AVAILABLE;
+    }
+    return ipmc_rs_init_query(&mca_coll_ipmc_params);
+}

@@ -1,0 +1,83 @@
+/*
+ * The ipmc module: one per communicator, an OPAL object that carries Rust's
+ * state and the broadcast ipmc replaced.
+ */
+#include "ompi_config.h"
+
+#include "ompi/communicator/communicator.h"
+
+#include "coll_ipmc.h"
+
+static void ipmc_module_construct(mca_coll_ipmc_module_t *m)
+{
+    m->rs = NULL;
+    m->prev_bcast = NULL;
+    m->prev_bcast_module = NULL;
+}
+
+static void ipmc_module_destruct(mca_coll_ipmc_module_t *m)
+{
+    if (NULL != m->rs) {
+        ipmc_rs_module_destroy(m->rs);
+        m->rs = NULL;
+    }
+    if (NULL != m->prev_bcast_module) {
+        OBJ_RELEASE(m->prev_bcast_module);
+        m->prev_bcast_module = NULL;
+    }
+}
+
+OBJ_CLASS_INSTANCE(mca_coll_ipmc_module_t, mca_coll_base_module_t, ipmc_module_construct,
+                   ipmc_module_destruct);
+
+static int ipmc_module_enable(mca_coll_base_module_t *module, struct ompi_communicator_t *comm)
+{
+    mca_coll_ipmc_module_t *m = (mca_coll_ipmc_module_t *) module;
+
+    /* Lower-priority components are already installed: theirs is the fallback. */
+    if (NULL == comm->c_coll->coll_bcast || NULL == comm->c_coll->coll_bcast_module) {
+        opal_output_verbose(1, mca_coll_ipmc_output,
+                            "ipmc: no broadcast to fall back to on %s; ipmc steps aside",
+                            comm->c_name);
+        return OMPI_ERROR;
+    }
+    m->prev_bcast = comm->c_coll->coll_bcast;
+    m->prev_bcast_module = comm->c_coll->coll_bcast_module;
+    OBJ_RETAIN(m->prev_bcast_module);
+    return ipmc_rs_module_enable(m->rs, module, comm);
+}
+
+static int ipmc_module_disable(mca_coll_base_module_t *module, struct ompi_communicator_t *comm)
+{
+    mca_coll_ipmc_module_t *m = (mca_coll_ipmc_module_t *) module;
+    if (NULL != m->rs) {
+        ipmc_rs_module_disable(m->rs, comm);
+    }
+    return OMPI_SUCCESS;
+}
+
+static int ipmc_bcast(void *buf, int count, struct ompi_datatype_t *dt, int root,
+                      struct ompi_communicator_t *comm, mca_coll_base_module_t *module)
+{
+    mca_coll_ipmc_module_t *m = (mca_coll_ipmc_module_t *) module;
+    return ipmc_rs_bcast(m->rs, buf, count, dt, root, comm, module);
+}
+
+mca_coll_base_module_t *mca_coll_ipmc_comm_query(struct ompi_communicator_t *comm, int *priority)
+{
+    mca_coll_ipmc_module_t *m;
+    void *rs = ipmc_rs_comm_query(comm, &mca_coll_ipmc_params, priority);
+    if (NULL == rs) {
+        return NULL;
+    }
+    m = OBJ_NEW(mca_coll_ipmc_module_t);
+    if (NULL == m) {
+        ipmc_rs_module_destroy(rs);
+        return NULL;
+    }
+    m->rs = rs;
+    m->super.coll_module_enable = ipmc_module_enable;
+    m->super.coll_module_disable = ipmc_module_disable;
+    m->super.coll_bcast = ipmc_bcast;
+    return &m->super;
+}

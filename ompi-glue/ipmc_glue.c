@@ -1,0 +1,115 @@
+/*
+ * One-line wrappers for the Open MPI macros, inlines and struct fields that
+ * Rust cannot reach. See ipmc_glue.h for the contract of each.
+ */
+#include "ompi_config.h"
+
+#include "ompi/communicator/communicator.h"
+#include "ompi/datatype/ompi_datatype.h"
+#include "ompi/mca/coll/base/coll_base_functions.h"
+#include "ompi/mca/coll/base/coll_tags.h"
+#include "ompi/mca/pml/pml.h"
+#include "ompi/request/request.h"
+#include "opal/datatype/opal_convertor.h"
+#include "opal/util/output.h"
+
+#include "coll_ipmc.h"
+
+int ipmc_comm_rank(struct ompi_communicator_t *comm) { return ompi_comm_rank(comm); }
+int ipmc_comm_size(struct ompi_communicator_t *comm) { return ompi_comm_size(comm); }
+int ipmc_comm_is_inter(struct ompi_communicator_t *comm) { return OMPI_COMM_IS_INTER(comm) ? 1 : 0; }
+uint32_t ipmc_comm_cid(struct ompi_communicator_t *comm) { return ompi_comm_get_cid(comm); }
+const char *ipmc_comm_name(struct ompi_communicator_t *comm) { return comm->c_name; }
+
+int ipmc_isend_bytes(const void *buf, size_t len, int dst, struct ompi_communicator_t *comm,
+                     struct ompi_request_t **req)
+{
+    return MCA_PML_CALL(isend(buf, len, MPI_BYTE, dst, MCA_COLL_BASE_TAG_BCAST,
+                              MCA_PML_BASE_SEND_STANDARD, comm, req));
+}
+
+int ipmc_irecv_bytes(void *buf, size_t len, int src, struct ompi_communicator_t *comm,
+                     struct ompi_request_t **req)
+{
+    return MCA_PML_CALL(irecv(buf, len, MPI_BYTE, src, MCA_COLL_BASE_TAG_BCAST, comm, req));
+}
+
+int ipmc_wait_all(size_t n, struct ompi_request_t **reqs)
+{
+    int rc = ompi_request_wait_all(n, reqs, MPI_STATUSES_IGNORE);
+    if (OMPI_SUCCESS != rc) {
+        ompi_coll_base_free_reqs(reqs, (int) n);
+    }
+    return rc;
+}
+
+size_t ipmc_dt_size(struct ompi_datatype_t *dt)
+{
+    size_t size = 0;
+    (void) ompi_datatype_type_size(dt, &size);
+    return size;
+}
+
+int ipmc_dt_is_contiguous(struct ompi_datatype_t *dt, int count)
+{
+    return ompi_datatype_is_contiguous_memory_layout(dt, count) ? 1 : 0;
+}
+
+ptrdiff_t ipmc_dt_true_lb(struct ompi_datatype_t *dt)
+{
+    ptrdiff_t lb = 0, extent = 0;
+    (void) ompi_datatype_get_true_extent(dt, &lb, &extent);
+    return lb;
+}
+
+int ipmc_pack(const void *buf, int count, struct ompi_datatype_t *dt, void *out, size_t len)
+{
+    opal_convertor_t cv;
+    struct iovec iov = {.iov_base = out, .iov_len = len};
+    uint32_t niov = 1;
+    size_t done = len;
+    int rc;
+
+    OBJ_CONSTRUCT(&cv, opal_convertor_t);
+    rc = opal_convertor_copy_and_prepare_for_send(ompi_mpi_local_convertor, &dt->super, count, buf,
+                                                  0, &cv);
+    if (OMPI_SUCCESS == rc) {
+        rc = (1 == opal_convertor_pack(&cv, &iov, &niov, &done) && done == len) ? OMPI_SUCCESS
+                                                                                : OMPI_ERROR;
+    }
+    OBJ_DESTRUCT(&cv);
+    return rc;
+}
+
+int ipmc_unpack(const void *in, size_t len, void *buf, int count, struct ompi_datatype_t *dt)
+{
+    opal_convertor_t cv;
+    struct iovec iov = {.iov_base = (void *) in, .iov_len = len};
+    uint32_t niov = 1;
+    size_t done = len;
+    int rc;
+
+    OBJ_CONSTRUCT(&cv, opal_convertor_t);
+    rc = opal_convertor_copy_and_prepare_for_recv(ompi_mpi_local_convertor, &dt->super, count, buf,
+                                                  0, &cv);
+    if (OMPI_SUCCESS == rc) {
+        rc = (1 == opal_convertor_unpack(&cv, &iov, &niov, &done) && done == len) ? OMPI_SUCCESS
+                                                                                  : OMPI_ERROR;
+    }
+    OBJ_DESTRUCT(&cv);
+    return rc;
+}
+
+int ipmc_prev_bcast(struct mca_coll_base_module_2_3_0_t *module, void *buf, int count,
+                    struct ompi_datatype_t *dt, int root, struct ompi_communicator_t *comm)
+{
+    mca_coll_ipmc_module_t *m = (mca_coll_ipmc_module_t *) module;
+    return m->prev_bcast(buf, count, dt, root, comm, m->prev_bcast_module);
+}
+
+void ipmc_log(int level, const char *line)
+{
+    opal_output_verbose(level, mca_coll_ipmc_output, "%s", line);
+}
+
+void ipmc_print(const char *line) { opal_output(0, "%s", line); }

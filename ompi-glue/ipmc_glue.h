@@ -1,0 +1,78 @@
+/*
+ * The boundary between the C glue and the Rust core of ipmc.
+ *
+ * Rust sees only this header (through bindgen and ../wrapper.h): Open MPI's
+ * objects are opaque here, their layouts stay on the C side. Functions named
+ * ipmc_* are implemented in C (ipmc_glue.c) and called by Rust; functions named
+ * ipmc_rs_* are implemented in Rust (src/ffi.rs) and called by C.
+ */
+#ifndef IPMC_GLUE_H
+#define IPMC_GLUE_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+struct ompi_communicator_t;
+struct ompi_datatype_t;
+struct ompi_request_t;
+struct mca_coll_base_module_2_3_0_t;
+
+/* A snapshot of the MCA parameters, one field per row of the table. */
+#define IPMC_CTYPE_INT int
+#define IPMC_CTYPE_SIZE size_t
+#define IPMC_CTYPE_BOOL bool
+typedef struct ipmc_config {
+#define IPMC_PARAM(name, type, def, min, max, level, scope, help) IPMC_CTYPE_##type name;
+#include "../mca-params/ipmc_params.def"
+#undef IPMC_PARAM
+} ipmc_config_t;
+
+/* ---- implemented in C, called by Rust ---------------------------------- */
+
+/* Communicator facts. */
+int ipmc_comm_rank(struct ompi_communicator_t *comm);
+int ipmc_comm_size(struct ompi_communicator_t *comm);
+int ipmc_comm_is_inter(struct ompi_communicator_t *comm);
+uint32_t ipmc_comm_cid(struct ompi_communicator_t *comm);
+const char *ipmc_comm_name(struct ompi_communicator_t *comm);
+
+/* Point-to-point on the communicator, bytes only, with the bcast tag. */
+int ipmc_isend_bytes(const void *buf, size_t len, int dst, struct ompi_communicator_t *comm,
+                     struct ompi_request_t **req);
+int ipmc_irecv_bytes(void *buf, size_t len, int src, struct ompi_communicator_t *comm,
+                     struct ompi_request_t **req);
+/* Waits for and frees the requests; every entry is MPI_REQUEST_NULL afterwards. */
+int ipmc_wait_all(size_t n, struct ompi_request_t **reqs);
+
+/* Datatypes. */
+size_t ipmc_dt_size(struct ompi_datatype_t *dt);
+int ipmc_dt_is_contiguous(struct ompi_datatype_t *dt, int count);
+ptrdiff_t ipmc_dt_true_lb(struct ompi_datatype_t *dt);
+int ipmc_pack(const void *buf, int count, struct ompi_datatype_t *dt, void *out, size_t len);
+int ipmc_unpack(const void *in, size_t len, void *buf, int count, struct ompi_datatype_t *dt);
+
+/* The broadcast of the component that ipmc replaced on this communicator. */
+int ipmc_prev_bcast(struct mca_coll_base_module_2_3_0_t *module, void *buf, int count,
+                    struct ompi_datatype_t *dt, int root, struct ompi_communicator_t *comm);
+
+/* Output: a line at a verbosity level (shown when coll_ipmc_verbose >= level),
+   and a line that is always shown. */
+void ipmc_log(int level, const char *line);
+void ipmc_print(const char *line);
+
+/* ---- implemented in Rust, called by C ----------------------------------- */
+
+/* Once per process; returns an OMPI error code. */
+int ipmc_rs_init_query(const ipmc_config_t *cfg);
+/* NULL declines the communicator; otherwise the per-communicator state. */
+void *ipmc_rs_comm_query(struct ompi_communicator_t *comm, const ipmc_config_t *cfg, int *priority);
+int ipmc_rs_module_enable(void *state, struct mca_coll_base_module_2_3_0_t *module,
+                          struct ompi_communicator_t *comm);
+/* Called when the communicator is freed (maybe more than once); no MPI calls. */
+void ipmc_rs_module_disable(void *state, struct ompi_communicator_t *comm);
+void ipmc_rs_module_destroy(void *state);
+int ipmc_rs_bcast(void *state, void *buf, int count, struct ompi_datatype_t *dt, int root,
+                  struct ompi_communicator_t *comm, struct mca_coll_base_module_2_3_0_t *module);
+
+#endif /* IPMC_GLUE_H */

@@ -1,0 +1,59 @@
+# Builds mca_coll_ipmc.so against an installed Open MPI, outside an Open MPI
+# source tree (the in-tree build uses Makefile.am instead):
+#
+#   make -f standalone.mk                      # build into build/
+#   make -f standalone.mk install              # install into ~/.openmpi/components
+#   make -f standalone.mk install DESTDIR=dir  # ... or into any directory
+#
+# Open MPI is found through its wrapper compiler (MPICC).
+
+MPICC   ?= mpicc
+CARGO   ?= cargo
+CC      ?= cc
+DESTDIR ?= $(HOME)/.openmpi/components
+BUILD   ?= build
+
+OMPI_CFLAGS := $(shell $(MPICC) --showme:compile)
+OMPI_LIBDIR := $(firstword $(shell $(MPICC) --showme:libdirs))
+# What `rustc --print native-static-libs` lists for a staticlib on Linux.
+RUST_NATIVE_LIBS = -lgcc_s -lutil -lrt -lpthread -lm -ldl -lc
+
+CFLAGS  ?= -O2 -g
+CFLAGS  += -std=gnu99 -fPIC -Wall -Wextra -Wno-unused-parameter
+GLUE     = coll_ipmc_component coll_ipmc_module ipmc_glue
+GLUE_OBJ = $(GLUE:%=$(BUILD)/%.o)
+RUST_LIB = target/release/libipmc.a
+DSO      = $(BUILD)/mca_coll_ipmc.so
+HELP     = ompi-glue/help-coll-ipmc.txt
+
+all: $(DSO) $(BUILD)/help-coll-ipmc.txt
+
+$(BUILD):
+	mkdir -p $@
+
+$(BUILD)/%.o: ompi-glue/%.c ompi-glue/coll_ipmc.h ompi-glue/ipmc_glue.h mca-params/ipmc_params.def | $(BUILD)
+	$(CC) $(CFLAGS) $(OMPI_CFLAGS) -c $< -o $@
+
+# Cargo knows what changed; let it decide every time.
+$(RUST_LIB): FORCE
+	$(CARGO) build --release --locked
+
+$(DSO): $(GLUE_OBJ) $(RUST_LIB) ompi-glue/ipmc.map
+	$(CC) -shared -fPIC -o $@ $(GLUE_OBJ) $(RUST_LIB) \
+	    -Wl,-soname,mca_coll_ipmc.so -Wl,--version-script=ompi-glue/ipmc.map \
+	    -Wl,--gc-sections -Wl,-z,nodelete -Wl,-z,defs \
+	    -L$(OMPI_LIBDIR) -Wl,-rpath,$(OMPI_LIBDIR) -lmpi -lopen-pal -lopen-rte $(RUST_NATIVE_LIBS)
+
+$(BUILD)/help-coll-ipmc.txt: $(HELP) | $(BUILD)
+	cp $< $@
+
+install: all
+	mkdir -p "$(DESTDIR)"
+	install -m 0755 $(DSO) "$(DESTDIR)/mca_coll_ipmc.so"
+	install -m 0644 $(HELP) "$(DESTDIR)/help-coll-ipmc.txt"
+
+clean:
+	rm -rf $(BUILD)
+	$(CARGO) clean
+
+.PHONY: all install clean FORCE

@@ -1,0 +1,71 @@
+#!/usr/bin/env bash
+# An emulated cluster on one machine: N hosts, each a network namespace with its
+# own host name and address, on one bridge; a launcher namespace runs a command
+# (normally mpirun) that reaches the hosts through a namespace "rsh" agent.
+#
+#   tests/cluster/cluster.sh N -- command [args...]
+#
+# The command runs inside the launcher namespace with these variables set:
+#   CLUSTER_HOSTS   comma-separated host names (for mpirun --host)
+#   CLUSTER_SUBNET  the hosts' subnet in CIDR form
+#   CLUSTER_MPIRUN  mpirun options that launch through the namespaces
+# Names and subnet are unique per run; every namespace is deleted when the run
+# ends, fails or is interrupted. Nothing is created in the machine's own
+# network namespace, and no address outside the cluster is ever used.
+set -euo pipefail
+
+usage() { echo "usage: $0 N -- command [args...]" >&2; exit 2; }
+[ $# -ge 3 ] && [ "$2" = "--" ] || usage
+n=$1; shift 2
+[[ "$n" =~ ^[0-9]+$ ]] && [ "$n" -ge 1 ] && [ "$n" -le 64 ] || usage
+[ "$(id -u)" = 0 ] || { echo "$0: needs root (ip netns)" >&2; exit 2; }
+
+id="ipmc$$x$RANDOM"
+net="10.$((RANDOM % 200 + 20)).$((RANDOM % 250))"
+sw="${id}sw"
+work=$(mktemp -d)
+created=()
+
+cleanup() {
+    local ns
+    for ns in "${created[@]}"; do ip netns pids "$ns" 2>/dev/null | xargs -r kill -9 2>/dev/null || true; done
+    for ns in "${created[@]}"; do ip netns del "$ns" 2>/dev/null || true; done
+    rm -rf "$work"
+}
+trap cleanup EXIT
+trap 'exit 130' INT TERM
+
+ip netns add "$sw"; created+=("$sw")
+ip -n "$sw" link add br0 type bridge
+# No IGMP querier on this segment: flood multicast rather than let snooped
+# memberships expire in long runs.
+ip -n "$sw" link set br0 type bridge mcast_snooping 0
+ip -n "$sw" link set br0 up
+
+hosts=()
+for i in $(seq 0 "$n"); do
+    h="${id}h$i"
+    ip netns add "$h"; created+=("$h")
+    ip link add eth0 netns "$h" type veth peer name "p$i" netns "$sw"
+    ip -n "$sw" link set "p$i" master br0
+    ip -n "$sw" link set "p$i" up
+    ip -n "$h" link set lo up
+    ip -n "$h" link set eth0 up
+    ip -n "$h" addr add "$net.$((i + 1))/24" dev eth0
+    ip -n "$h" route add 224.0.0.0/4 dev eth0
+    [ "$i" -gt 0 ] && hosts+=("$h")
+done
+
+# mpirun starts its daemon on host hK by calling this agent with "hK command...".
+cat > "$work/rsh" <<'AGENT'
+#!/bin/sh
+h=$1; shift
+exec ip netns exec "$h" unshare --uts sh -c "hostname $h; exec $*"
+AGENT
+chmod +x "$work/rsh"
+
+export CLUSTER_HOSTS
+CLUSTER_HOSTS=$(IFS=,; echo "${hosts[*]}")
+export CLUSTER_SUBNET="$net.0/24"
+export CLUSTER_MPIRUN="--mca plm_rsh_agent $work/rsh --mca btl tcp,self --mca btl_tcp_if_include $CLUSTER_SUBNET --mca oob_tcp_if_include $CLUSTER_SUBNET"
+ip netns exec "${id}h0" unshare --uts sh -c 'hostname launcher; exec "$@"' sh "$@"

@@ -1,0 +1,275 @@
+//! Shared helpers of the integration tests: the parameter table, the built
+//! component, and `mpirun` inside a private network namespace (rule zero: no
+//! test can send to any network but the namespace's own loopback).
+
+#![allow(dead_code)]
+
+use std::collections::HashMap;
+use std::path::{Path, PathBuf};
+use std::process::Command;
+use std::sync::{Mutex, MutexGuard, OnceLock};
+
+/// One row of `mca-params/ipmc_params.def`.
+#[derive(Debug, Clone)]
+pub struct Param {
+    pub name: String,
+    pub ty: String,
+    pub default: String,
+    pub min: String,
+    pub max: String,
+    pub level: u32,
+    pub scope: String,
+}
+
+pub fn repo() -> &'static Path {
+    Path::new(env!("CARGO_MANIFEST_DIR"))
+}
+
+/// The rows of the parameter table.
+pub fn params() -> Vec<Param> {
+    let text = std::fs::read_to_string(repo().join("mca-params/ipmc_params.def")).unwrap();
+    let rows: Vec<Param> = text
+        .lines()
+        .filter_map(|l| l.strip_prefix("IPMC_PARAM("))
+        .map(|row| {
+            let f: Vec<&str> = row.splitn(8, ',').map(str::trim).collect();
+            assert_eq!(f.len(), 8, "malformed row: {row}");
+            Param {
+                name: f[0].into(),
+                ty: f[1].into(),
+                default: f[2].into(),
+                min: f[3].into(),
+                max: f[4].into(),
+                level: f[5].parse().unwrap(),
+                scope: f[6].into(),
+            }
+        })
+        .collect();
+    assert!(
+        rows.len() >= 7,
+        "the table has the thesis's seven parameters at least"
+    );
+    rows
+}
+
+/// The value of a table default as `ompi_info --parsable` prints it.
+pub fn shown_default(p: &Param) -> String {
+    p.default.trim_matches('"').to_string()
+}
+
+pub struct Built {
+    /// Directory holding mca_coll_ipmc.so.
+    pub component_dir: PathBuf,
+    /// Directory holding the compiled MPI test programs.
+    pub programs: PathBuf,
+}
+
+/// Builds the component and the MPI test programs once per test binary.
+pub fn built() -> &'static Built {
+    static BUILT: OnceLock<Built> = OnceLock::new();
+    BUILT.get_or_init(|| {
+        let out = repo().join("target/mpi-tests");
+        let build = out.join("component");
+        run_ok(
+            Command::new("make")
+                .arg("-s")
+                .arg("-f")
+                .arg("standalone.mk")
+                .arg(format!("BUILD={}", build.display()))
+                .current_dir(repo()),
+        );
+        let programs = out.join("bin");
+        std::fs::create_dir_all(&programs).unwrap();
+        for entry in std::fs::read_dir(repo().join("tests/mpi")).unwrap() {
+            let src = entry.unwrap().path();
+            if src.extension().is_some_and(|e| e == "c") {
+                let exe = programs.join(src.file_stem().unwrap());
+                run_ok(
+                    Command::new("mpicc")
+                        .args(["-O2", "-Wall", "-Werror", "-o"])
+                        .arg(&exe)
+                        .arg(&src),
+                );
+            }
+        }
+        Built {
+            component_dir: build,
+            programs,
+        }
+    })
+}
+
+fn run_ok(cmd: &mut Command) {
+    let out = cmd
+        .output()
+        .unwrap_or_else(|e| panic!("cannot run {cmd:?}: {e}"));
+    assert!(
+        out.status.success(),
+        "{cmd:?} failed:\n{}{}",
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    );
+}
+
+/// Open MPI's own component directory.
+fn system_component_dir() -> String {
+    let out = Command::new("ompi_info")
+        .args(["--path", "pkglibdir", "--parsable"])
+        .output()
+        .unwrap();
+    let text = String::from_utf8_lossy(&out.stdout);
+    text.lines()
+        .find_map(|l| {
+            l.split_once("pkglibdir:")
+                .map(|(_, d)| d.trim().to_string())
+        })
+        .expect("ompi_info names its component directory")
+}
+
+/// The component search path: Open MPI's own directory, then the built ipmc.
+pub fn component_path() -> String {
+    format!(
+        "{}:{}",
+        system_component_dir(),
+        built().component_dir.display()
+    )
+}
+
+/// `ompi_info` with the built component visible.
+pub fn ompi_info(args: &[&str]) -> String {
+    let out = Command::new("ompi_info")
+        .args(args)
+        .env("OMPI_MCA_mca_base_component_path", component_path())
+        .output()
+        .unwrap();
+    assert!(out.status.success(), "ompi_info {args:?} failed");
+    String::from_utf8_lossy(&out.stdout).into_owned()
+}
+
+/// What one `mpirun` printed (standard output and error together) and whether it succeeded.
+pub struct Run {
+    pub ok: bool,
+    pub output: String,
+}
+
+/// Seconds one mpirun may take before it is killed.
+const MPIRUN_TIMEOUT: u32 = 240;
+
+/// Runs `program args` on `np` ranks of one host inside a private network
+/// namespace, with the MCA parameters `mca`. Runs are serialised: the machine
+/// has two cores.
+pub fn mpirun(np: usize, mca: &[(&str, &str)], program: &str, args: &[&str]) -> Run {
+    static ONE_AT_A_TIME: Mutex<()> = Mutex::new(());
+    let _guard: MutexGuard<()> = ONE_AT_A_TIME.lock().unwrap_or_else(|p| p.into_inner());
+    let exe = built().programs.join(program);
+    let mut mpirun = vec![
+        "timeout".to_string(),
+        "--kill-after=10".into(),
+        MPIRUN_TIMEOUT.to_string(),
+        "mpirun".into(),
+        "--oversubscribe".into(),
+        "-np".into(),
+        np.to_string(),
+        "--mca".into(),
+        "mpi_yield_when_idle".into(),
+        "1".into(),
+        "--mca".into(),
+        "btl".into(),
+        "self,vader".into(),
+        "-x".into(),
+        "OMPI_MCA_mca_base_component_path".into(),
+    ];
+    for (k, v) in mca {
+        mpirun.extend(["--mca".into(), (*k).into(), (*v).into()]);
+    }
+    mpirun.push(exe.display().to_string());
+    mpirun.extend(args.iter().map(|a| a.to_string()));
+    let script = format!("ip link set lo up && exec {}", shell_join(&mpirun));
+    // A private network namespace: only its own loopback exists inside. It
+    // disappears with the last process in it, whatever happens to the run.
+    let unshare = if is_root() { "-n" } else { "-rn" };
+    let out = Command::new("unshare")
+        .args([unshare, "sh", "-c", &script])
+        .env("OMPI_MCA_mca_base_component_path", component_path())
+        .env("OMPI_ALLOW_RUN_AS_ROOT", "1")
+        .env("OMPI_ALLOW_RUN_AS_ROOT_CONFIRM", "1")
+        .output()
+        .expect("unshare runs");
+    let mut output = String::from_utf8_lossy(&out.stdout).into_owned();
+    output.push_str(&String::from_utf8_lossy(&out.stderr));
+    Run {
+        ok: out.status.success(),
+        output,
+    }
+}
+
+fn is_root() -> bool {
+    Command::new("id")
+        .arg("-u")
+        .output()
+        .map(|o| String::from_utf8_lossy(&o.stdout).trim() == "0")
+        .unwrap_or(false)
+}
+
+fn shell_join(words: &[String]) -> String {
+    words
+        .iter()
+        .map(|w| format!("'{}'", w.replace('\'', r"'\''")))
+        .collect::<Vec<_>>()
+        .join(" ")
+}
+
+/// `key=value` fields of a line, with a quoted last field `comm="..."`.
+pub fn fields(line: &str) -> HashMap<String, String> {
+    let (head, comm) = match line.split_once(" comm=\"") {
+        Some((h, c)) => (h, Some(c.trim_end_matches('"'))),
+        None => (line, None),
+    };
+    let mut map: HashMap<String, String> = head
+        .split_whitespace()
+        .filter_map(|w| w.split_once('='))
+        .map(|(k, v)| (k.to_string(), v.to_string()))
+        .collect();
+    if let Some(c) = comm {
+        map.insert("comm".into(), c.into());
+    }
+    map
+}
+
+/// ipmc's statistics lines (`coll_ipmc_print_statistics`).
+pub fn stats_lines(output: &str) -> Vec<HashMap<String, String>> {
+    output
+        .lines()
+        .filter_map(|l| l.split_once("ipmc stats: ").map(|(_, s)| fields(s)))
+        .collect()
+}
+
+/// The test program's per-communicator report lines.
+pub fn check_lines(output: &str) -> Vec<HashMap<String, String>> {
+    output
+        .lines()
+        .filter_map(|l| l.strip_prefix("bcast_check: comm="))
+        .map(|s| {
+            let (name, rest) = s.split_once(' ').unwrap();
+            let mut f = fields(rest);
+            f.insert("comm".into(), name.into());
+            f
+        })
+        .collect()
+}
+
+/// `calls:bytes` of one algorithm in a statistics line.
+pub fn tally(stats: &HashMap<String, String>, alg: &str) -> (u64, u64) {
+    let v = &stats[alg];
+    let (calls, bytes) = v.split_once(':').unwrap();
+    (
+        calls.parse().unwrap(),
+        bytes.trim_end_matches('B').parse().unwrap(),
+    )
+}
+
+pub fn num(f: &HashMap<String, String>, key: &str) -> u64 {
+    f[key]
+        .parse()
+        .unwrap_or_else(|_| panic!("{key} is not a number in {f:?}"))
+}

@@ -1,0 +1,244 @@
+//! MPI programs under `mpirun`, in a private network namespace: every byte on
+//! every rank, that ipmc (not Open MPI's own bcast) ran, and that it declines
+//! and falls back where it must.
+
+mod common;
+
+use std::collections::HashMap;
+
+use common::{check_lines, mpirun, num, stats_lines, tally, Run};
+
+const ALGORITHMS: [&str; 4] = ["linear", "chain", "multicast", "previous"];
+
+/// How ipmc is expected to have split one communicator's broadcasts.
+#[derive(Clone, Copy)]
+enum Expect {
+    /// The default dispatch with this `crossover_nodes`.
+    Auto { crossover_nodes: u64 },
+    /// Every broadcast by this algorithm (`coll_ipmc_bcast_algorithm`).
+    Forced(&'static str),
+}
+
+fn expected(check: &HashMap<String, String>, expect: Expect) -> HashMap<&'static str, (u64, u64)> {
+    let calls = num(check, "bcasts") - num(check, "empty");
+    let bytes = num(check, "bytes");
+    let (large, large_bytes) = (num(check, "large"), num(check, "large_bytes"));
+    let mut want: HashMap<&str, (u64, u64)> = ALGORITHMS.iter().map(|a| (*a, (0, 0))).collect();
+    match expect {
+        Expect::Forced(alg) => {
+            // A forced multicast runs the fragmented chain until multicast lands.
+            let alg = if alg == "multicast" { "chain" } else { alg };
+            want.insert(alg, (calls, bytes));
+        }
+        Expect::Auto { crossover_nodes } if num(check, "size") < crossover_nodes => {
+            want.insert("linear", (calls - large, bytes - large_bytes));
+            want.insert("chain", (large, large_bytes));
+        }
+        Expect::Auto { .. } => {
+            want.insert("chain", (calls, bytes));
+        }
+    }
+    want
+}
+
+/// Asserts the run passed and that ipmc's statistics on every rank of every
+/// communicator account for exactly the broadcasts the program made.
+fn assert_served_by_ipmc(run: &Run, np: usize, expect: Expect) {
+    assert!(
+        run.ok && run.output.contains("bcast_check: PASS"),
+        "run failed:\n{}",
+        run.output
+    );
+    let stats = stats_lines(&run.output);
+    let checks = check_lines(&run.output);
+    let reports: Vec<_> = checks.iter().filter(|c| c["comm"] != "self").collect();
+    assert_eq!(reports.len(), 4 * np, "report lines:\n{}", run.output);
+    for check in reports {
+        let mine: Vec<_> = stats
+            .iter()
+            .filter(|s| s["comm"] == check["comm"] && s["rank"] == check["rank"])
+            .collect();
+        if num(check, "size") < 2 {
+            assert!(
+                mine.is_empty(),
+                "ipmc must decline {check:?}:\n{}",
+                run.output
+            );
+            continue;
+        }
+        assert_eq!(
+            mine.len(),
+            1,
+            "one ipmc stats line for {check:?}:\n{}",
+            run.output
+        );
+        let s = mine[0];
+        assert_eq!(s["size"], check["size"]);
+        for (alg, want) in expected(check, expect) {
+            assert_eq!(tally(s, alg), want, "{alg} on {check:?}: {s:?}");
+        }
+    }
+    for declined in ["self", "inter"] {
+        assert!(
+            !stats.iter().any(|s| s["comm"] == declined),
+            "ipmc must decline communicator {declined}:\n{}",
+            run.output
+        );
+    }
+}
+
+fn check_run(np: usize, mca: &[(&str, &str)], args: &[&str], expect: Expect) {
+    let mut all = vec![("coll_ipmc_print_statistics", "1")];
+    all.extend_from_slice(mca);
+    let run = mpirun(np, &all, "bcast_check", args);
+    assert_served_by_ipmc(&run, np, expect);
+}
+
+const DEFAULT: Expect = Expect::Auto { crossover_nodes: 4 };
+
+#[test]
+fn every_byte_on_2_ranks() {
+    check_run(2, &[], &[], DEFAULT);
+}
+
+#[test]
+fn every_byte_on_3_ranks() {
+    check_run(3, &[], &[], DEFAULT);
+}
+
+#[test]
+fn every_byte_on_4_ranks() {
+    check_run(4, &[], &[], DEFAULT);
+}
+
+#[test]
+fn every_byte_on_7_ranks() {
+    check_run(7, &[], &[], DEFAULT);
+}
+
+#[test]
+fn every_byte_on_8_ranks() {
+    check_run(8, &[], &[], DEFAULT);
+}
+
+#[test]
+fn linear_and_chain_cross_over_where_the_parameters_say() {
+    let mca = [
+        ("coll_ipmc_crossover_nodes", "8"),
+        ("coll_ipmc_crossover_size", "5000"),
+        ("coll_ipmc_chain_segment_size", "1000"),
+    ];
+    check_run(
+        8,
+        &mca,
+        &["--max-bytes", "70000", "--large-above", "5000"],
+        Expect::Auto { crossover_nodes: 8 },
+    );
+}
+
+#[test]
+fn messages_of_64_mib() {
+    check_run(
+        3,
+        &[],
+        &["--max-bytes", "4096", "--burst", "4", "--big", "67108864"],
+        DEFAULT,
+    );
+}
+
+#[test]
+fn every_algorithm_can_be_forced() {
+    for (code, alg) in [
+        ("1", "linear"),
+        ("2", "chain"),
+        ("3", "multicast"),
+        ("4", "previous"),
+    ] {
+        check_run(
+            4,
+            &[("coll_ipmc_bcast_algorithm", code)],
+            &["--max-bytes", "300000"],
+            Expect::Forced(alg),
+        );
+    }
+}
+
+#[test]
+fn negative_priority_leaves_bcast_to_open_mpi() {
+    let run = mpirun(
+        4,
+        &[
+            ("coll_ipmc_print_statistics", "1"),
+            ("coll_ipmc_priority", "-1"),
+        ],
+        "bcast_check",
+        &["--max-bytes", "70000"],
+    );
+    assert!(
+        run.ok && run.output.contains("bcast_check: PASS"),
+        "{}",
+        run.output
+    );
+    assert!(
+        stats_lines(&run.output).is_empty(),
+        "ipmc ran:\n{}",
+        run.output
+    );
+}
+
+#[test]
+fn out_of_range_parameter_is_refused_once_and_the_job_runs() {
+    let run = mpirun(
+        4,
+        &[
+            ("coll_ipmc_print_statistics", "1"),
+            ("coll_ipmc_fragment_size", "100"),
+        ],
+        "bcast_check",
+        &["--max-bytes", "70000"],
+    );
+    assert!(
+        run.ok && run.output.contains("bcast_check: PASS"),
+        "{}",
+        run.output
+    );
+    assert!(
+        stats_lines(&run.output).is_empty(),
+        "ipmc ran:\n{}",
+        run.output
+    );
+    let told = run
+        .output
+        .matches("The MCA parameter coll_ipmc_fragment_size was given a value outside")
+        .count();
+    assert_eq!(told, 1, "told once, not per rank:\n{}", run.output);
+    assert!(
+        run.output.contains("allowed: 256 to 65024"),
+        "{}",
+        run.output
+    );
+}
+
+#[test]
+fn verbose_output_names_each_broadcasts_algorithm() {
+    let run = mpirun(
+        4,
+        &[("coll_ipmc_verbose", "10")],
+        "bcast_check",
+        &["--max-bytes", "2000000", "--burst", "0"],
+    );
+    assert!(run.ok, "{}", run.output);
+    assert!(run.output.contains("with chain"), "{}", run.output);
+    assert!(
+        run.output
+            .contains("the multicast broadcast is not available yet"),
+        "{}",
+        run.output
+    );
+    assert!(
+        run.output.contains("declines communicator")
+            && run.output.contains("fewer than 2 processes"),
+        "{}",
+        run.output
+    );
+}

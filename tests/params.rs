@@ -1,0 +1,83 @@
+//! The parameter table, `ompi_info` and the README agree.
+
+mod common;
+
+use common::{ompi_info, params, shown_default};
+
+#[test]
+fn ompi_info_lists_the_component() {
+    let out = ompi_info(&[]);
+    assert!(
+        out.lines()
+            .any(|l| l.contains("MCA coll: ipmc (MCA v2.1.0, API v2.0.0")),
+        "{out}"
+    );
+}
+
+#[test]
+fn ompi_info_shows_every_parameter_of_the_table() {
+    let out = ompi_info(&["--param", "coll", "ipmc", "--level", "9", "--parsable"]);
+    let rows = params();
+    for p in &rows {
+        let key = format!("mca:coll:ipmc:param:coll_ipmc_{}", p.name);
+        let get = |field: &str| {
+            let prefix = format!("{key}:{field}:");
+            out.lines()
+                .find_map(|l| l.strip_prefix(&prefix))
+                .unwrap_or_else(|| panic!("ompi_info shows no {field} for {}:\n{out}", p.name))
+                .to_string()
+        };
+        let want_default = match (p.ty.as_str(), shown_default(p).as_str()) {
+            ("BOOL", "true") => "true".to_string(),
+            ("BOOL", "false") => "false".to_string(),
+            (_, v) => v.to_string(),
+        };
+        assert_eq!(get("value"), want_default, "default of {}", p.name);
+        let ty = match p.ty.as_str() {
+            "INT" => "int",
+            "SIZE" => "size_t",
+            "BOOL" => "bool",
+            other => panic!("unknown type {other}"),
+        };
+        assert_eq!(get("type"), ty, "type of {}", p.name);
+        assert_eq!(get("level"), p.level.to_string(), "level of {}", p.name);
+        let help = get("help");
+        assert!(help.len() > 20, "help of {} says little: {help}", p.name);
+        if p.ty != "BOOL" {
+            let range = format!("(allowed: {} to {})", p.min, p.max);
+            assert!(
+                help.contains(&range),
+                "help of {} lacks {range}: {help}",
+                p.name
+            );
+        }
+    }
+    let listed = out
+        .lines()
+        .filter_map(|l| l.strip_prefix("mca:coll:ipmc:param:"))
+        .filter(|l| l.split(':').nth(1) == Some("value"))
+        .count();
+    assert_eq!(
+        listed,
+        rows.len(),
+        "ompi_info lists parameters the table lacks:\n{out}"
+    );
+}
+
+#[test]
+fn readme_documents_every_parameter_with_its_default() {
+    let readme = std::fs::read_to_string(common::repo().join("README.md")).unwrap();
+    for p in params() {
+        let row = readme
+            .lines()
+            .find(|l| l.starts_with(&format!("| `coll_ipmc_{}` |", p.name)))
+            .unwrap_or_else(|| panic!("README has no table row for coll_ipmc_{}", p.name));
+        let cells: Vec<&str> = row.split('|').map(str::trim).collect();
+        assert_eq!(
+            cells[2],
+            format!("`{}`", shown_default(&p)),
+            "README default of coll_ipmc_{}",
+            p.name
+        );
+    }
+}
