@@ -6,7 +6,7 @@ mod common;
 
 use std::collections::HashMap;
 
-use common::{check_lines, mpirun, num, stats_lines, tally, Run};
+use common::{check_lines, cluster_mpirun, mpirun, num, stats_lines, tally, Run};
 
 const ALGORITHMS: [&str; 4] = ["linear", "chain", "multicast", "previous"];
 
@@ -119,6 +119,29 @@ fn every_byte_on_7_ranks() {
 #[test]
 fn every_byte_on_8_ranks() {
     check_run(8, &[], &[], DEFAULT);
+}
+
+#[test]
+fn every_byte_across_5_emulated_hosts() {
+    let run = cluster_mpirun(
+        5,
+        &[("coll_ipmc_print_statistics", "1")],
+        "bcast_check",
+        &["--max-bytes", "300000"],
+    );
+    assert_served_by_ipmc(&run, 5, DEFAULT);
+    let hosts: std::collections::HashSet<&str> = run
+        .output
+        .lines()
+        .filter(|l| l.contains("ipmc stats:"))
+        .filter_map(|l| l.split(':').next())
+        .collect();
+    assert_eq!(
+        hosts.len(),
+        5,
+        "one rank on each of 5 hosts:\n{}",
+        run.output
+    );
 }
 
 #[test]

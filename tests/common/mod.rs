@@ -155,12 +155,16 @@ pub struct Run {
 /// Seconds one mpirun may take before it is killed.
 const MPIRUN_TIMEOUT: u32 = 240;
 
+/// Serialises MPI runs: the machine has two cores.
+fn one_at_a_time() -> MutexGuard<'static, ()> {
+    static LOCK: Mutex<()> = Mutex::new(());
+    LOCK.lock().unwrap_or_else(|p| p.into_inner())
+}
+
 /// Runs `program args` on `np` ranks of one host inside a private network
-/// namespace, with the MCA parameters `mca`. Runs are serialised: the machine
-/// has two cores.
+/// namespace, with the MCA parameters `mca`.
 pub fn mpirun(np: usize, mca: &[(&str, &str)], program: &str, args: &[&str]) -> Run {
-    static ONE_AT_A_TIME: Mutex<()> = Mutex::new(());
-    let _guard: MutexGuard<()> = ONE_AT_A_TIME.lock().unwrap_or_else(|p| p.into_inner());
+    let _guard = one_at_a_time();
     let exe = built().programs.join(program);
     let mut mpirun = vec![
         "timeout".to_string(),
@@ -195,6 +199,43 @@ pub fn mpirun(np: usize, mca: &[(&str, &str)], program: &str, args: &[&str]) -> 
         .env("OMPI_ALLOW_RUN_AS_ROOT_CONFIRM", "1")
         .output()
         .expect("unshare runs");
+    let mut output = String::from_utf8_lossy(&out.stdout).into_owned();
+    output.push_str(&String::from_utf8_lossy(&out.stderr));
+    Run {
+        ok: out.status.success(),
+        output,
+    }
+}
+
+/// Runs `program args` with one rank on each of `hosts` emulated hosts
+/// (`tests/cluster/cluster.sh`: network namespaces on a bridge), over TCP.
+pub fn cluster_mpirun(hosts: usize, mca: &[(&str, &str)], program: &str, args: &[&str]) -> Run {
+    let _guard = one_at_a_time();
+    assert!(is_root(), "the emulated cluster needs root (ip netns)");
+    let exe = built().programs.join(program);
+    let mut words: Vec<String> = vec![
+        "--mca".into(),
+        "mpi_yield_when_idle".into(),
+        "1".into(),
+        "-x".into(),
+        "OMPI_MCA_mca_base_component_path".into(),
+    ];
+    for (k, v) in mca {
+        words.extend(["--mca".into(), (*k).into(), (*v).into()]);
+    }
+    words.push(exe.display().to_string());
+    words.extend(args.iter().map(|a| a.to_string()));
+    let script = format!(
+        "exec timeout --kill-after=10 {MPIRUN_TIMEOUT} mpirun $CLUSTER_MPIRUN --host \"$CLUSTER_HOSTS\" -np {hosts} {}",
+        shell_join(&words)
+    );
+    let out = Command::new(repo().join("tests/cluster/cluster.sh"))
+        .args([&hosts.to_string(), "--", "sh", "-c", &script])
+        .env("OMPI_MCA_mca_base_component_path", component_path())
+        .env("OMPI_ALLOW_RUN_AS_ROOT", "1")
+        .env("OMPI_ALLOW_RUN_AS_ROOT_CONFIRM", "1")
+        .output()
+        .expect("cluster.sh runs");
     let mut output = String::from_utf8_lossy(&out.stdout).into_owned();
     output.push_str(&String::from_utf8_lossy(&out.stderr));
     Run {
