@@ -161,44 +161,30 @@ fn one_at_a_time() -> MutexGuard<'static, ()> {
     LOCK.lock().unwrap_or_else(|p| p.into_inner())
 }
 
-/// Runs `program args` on `np` ranks of one host inside a private network
-/// namespace, with the MCA parameters `mca`.
-pub fn mpirun(np: usize, mca: &[(&str, &str)], program: &str, args: &[&str]) -> Run {
-    let _guard = one_at_a_time();
-    let exe = built().programs.join(program);
-    let mut mpirun = vec![
-        "timeout".to_string(),
-        "--kill-after=10".into(),
-        MPIRUN_TIMEOUT.to_string(),
-        "mpirun".into(),
-        "--oversubscribe".into(),
-        "-np".into(),
-        np.to_string(),
-        "--mca".into(),
-        "mpi_yield_when_idle".into(),
-        "1".into(),
-        "--mca".into(),
-        "btl".into(),
-        "self,vader".into(),
-        "-x".into(),
-        "OMPI_MCA_mca_base_component_path".into(),
-    ];
+/// The mpirun options and program words common to every run.
+fn job_words(mca: &[(&str, &str)], program: &str, args: &[&str]) -> Vec<String> {
+    let mut words: Vec<String> = ["--mca", "mpi_yield_when_idle", "1"]
+        .into_iter()
+        .chain(["-x", "OMPI_MCA_mca_base_component_path"])
+        .map(String::from)
+        .collect();
     for (k, v) in mca {
-        mpirun.extend(["--mca".into(), (*k).into(), (*v).into()]);
+        words.extend(["--mca".into(), (*k).into(), (*v).into()]);
     }
-    mpirun.push(exe.display().to_string());
-    mpirun.extend(args.iter().map(|a| a.to_string()));
-    let script = format!("ip link set lo up && exec {}", shell_join(&mpirun));
-    // A private network namespace: only its own loopback exists inside. It
-    // disappears with the last process in it, whatever happens to the run.
-    let unshare = if is_root() { "-n" } else { "-rn" };
-    let out = Command::new("unshare")
-        .args([unshare, "sh", "-c", &script])
+    words.push(built().programs.join(program).display().to_string());
+    words.extend(args.iter().map(|a| a.to_string()));
+    words
+}
+
+/// Runs a command that starts mpirun, with the built component visible.
+fn run_job(cmd: &mut Command) -> Run {
+    let _guard = one_at_a_time();
+    let out = cmd
         .env("OMPI_MCA_mca_base_component_path", component_path())
         .env("OMPI_ALLOW_RUN_AS_ROOT", "1")
         .env("OMPI_ALLOW_RUN_AS_ROOT_CONFIRM", "1")
         .output()
-        .expect("unshare runs");
+        .unwrap_or_else(|e| panic!("cannot run {cmd:?}: {e}"));
     let mut output = String::from_utf8_lossy(&out.stdout).into_owned();
     output.push_str(&String::from_utf8_lossy(&out.stderr));
     Run {
@@ -207,41 +193,36 @@ pub fn mpirun(np: usize, mca: &[(&str, &str)], program: &str, args: &[&str]) -> 
     }
 }
 
+/// Runs `program args` on `np` ranks of one host inside a private network
+/// namespace, with the MCA parameters `mca`.
+pub fn mpirun(np: usize, mca: &[(&str, &str)], program: &str, args: &[&str]) -> Run {
+    let script = format!(
+        "ip link set lo up && exec timeout --kill-after=10 {MPIRUN_TIMEOUT} mpirun \
+         --oversubscribe -np {np} --mca btl self,vader {}",
+        shell_join(&job_words(mca, program, args))
+    );
+    // A private network namespace: only its own loopback exists inside. It
+    // disappears with the last process in it, whatever happens to the run.
+    let unshare = if is_root() { "-n" } else { "-rn" };
+    run_job(Command::new("unshare").args([unshare, "sh", "-c", &script]))
+}
+
 /// Runs `program args` with one rank on each of `hosts` emulated hosts
 /// (`tests/cluster/cluster.sh`: network namespaces on a bridge), over TCP.
 pub fn cluster_mpirun(hosts: usize, mca: &[(&str, &str)], program: &str, args: &[&str]) -> Run {
-    let _guard = one_at_a_time();
     assert!(is_root(), "the emulated cluster needs root (ip netns)");
-    let exe = built().programs.join(program);
-    let mut words: Vec<String> = vec![
-        "--mca".into(),
-        "mpi_yield_when_idle".into(),
-        "1".into(),
-        "-x".into(),
-        "OMPI_MCA_mca_base_component_path".into(),
-    ];
-    for (k, v) in mca {
-        words.extend(["--mca".into(), (*k).into(), (*v).into()]);
-    }
-    words.push(exe.display().to_string());
-    words.extend(args.iter().map(|a| a.to_string()));
     let script = format!(
-        "exec timeout --kill-after=10 {MPIRUN_TIMEOUT} mpirun $CLUSTER_MPIRUN --host \"$CLUSTER_HOSTS\" -np {hosts} {}",
-        shell_join(&words)
+        "exec timeout --kill-after=10 {MPIRUN_TIMEOUT} mpirun $CLUSTER_MPIRUN \
+         --host \"$CLUSTER_HOSTS\" -np {hosts} {}",
+        shell_join(&job_words(mca, program, args))
     );
-    let out = Command::new(repo().join("tests/cluster/cluster.sh"))
-        .args([&hosts.to_string(), "--", "sh", "-c", &script])
-        .env("OMPI_MCA_mca_base_component_path", component_path())
-        .env("OMPI_ALLOW_RUN_AS_ROOT", "1")
-        .env("OMPI_ALLOW_RUN_AS_ROOT_CONFIRM", "1")
-        .output()
-        .expect("cluster.sh runs");
-    let mut output = String::from_utf8_lossy(&out.stdout).into_owned();
-    output.push_str(&String::from_utf8_lossy(&out.stderr));
-    Run {
-        ok: out.status.success(),
-        output,
-    }
+    run_job(Command::new(repo().join("tests/cluster/cluster.sh")).args([
+        &hosts.to_string(),
+        "--",
+        "sh",
+        "-c",
+        &script,
+    ]))
 }
 
 fn is_root() -> bool {
