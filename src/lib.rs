@@ -17,6 +17,7 @@
 
 pub mod chain;
 pub mod config;
+pub mod datagram;
 pub mod ffi;
 pub mod linear;
 mod logging;
