@@ -12,9 +12,13 @@
 //! - [`linear`] and [`chain`]: the improved linear and the fragmented chain
 //!   broadcasts (thesis §1.5.1, §1.5.2);
 //! - [`stats`]: per-communicator counters for `coll_ipmc_print_statistics`;
+//! - [`datagram`]: the multicast datagram format (`docs/datagram.md`);
+//! - [`bbs`]: the Blum-Blum-Shub generator that stretches entropy into seeds
+//!   for the choice of multicast groups (thesis §3.4);
 //! - [`module`]: the per-communicator state and the broadcast entry point;
 //! - [`ffi`]: the Open MPI boundary, the only place with `unsafe`.
 
+pub mod bbs;
 pub mod chain;
 pub mod config;
 pub mod datagram;
