@@ -149,8 +149,8 @@ impl BcastCall {
 
     /// The message as bytes in the user's buffer, when the datatype lays
     /// `count` elements out contiguously.
-    pub fn contiguous(&mut self) -> Option<&mut [u8]> {
-        let bytes = self.bytes();
+    /// `bytes` is [`Self::bytes`], which the caller has already computed.
+    pub fn contiguous(&mut self, bytes: usize) -> Option<&mut [u8]> {
         // SAFETY: `dt` is the call's live datatype.
         let contiguous = unsafe { sys::ipmc_dt_is_contiguous(self.dt, self.count) } != 0;
         if !contiguous || bytes == 0 {
@@ -237,11 +237,13 @@ pub struct PmlTransport<'a> {
 }
 
 impl<'a> PmlTransport<'a> {
-    pub fn new(comm: Comm, buf: &'a mut [u8]) -> Self {
+    /// `rank` and `size` are the caller's in `comm` (known to the module, so
+    /// the broadcast path does not ask Open MPI again).
+    pub fn new(comm: Comm, rank: usize, size: usize, buf: &'a mut [u8]) -> Self {
         PmlTransport {
             comm,
-            rank: comm.rank(),
-            size: comm.size(),
+            rank,
+            size,
             // Every request derives its pointer from this one, so no later
             // reference to the buffer invalidates an outstanding request's.
             base: buf.as_mut_ptr(),

@@ -114,14 +114,17 @@ impl Module {
     fn run(&self, alg: Algorithm, call: &mut BcastCall, bytes: usize) -> Result<(), i32> {
         let comm = call.comm();
         let root = call.root();
-        if let Some(buf) = call.contiguous() {
-            return self.run_on(alg, &mut PmlTransport::new(comm, buf), root);
+        if let Some(buf) = call.contiguous(bytes) {
+            let mut t = PmlTransport::new(comm, self.rank, self.size, buf);
+            return self.run_on(alg, &mut t, root);
         }
         let mut packed = vec![0u8; bytes];
         if self.rank == root {
             call.pack(&mut packed)?;
         }
-        self.run_on(alg, &mut PmlTransport::new(comm, &mut packed), root)?;
+        let mut t = PmlTransport::new(comm, self.rank, self.size, &mut packed);
+        self.run_on(alg, &mut t, root)?;
+        drop(t);
         if self.rank != root {
             call.unpack(&packed)?;
         }
