@@ -47,15 +47,22 @@ const mca_coll_base_component_2_0_0_t mca_coll_ipmc_component = {
 #define IPMC_VAR_TYPE_INT MCA_BASE_VAR_TYPE_INT
 #define IPMC_VAR_TYPE_SIZE MCA_BASE_VAR_TYPE_SIZE_T
 #define IPMC_VAR_TYPE_BOOL MCA_BASE_VAR_TYPE_BOOL
+#define IPMC_VAR_TYPE_STRING MCA_BASE_VAR_TYPE_STRING
+/* The MCA base copies a string default and owns the copy from then on. */
+#define IPMC_INIT_INT(def) (def)
+#define IPMC_INIT_SIZE(def) (def)
+#define IPMC_INIT_BOOL(def) (def)
+#define IPMC_INIT_STRING(def) ((char *) (def))
 /* ompi_info shows the allowed range with the help text. */
 #define IPMC_HELP_INT(help, min, max) help " (allowed: " #min " to " #max ")"
 #define IPMC_HELP_SIZE(help, min, max) help " (allowed: " #min " to " #max ")"
 #define IPMC_HELP_BOOL(help, min, max) help
+#define IPMC_HELP_STRING(help, min, max) help
 
 static int ipmc_register(void)
 {
 #define IPMC_PARAM(name, type, def, min, max, level, scope, help)                              \
-    mca_coll_ipmc_params.name = (def);                                                         \
+    mca_coll_ipmc_params.name = IPMC_INIT_##type(def);                                                   \
     (void) mca_base_component_var_register(&mca_coll_ipmc_component.collm_version, #name,        \
                                            IPMC_HELP_##type(help, min, max),                   \
                                            IPMC_VAR_TYPE_##type, NULL, 0, 0,                   \
@@ -132,6 +139,7 @@ static bool ipmc_params_in_range(void)
                             ? LLONG_MAX : (long long) mca_coll_ipmc_params.name,               \
                         min, max);
 #define IPMC_CHECK_BOOL(name, min, max)
+#define IPMC_CHECK_STRING(name, min, max)
 #define IPMC_PARAM(name, type, def, min, max, level, scope, help) IPMC_CHECK_##type(name, min, max)
 #include "../mca-params/ipmc_params.def"
 #undef IPMC_PARAM
@@ -142,9 +150,25 @@ static int ipmc_init_query(bool enable_progress_threads, bool enable_mpi_threads
 {
     (void) enable_progress_threads;
     (void) enable_mpi_threads;
+    char err[512];
+    char *msg;
+    int rc;
+
     if (!ipmc_params_in_range()) {
         /* Step aside: the job runs with Open MPI's other components. */
         return OMPI_ERR_NOT_AVAILABLE;
     }
-    return ipmc_rs_init_query(&mca_coll_ipmc_params);
+    err[0] = '\0';
+    rc = ipmc_rs_init_query(&mca_coll_ipmc_params, err, sizeof(err));
+    if (OMPI_SUCCESS != rc && '\0' != err[0]) {
+        if (0 == opal_proc_local_get()->proc_name.vpid) {
+            msg = opal_show_help_string("help-coll-ipmc.txt", "param invalid", true, err);
+            if (NULL != msg) {
+                opal_output(0, "%s", msg);
+                free(msg);
+            }
+        }
+        opal_output_verbose(1, mca_coll_ipmc_output, "ipmc: %s; ipmc steps aside", err);
+    }
+    return rc;
 }

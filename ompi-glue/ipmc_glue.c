@@ -12,6 +12,8 @@
 #include "ompi/request/request.h"
 #include "opal/datatype/opal_convertor.h"
 #include "opal/util/output.h"
+#include "opal/util/show_help.h"
+#include "ompi/proc/proc.h"
 
 #include "coll_ipmc.h"
 
@@ -41,6 +43,41 @@ int ipmc_wait_all(size_t n, struct ompi_request_t **reqs)
         ompi_coll_base_free_reqs(reqs, (int) n);
     }
     return rc;
+}
+
+/* The return code carries a request's error; MPI leaves status.MPI_ERROR unset. */
+int ipmc_test(struct ompi_request_t **req, int *done, size_t *count)
+{
+    ompi_status_public_t status;
+    int rc = ompi_request_test(req, done, &status);
+    if (OMPI_SUCCESS == rc && *done) {
+        *count = status._ucount;
+    }
+    return rc;
+}
+
+int ipmc_wait(struct ompi_request_t **req, size_t *count)
+{
+    ompi_status_public_t status;
+    int rc = ompi_request_wait(req, &status);
+    if (OMPI_SUCCESS == rc) {
+        *count = status._ucount;
+    }
+    return rc;
+}
+
+int ipmc_cancel(struct ompi_request_t *req) { return ompi_request_cancel(req); }
+
+int ipmc_comm_has_local_peer(struct ompi_communicator_t *comm)
+{
+    int me = ompi_comm_rank(comm);
+    for (int i = 0; i < ompi_comm_size(comm); ++i) {
+        ompi_proc_t *proc = ompi_comm_peer_lookup(comm, i);
+        if (i != me && NULL != proc && OPAL_PROC_ON_LOCAL_NODE(proc->super.proc_flags)) {
+            return 1;
+        }
+    }
+    return 0;
 }
 
 size_t ipmc_dt_size(struct ompi_datatype_t *dt)
@@ -113,3 +150,15 @@ void ipmc_log(int level, const char *line)
 }
 
 void ipmc_print(const char *line) { opal_output(0, "%s", line); }
+
+/* Rendered here and printed, rather than forwarded with opal_show_help: the
+   forwarding to mpirun of Open MPI 4.1.4 garbled ipmc's messages. */
+void ipmc_show_no_multicast(const char *host, int rank, const char *comm, const char *reason)
+{
+    char *msg = opal_show_help_string("help-coll-ipmc.txt", "no multicast", true, host, rank, comm,
+                                      reason);
+    if (NULL != msg) {
+        opal_output(0, "%s", msg);
+        free(msg);
+    }
+}

@@ -22,6 +22,7 @@ struct mca_coll_base_module_2_3_0_t;
 #define IPMC_CTYPE_INT int
 #define IPMC_CTYPE_SIZE size_t
 #define IPMC_CTYPE_BOOL bool
+#define IPMC_CTYPE_STRING char *
 typedef struct ipmc_config {
 #define IPMC_PARAM(name, type, def, min, max, level, scope, help) IPMC_CTYPE_##type name;
 #include "../mca-params/ipmc_params.def"
@@ -45,6 +46,17 @@ int ipmc_irecv_bytes(void *buf, size_t len, int src, struct ompi_communicator_t 
 /* Waits for and frees the requests; every entry is MPI_REQUEST_NULL afterwards. */
 int ipmc_wait_all(size_t n, struct ompi_request_t **reqs);
 
+/* Tests a request; when it completed, frees it (*req becomes MPI_REQUEST_NULL),
+   sets *done and stores the bytes received in *count. */
+int ipmc_test(struct ompi_request_t **req, int *done, size_t *count);
+/* Waits for a request as ipmc_test would find it done. */
+int ipmc_wait(struct ompi_request_t **req, size_t *count);
+/* Asks Open MPI to cancel a pending receive (then wait for it). */
+int ipmc_cancel(struct ompi_request_t *req);
+
+/* Whether another rank of the communicator runs on this node. */
+int ipmc_comm_has_local_peer(struct ompi_communicator_t *comm);
+
 /* Datatypes. */
 size_t ipmc_dt_size(struct ompi_datatype_t *dt);
 int ipmc_dt_is_contiguous(struct ompi_datatype_t *dt, int count);
@@ -60,11 +72,14 @@ int ipmc_prev_bcast(struct mca_coll_base_module_2_3_0_t *module, void *buf, int 
    and a line that is always shown. */
 void ipmc_log(int level, const char *line);
 void ipmc_print(const char *line);
+/* Open MPI's help message "no multicast", printed by the calling process. */
+void ipmc_show_no_multicast(const char *host, int rank, const char *comm, const char *reason);
 
 /* ---- implemented in Rust, called by C ----------------------------------- */
 
-/* Once per process; returns an OMPI error code. */
-int ipmc_rs_init_query(const ipmc_config_t *cfg);
+/* Once per process; returns an OMPI error code. When a parameter's value is
+   invalid, writes what is wrong (NUL-terminated) into err[0..err_len). */
+int ipmc_rs_init_query(const ipmc_config_t *cfg, char *err, size_t err_len);
 /* NULL declines the communicator; otherwise the per-communicator state. */
 void *ipmc_rs_comm_query(struct ompi_communicator_t *comm, const ipmc_config_t *cfg, int *priority);
 int ipmc_rs_module_enable(void *state, struct mca_coll_base_module_2_3_0_t *module,

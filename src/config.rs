@@ -1,5 +1,8 @@
 //! The MCA parameters as the Rust core sees them, and the choice of algorithm.
 
+use crate::groups::{GroupRanges, PortRange};
+use crate::interfaces::IfList;
+
 /// A broadcast algorithm of ipmc, or the broadcast of the component ipmc replaced.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 pub enum Algorithm {
@@ -58,6 +61,14 @@ pub struct Config {
     pub chain_segment_size: usize,
     pub bcast_algorithm: i32,
     pub verbose: i32,
+    pub group_range: String,
+    pub port_range: String,
+    pub if_include: String,
+    pub if_exclude: String,
+    pub ttl: u32,
+    pub rcvbuf: usize,
+    pub inject_loss_percent: u32,
+    pub inject_seed: u64,
 }
 
 impl Default for Config {
@@ -74,11 +85,36 @@ impl Default for Config {
             chain_segment_size: 65536,
             bcast_algorithm: 0,
             verbose: 0,
+            group_range: "239.192.0.0/14".into(),
+            port_range: "5000-32767".into(),
+            if_include: String::new(),
+            if_exclude: String::new(),
+            ttl: 1,
+            rcvbuf: 4 << 20,
+            inject_loss_percent: 0,
+            inject_seed: 1,
         }
     }
 }
 
 impl Config {
+    /// Checks the values whose syntax the parameter table cannot express;
+    /// the error says which parameter is wrong and why.
+    pub fn validate(&self) -> Result<(), String> {
+        let named = |name: &str, e: String| format!("coll_ipmc_{name}: {e}");
+        GroupRanges::parse(&self.group_range).map_err(|e| named("group_range", e))?;
+        PortRange::parse(&self.port_range).map_err(|e| named("port_range", e))?;
+        let include = IfList::parse(&self.if_include).map_err(|e| named("if_include", e))?;
+        let exclude = IfList::parse(&self.if_exclude).map_err(|e| named("if_exclude", e))?;
+        if !include.is_empty() && !exclude.is_empty() {
+            return Err(
+                "coll_ipmc_if_include and coll_ipmc_if_exclude are mutually exclusive; set one"
+                    .into(),
+            );
+        }
+        Ok(())
+    }
+
     /// The algorithm for a broadcast of `bytes` bytes on `comm_size` ranks
     /// (thesis §3.5). Both inputs are equal on every rank by MPI's rules, so
     /// every rank chooses the same.
@@ -107,6 +143,46 @@ mod tests {
         assert_eq!(cfg.choose((1 << 20) + 1, 2), Algorithm::Chain);
         assert_eq!(cfg.choose(100, 3), Algorithm::Linear);
         assert_eq!(cfg.choose(100, 4), Algorithm::Multicast);
+    }
+
+    #[test]
+    fn defaults_are_valid_and_bad_strings_are_named() {
+        assert_eq!(Config::default().validate(), Ok(()));
+        let cases = [
+            (
+                "group_range",
+                Config {
+                    group_range: "10.0.0.0/8".into(),
+                    ..Config::default()
+                },
+            ),
+            (
+                "port_range",
+                Config {
+                    port_range: "9-8".into(),
+                    ..Config::default()
+                },
+            ),
+            (
+                "if_include",
+                Config {
+                    if_include: "1.2.3.4".into(),
+                    ..Config::default()
+                },
+            ),
+            (
+                "exclusive",
+                Config {
+                    if_include: "lo".into(),
+                    if_exclude: "eth0".into(),
+                    ..Config::default()
+                },
+            ),
+        ];
+        for (what, cfg) in cases {
+            let err = cfg.validate().unwrap_err();
+            assert!(err.contains(what), "{what}: {err}");
+        }
     }
 
     #[test]

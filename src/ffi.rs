@@ -30,6 +30,7 @@ use sys::{mca_coll_base_module_2_3_0_t, ompi_communicator_t, ompi_datatype_t, om
 
 const OMPI_SUCCESS: c_int = 0;
 const OMPI_ERROR: c_int = -1;
+const OMPI_ERR_NOT_AVAILABLE: c_int = -16;
 
 /// Fails to compile unless `ours` has exactly the type of the C header's `theirs`.
 macro_rules! same_signature {
@@ -62,8 +63,26 @@ impl From<&sys::ipmc_config_t> for Config {
             chain_segment_size: c.chain_segment_size,
             bcast_algorithm: c.bcast_algorithm,
             verbose: c.verbose,
+            group_range: c_string(c.group_range),
+            port_range: c_string(c.port_range),
+            if_include: c_string(c.if_include),
+            if_exclude: c_string(c.if_exclude),
+            ttl: u32::try_from(c.ttl).unwrap_or(1),
+            rcvbuf: c.rcvbuf,
+            inject_loss_percent: u32::try_from(c.inject_loss).unwrap_or(0),
+            inject_seed: u64::try_from(c.inject_seed).unwrap_or(0),
         }
     }
+}
+
+/// A string parameter's value; the MCA base stores an unset string as NULL.
+fn c_string(p: *const std::ffi::c_char) -> String {
+    if p.is_null() {
+        return String::new();
+    }
+    // SAFETY: a non-NULL string parameter points to the MCA base's
+    // NUL-terminated copy, which lives while the component is loaded.
+    unsafe { CStr::from_ptr(p) }.to_string_lossy().into_owned()
 }
 
 /// A line at a verbosity level of the component's output stream.
@@ -338,13 +357,34 @@ impl Drop for PmlTransport<'_> {
 /// `collm_init_query`: once per process, after the parameters are registered.
 ///
 /// # Safety
-/// `cfg` points to the component's parameter storage.
+/// `cfg` points to the component's parameter storage, `err` to `err_len`
+/// writable bytes.
 #[no_mangle]
-pub unsafe extern "C" fn ipmc_rs_init_query(cfg: *const sys::ipmc_config_t) -> c_int {
+pub unsafe extern "C" fn ipmc_rs_init_query(
+    cfg: *const sys::ipmc_config_t,
+    err: *mut std::ffi::c_char,
+    err_len: usize,
+) -> c_int {
     // SAFETY: the C caller passes its live parameter storage.
     let cfg = Config::from(unsafe { &*cfg });
     logging::init(cfg.verbose);
-    OMPI_SUCCESS
+    match cfg.validate() {
+        Ok(()) => OMPI_SUCCESS,
+        Err(why) => {
+            let why = c_line(&why);
+            let bytes = why.as_bytes_with_nul();
+            let n = bytes.len().min(err_len);
+            if n > 0 {
+                // SAFETY: the caller's buffer has `err_len` writable bytes;
+                // the copy stays within it and ends with a NUL.
+                unsafe {
+                    ptr::copy_nonoverlapping(bytes.as_ptr().cast(), err, n);
+                    *err.add(n - 1) = 0;
+                }
+            }
+            OMPI_ERR_NOT_AVAILABLE
+        }
+    }
 }
 
 /// `collm_comm_query`: the per-communicator state, or NULL to decline.
@@ -445,4 +485,241 @@ pub unsafe extern "C" fn ipmc_rs_bcast(
         Err(rc) if rc != OMPI_SUCCESS => rc,
         Err(_) => OMPI_ERROR,
     }
+}
+
+/// One address of one network interface, as `getifaddrs(3)` lists it.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct IfAddr {
+    pub name: String,
+    pub index: u32,
+    pub up: bool,
+    pub multicast: bool,
+    pub loopback: bool,
+    /// `None` for entries of other families (the link-layer entry).
+    pub addr: Option<std::net::IpAddr>,
+    pub prefix_len: u8,
+}
+
+/// Every interface address of this host (of this network namespace).
+pub fn interface_addresses() -> std::io::Result<Vec<IfAddr>> {
+    let mut head: *mut libc::ifaddrs = ptr::null_mut();
+    // SAFETY: `head` is a valid out-pointer; on success the list is freed below.
+    if unsafe { libc::getifaddrs(&mut head) } != 0 {
+        return Err(std::io::Error::last_os_error());
+    }
+    let mut out = Vec::new();
+    let mut cur = head;
+    while !cur.is_null() {
+        // SAFETY: `cur` is an entry of the list getifaddrs returned, which
+        // stays valid until freeifaddrs; its name is NUL-terminated and its
+        // address pointers are NULL or point to sockaddrs of their family.
+        let (entry, name, index, addr, mask) = unsafe {
+            let entry = &*cur;
+            (
+                entry,
+                CStr::from_ptr(entry.ifa_name),
+                libc::if_nametoindex(entry.ifa_name),
+                ip_of(entry.ifa_addr),
+                ip_of(entry.ifa_netmask),
+            )
+        };
+        let flags = entry.ifa_flags as libc::c_int;
+        out.push(IfAddr {
+            name: name.to_string_lossy().into_owned(),
+            index,
+            up: flags & libc::IFF_UP != 0,
+            multicast: flags & libc::IFF_MULTICAST != 0,
+            loopback: flags & libc::IFF_LOOPBACK != 0,
+            addr,
+            prefix_len: mask.map_or(0, |m| match m {
+                std::net::IpAddr::V4(m) => u32::from(m).count_ones() as u8,
+                std::net::IpAddr::V6(m) => u128::from(m).count_ones() as u8,
+            }),
+        });
+        cur = entry.ifa_next;
+    }
+    // SAFETY: `head` came from a successful getifaddrs and is freed once.
+    unsafe { libc::freeifaddrs(head) };
+    Ok(out)
+}
+
+/// The IP address in a `sockaddr` of family AF_INET or AF_INET6.
+///
+/// # Safety
+/// `sa` is NULL or points to a sockaddr whose family field tells its real type.
+unsafe fn ip_of(sa: *const libc::sockaddr) -> Option<std::net::IpAddr> {
+    if sa.is_null() {
+        return None;
+    }
+    // SAFETY: see the function's contract: the family decides the type.
+    unsafe {
+        match c_int::from((*sa).sa_family) {
+            libc::AF_INET => {
+                let sin = &*sa.cast::<libc::sockaddr_in>();
+                Some(std::net::Ipv4Addr::from(u32::from_be(sin.sin_addr.s_addr)).into())
+            }
+            libc::AF_INET6 => {
+                let sin6 = &*sa.cast::<libc::sockaddr_in6>();
+                Some(std::net::Ipv6Addr::from(sin6.sin6_addr.s6_addr).into())
+            }
+            _ => None,
+        }
+    }
+}
+
+/// A point-to-point message started by [`Messages`].
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct MsgId(usize);
+
+struct Slot {
+    buf: Vec<u8>,
+    req: *mut ompi_request_t,
+    is_recv: bool,
+}
+
+/// Point-to-point messages on a communicator whose buffers the messages own:
+/// a request can never outlive the memory it reads or writes, whatever the
+/// caller does. The multicast algorithm's chain and its setup use it.
+pub struct Messages {
+    comm: Comm,
+    slots: Vec<Slot>,
+    free: Vec<usize>,
+}
+
+impl Messages {
+    pub fn new(comm: Comm) -> Self {
+        Messages {
+            comm,
+            slots: Vec::new(),
+            free: Vec::new(),
+        }
+    }
+
+    fn start(&mut self, buf: Vec<u8>, peer: usize, is_recv: bool) -> P2pResult<MsgId> {
+        let peer = c_int::try_from(peer).expect("ranks fit in an int");
+        let mut slot = Slot {
+            buf,
+            req: ptr::null_mut(),
+            is_recv,
+        };
+        // SAFETY: the buffer is owned by the slot, which keeps it (its heap
+        // memory does not move) until the request completes; `req` is a valid
+        // out-pointer.
+        let rc = unsafe {
+            if is_recv {
+                sys::ipmc_irecv_bytes(
+                    slot.buf.as_mut_ptr().cast(),
+                    slot.buf.len(),
+                    peer,
+                    self.comm.0,
+                    &mut slot.req,
+                )
+            } else {
+                sys::ipmc_isend_bytes(
+                    slot.buf.as_ptr().cast(),
+                    slot.buf.len(),
+                    peer,
+                    self.comm.0,
+                    &mut slot.req,
+                )
+            }
+        };
+        ok(rc).map_err(P2pError)?;
+        Ok(MsgId(match self.free.pop() {
+            Some(i) => {
+                self.slots[i] = slot;
+                i
+            }
+            None => {
+                self.slots.push(slot);
+                self.slots.len() - 1
+            }
+        }))
+    }
+
+    /// Starts sending `data` to `peer`.
+    pub fn send(&mut self, peer: usize, data: Vec<u8>) -> P2pResult<MsgId> {
+        self.start(data, peer, false)
+    }
+
+    /// Starts receiving a message of at most `capacity` bytes from `peer`.
+    pub fn recv(&mut self, peer: usize, capacity: usize) -> P2pResult<MsgId> {
+        self.start(vec![0; capacity], peer, true)
+    }
+
+    /// `Some(buffer)` once the message completed: for a receive the bytes
+    /// received, for a send the buffer it sent (for reuse).
+    pub fn test(&mut self, id: MsgId) -> P2pResult<Option<Vec<u8>>> {
+        let slot = &mut self.slots[id.0];
+        assert!(!slot.req.is_null(), "message {id:?} already completed");
+        let (mut done, mut count) = (0, 0);
+        // SAFETY: `slot.req` is the live request of this slot.
+        let rc = unsafe { sys::ipmc_test(&mut slot.req, &mut done, &mut count) };
+        if rc != OMPI_SUCCESS {
+            return Err(P2pError(rc));
+        }
+        Ok((done != 0).then(|| self.finish(id, count)))
+    }
+
+    /// Waits for the message and returns its buffer as [`Self::test`] does.
+    pub fn wait(&mut self, id: MsgId) -> P2pResult<Vec<u8>> {
+        let slot = &mut self.slots[id.0];
+        assert!(!slot.req.is_null(), "message {id:?} already completed");
+        let mut count = 0;
+        // SAFETY: `slot.req` is the live request of this slot.
+        let rc = unsafe { sys::ipmc_wait(&mut slot.req, &mut count) };
+        if rc != OMPI_SUCCESS {
+            return Err(P2pError(rc));
+        }
+        Ok(self.finish(id, count))
+    }
+
+    fn finish(&mut self, id: MsgId, count: usize) -> Vec<u8> {
+        let slot = &mut self.slots[id.0];
+        slot.req = ptr::null_mut();
+        let mut buf = std::mem::take(&mut slot.buf);
+        if slot.is_recv {
+            buf.truncate(count);
+        }
+        self.free.push(id.0);
+        buf
+    }
+}
+
+impl Drop for Messages {
+    fn drop(&mut self) {
+        // Only a broadcast that stopped on an error leaves messages behind:
+        // receives are cancelled, and every request finishes before its
+        // buffer is freed.
+        for slot in &mut self.slots {
+            if slot.req.is_null() {
+                continue;
+            }
+            let mut count = 0;
+            // SAFETY: `slot.req` is a live request of this slot; after the
+            // wait it is complete and freed.
+            unsafe {
+                if slot.is_recv {
+                    sys::ipmc_cancel(slot.req);
+                }
+                sys::ipmc_wait(&mut slot.req, &mut count);
+            }
+        }
+    }
+}
+
+impl Comm {
+    /// Whether another rank of the communicator runs on this node.
+    pub fn has_local_peer(self) -> bool {
+        // SAFETY: as in `rank`.
+        unsafe { sys::ipmc_comm_has_local_peer(self.0) != 0 }
+    }
+}
+
+/// Open MPI's help message for a rank that cannot set up multicast.
+pub fn show_no_multicast(host: &str, rank: usize, comm: &str, reason: &str) {
+    let (host, comm, reason) = (c_line(host), c_line(comm), c_line(reason));
+    let rank = c_int::try_from(rank).unwrap_or(c_int::MAX);
+    // SAFETY: every string is valid and NUL-terminated for the call.
+    unsafe { sys::ipmc_show_no_multicast(host.as_ptr(), rank, comm.as_ptr(), reason.as_ptr()) }
 }

@@ -13,8 +13,18 @@
 //!   broadcasts (thesis §1.5.1, §1.5.2);
 //! - [`stats`]: per-communicator counters for `coll_ipmc_print_statistics`;
 //! - [`datagram`]: the multicast datagram format (`docs/datagram.md`);
+//! - [`two_stage`]: the two-stage multicast broadcast (thesis §3.2) as a pure
+//!   state machine, tested through a simulated network (`sim_net`);
 //! - [`bbs`]: the Blum-Blum-Shub generator that stretches entropy into seeds
 //!   for the choice of multicast groups (thesis §3.4);
+//! - [`entropy`]: the collector of the seed for that generator (thesis §3.3);
+//! - [`groups`]: the configured group and port ranges, and the draw of a
+//!   communicator's multicast group, port and instance id;
+//! - [`interfaces`] and [`mcast_socket`]: the interface a communicator
+//!   multicasts on, and its sockets;
+//! - [`setup`]: the setup of a communicator's group, agreed by all ranks;
+//! - [`multicast`]: the two-stage broadcast driven by real sockets and
+//!   Open MPI point-to-point;
 //! - [`module`]: the per-communicator state and the broadcast entry point;
 //! - [`ffi`]: the Open MPI boundary, the only place with `unsafe`.
 
@@ -22,12 +32,21 @@ pub mod bbs;
 pub mod chain;
 pub mod config;
 pub mod datagram;
+pub mod entropy;
 pub mod ffi;
+pub mod groups;
+pub mod interfaces;
 pub mod linear;
 mod logging;
+pub mod mcast_socket;
 pub mod module;
+pub mod multicast;
+pub mod setup;
 pub mod stats;
 pub mod transport;
+pub mod two_stage;
 
+#[cfg(test)]
+mod sim_net;
 #[cfg(test)]
 mod test_net;

@@ -1,9 +1,16 @@
 //! The state ipmc keeps for one communicator, and its broadcast entry point.
 
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::time::Duration;
+
 use log::{debug, info, warn};
 
 use crate::config::{Algorithm, Config};
-use crate::ffi::{BcastCall, Comm, PmlTransport};
+use crate::ffi::{self, BcastCall, Comm, Messages, PmlTransport};
+use crate::interfaces::{self, IfList};
+use crate::mcast_socket::{self, McastSocket};
+use crate::multicast::{Group, Ranks};
+use crate::setup::{self, Announce};
 use crate::stats::Stats;
 use crate::transport::Transport;
 use crate::{chain, linear};
@@ -25,6 +32,17 @@ pub fn decline_reason(cfg: &Config, is_inter: bool, size: usize) -> Option<&'sta
     }
 }
 
+/// Where a communicator stands with its multicast group.
+enum Multicast {
+    /// No multicast broadcast has been called yet: the group is set up by
+    /// the first one, which every rank reaches at the same call.
+    NotSetUp,
+    Ready(Box<Group>),
+    /// Some rank could not join: the replaced component's broadcast serves
+    /// the calls that would multicast.
+    Failed,
+}
+
 /// ipmc's state on one communicator.
 pub struct Module {
     cfg: Config,
@@ -33,7 +51,7 @@ pub struct Module {
     cid: u32,
     stats: Stats,
     reported: bool,
-    told_multicast_pending: bool,
+    multicast: Multicast,
 }
 
 impl Module {
@@ -45,7 +63,7 @@ impl Module {
             cid: comm.cid(),
             stats: Stats::default(),
             reported: false,
-            told_multicast_pending: false,
+            multicast: Multicast::NotSetUp,
         }
     }
 
@@ -71,6 +89,8 @@ impl Module {
             ));
         }
         self.reported = true;
+        // Leaves the group and closes the sockets.
+        self.multicast = Multicast::Failed;
     }
 
     /// One `MPI_Bcast` on this communicator; the error is an Open MPI code.
@@ -80,20 +100,15 @@ impl Module {
             self.stats.empty += 1;
             return Ok(());
         }
-        let alg = match self.cfg.choose(bytes, self.size) {
-            Algorithm::Multicast => {
-                if !self.told_multicast_pending {
-                    warn!(
-                        "rank {} cid {}: the multicast broadcast is not available yet; \
-                         the fragmented chain serves its calls",
-                        self.rank, self.cid
-                    );
-                    self.told_multicast_pending = true;
-                }
-                Algorithm::Chain
+        let mut alg = self.cfg.choose(bytes, self.size);
+        if alg == Algorithm::Multicast {
+            if let Multicast::NotSetUp = self.multicast {
+                self.multicast = self.set_up(call.comm())?;
             }
-            other => other,
-        };
+            if let Multicast::Failed = self.multicast {
+                alg = Algorithm::Previous;
+            }
+        }
         debug!(
             "rank {} cid {}: bcast of {bytes} bytes from root {} with {}",
             self.rank,
@@ -111,9 +126,12 @@ impl Module {
 
     /// Runs one of ipmc's own algorithms on the message bytes: in place when
     /// the datatype is contiguous, through a packed copy otherwise.
-    fn run(&self, alg: Algorithm, call: &mut BcastCall, bytes: usize) -> Result<(), i32> {
+    fn run(&mut self, alg: Algorithm, call: &mut BcastCall, bytes: usize) -> Result<(), i32> {
         let comm = call.comm();
         let root = call.root();
+        if alg == Algorithm::Multicast {
+            return self.run_multicast(call, bytes);
+        }
         if let Some(buf) = call.contiguous(bytes) {
             let mut t = PmlTransport::new(comm, self.rank, self.size, buf);
             return self.run_on(alg, &mut t, root);
@@ -134,13 +152,114 @@ impl Module {
     fn run_on<T: Transport>(&self, alg: Algorithm, t: &mut T, root: usize) -> Result<(), i32> {
         let result = match alg {
             Algorithm::Linear => linear::bcast(t, root),
-            Algorithm::Chain | Algorithm::Multicast => {
-                chain::bcast(t, root, self.cfg.chain_segment_size)
-            }
-            Algorithm::Previous => return Err(OMPI_ERROR),
+            Algorithm::Chain => chain::bcast(t, root, self.cfg.chain_segment_size),
+            Algorithm::Multicast | Algorithm::Previous => return Err(OMPI_ERROR),
         };
         result.map_err(|e| e.0)
     }
+
+    /// The two-stage broadcast on the message bytes; contiguous messages are
+    /// copied, others packed, since the protocol keeps its own buffer.
+    fn run_multicast(&mut self, call: &mut BcastCall, bytes: usize) -> Result<(), i32> {
+        let Multicast::Ready(group) = &mut self.multicast else {
+            return Err(OMPI_ERROR);
+        };
+        let at = Ranks {
+            rank: self.rank,
+            size: self.size,
+            root: call.root(),
+        };
+        let mut msgs = Messages::new(call.comm());
+        let stats = &mut self.stats.datagrams;
+        if let Some(buf) = call.contiguous(bytes) {
+            return group.bcast(&mut msgs, at, buf, stats).map_err(|e| e.0);
+        }
+        let mut packed = vec![0u8; bytes];
+        if at.rank == at.root {
+            call.pack(&mut packed)?;
+        }
+        group
+            .bcast(&mut msgs, at, &mut packed, stats)
+            .map_err(|e| e.0)?;
+        if at.rank != at.root {
+            call.unpack(&packed)?;
+        }
+        Ok(())
+    }
+
+    /// Sets up the communicator's multicast group with every other rank
+    /// (see [`setup`]); any rank's failure makes all of them fall back.
+    fn set_up(&mut self, comm: Comm) -> Result<Multicast, i32> {
+        let cfg = &self.cfg;
+        let mut msgs = Messages::new(comm);
+        let open = |a: &Announce| open_socket(cfg, comm, a);
+        let (announce, local, verdict) =
+            setup::agree(&mut msgs, self.rank, self.size, cfg, open).map_err(|e| e.0)?;
+        let name = comm.name();
+        if let Err(why) = &local {
+            // Once per process: the reason is usually the same for every communicator.
+            static TOLD: AtomicBool = AtomicBool::new(false);
+            if !TOLD.swap(true, Ordering::Relaxed) {
+                ffi::show_no_multicast(&host_name(), self.rank, &name, why);
+            }
+            warn!("rank {} cannot multicast on {name}: {why}", self.rank);
+        }
+        match (verdict, local, announce) {
+            (setup::Verdict::Ready, Ok(socket), Some(a)) => {
+                info!(
+                    "rank {} multicasts on {name} (cid {}) with group {}, receive buffer {} bytes",
+                    self.rank,
+                    self.cid,
+                    a.group,
+                    socket.granted_rcvbuf()
+                );
+                self.stats.setup = "ok";
+                let seed = cfg.inject_seed ^ ((self.rank as u64) << 32) ^ u64::from(self.cid);
+                Ok(Multicast::Ready(Box::new(Group::new(
+                    socket,
+                    a.comm_id,
+                    cfg.fragment_size,
+                    cfg.use_crc_checking,
+                    Duration::from_micros(cfg.root_wait_time_us),
+                    (cfg.inject_loss_percent, seed),
+                ))))
+            }
+            (verdict, _, _) => {
+                let first = match verdict {
+                    setup::Verdict::Failed { first } => first,
+                    setup::Verdict::Ready => self.rank,
+                };
+                warn!(
+                    "rank {} falls back to the replaced broadcast on {name}: rank {first} \
+                     could not set up multicast",
+                    self.rank
+                );
+                self.stats.setup = "failed";
+                Ok(Multicast::Failed)
+            }
+        }
+    }
+}
+
+/// This host's name, for messages.
+fn host_name() -> String {
+    std::fs::read_to_string("/proc/sys/kernel/hostname")
+        .map(|h| h.trim().to_string())
+        .unwrap_or_else(|_| "this host".into())
+}
+
+/// Opens and joins this rank's socket for the announced group.
+fn open_socket(cfg: &Config, comm: Comm, a: &Announce) -> Result<McastSocket, String> {
+    let include = IfList::parse(&cfg.if_include)?;
+    let exclude = IfList::parse(&cfg.if_exclude)?;
+    let addrs = ffi::interface_addresses().map_err(|e| format!("listing interfaces: {e}"))?;
+    let iface = interfaces::choose(&addrs, &include, &exclude, a.group.is_ipv6())?;
+    let opts = mcast_socket::Options {
+        ttl: cfg.ttl,
+        loopback: comm.has_local_peer(),
+        rcvbuf: cfg.rcvbuf,
+    };
+    McastSocket::open(a.group, &iface, opts)
 }
 
 #[cfg(test)]

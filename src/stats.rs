@@ -4,6 +4,60 @@
 use std::fmt::Write;
 
 use crate::config::Algorithm;
+use crate::two_stage::Verdict;
+
+/// What the multicast algorithm did with datagrams and bytes.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct Datagrams {
+    /// Datagrams this rank multicast as a root.
+    pub sent: u64,
+    /// Times a datagram waited because the send buffer was full.
+    pub send_full: u64,
+    /// Datagrams the kernel refused to send (the chain delivers them).
+    pub send_failed: u64,
+    /// Datagrams read from the socket (injected losses included).
+    pub received: u64,
+    /// Dropped on purpose by `coll_ipmc_inject_loss`.
+    pub injected: u64,
+    /// This rank's own datagrams, looped back.
+    pub own: u64,
+    /// What the protocol said about the rest.
+    pub verdicts: [u64; VERDICTS.len()],
+    /// Message bytes that first arrived by multicast, and by the chain.
+    pub bytes_multicast: u64,
+    pub bytes_chain: u64,
+}
+
+/// Every verdict, with its key in the report.
+const VERDICTS: [(Verdict, &str); 9] = [
+    (Verdict::Useful, "useful"),
+    (Verdict::Duplicate, "dup"),
+    (Verdict::Own, "root_own"),
+    (Verdict::WrongComm, "rej_comm"),
+    (Verdict::Stale, "rej_stale"),
+    (Verdict::Future, "rej_future"),
+    (Verdict::BadLength, "rej_length"),
+    (Verdict::BadMagic, "rej_magic"),
+    (Verdict::BadCrc, "rej_crc"),
+];
+
+impl Datagrams {
+    pub fn count(&mut self, v: Verdict) {
+        let i = VERDICTS
+            .iter()
+            .position(|(w, _)| *w == v)
+            .expect("every verdict has a counter");
+        self.verdicts[i] += 1;
+    }
+
+    pub fn verdict(&self, v: Verdict) -> u64 {
+        VERDICTS
+            .iter()
+            .zip(self.verdicts)
+            .find_map(|((w, _), n)| (*w == v).then_some(n))
+            .unwrap_or(0)
+    }
+}
 
 /// Broadcasts and bytes of one algorithm.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
@@ -13,11 +67,25 @@ pub struct Tally {
 }
 
 /// What one rank did on one communicator.
-#[derive(Clone, Debug, Default, PartialEq, Eq)]
+#[derive(Clone, Debug, PartialEq, Eq)]
 pub struct Stats {
     /// Broadcasts of zero bytes, which need no communication.
     pub empty: u64,
     tallies: [Tally; Algorithm::ALL.len()],
+    pub datagrams: Datagrams,
+    /// How the multicast setup ended: `none` (not tried), `ok`, `failed`.
+    pub setup: &'static str,
+}
+
+impl Default for Stats {
+    fn default() -> Self {
+        Stats {
+            empty: 0,
+            tallies: Default::default(),
+            datagrams: Datagrams::default(),
+            setup: "none",
+        }
+    }
 }
 
 impl Stats {
@@ -50,6 +118,20 @@ impl Stats {
             let t = self.tally(alg);
             let _ = write!(line, " {}={}:{}B", alg.name(), t.calls, t.bytes);
         }
+        let d = &self.datagrams;
+        let _ = write!(
+            line,
+            " setup={} sent={} send_full={} send_failed={} recv={} injected={} own={}",
+            self.setup, d.sent, d.send_full, d.send_failed, d.received, d.injected, d.own
+        );
+        for ((_, key), n) in VERDICTS.iter().zip(d.verdicts) {
+            let _ = write!(line, " {key}={n}");
+        }
+        let _ = write!(
+            line,
+            " mcast_bytes={} chain_bytes={}",
+            d.bytes_multicast, d.bytes_chain
+        );
         let _ = write!(line, " comm=\"{comm_name}\"");
         line
     }
@@ -70,7 +152,10 @@ mod tests {
         assert_eq!(
             s.report(2, 8, 3, "MPI_COMM_WORLD"),
             "ipmc stats: rank=2 size=8 cid=3 bcasts=4 empty=1 linear=2:15B chain=1:1048576B \
-             multicast=0:0B previous=0:0B comm=\"MPI_COMM_WORLD\""
+             multicast=0:0B previous=0:0B setup=none sent=0 send_full=0 send_failed=0 recv=0 \
+             injected=0 own=0 useful=0 dup=0 root_own=0 rej_comm=0 rej_stale=0 rej_future=0 \
+             rej_length=0 rej_magic=0 rej_crc=0 mcast_bytes=0 chain_bytes=0 \
+             comm=\"MPI_COMM_WORLD\""
         );
     }
 }

@@ -26,8 +26,6 @@ fn expected(check: &HashMap<String, String>, expect: Expect) -> HashMap<&'static
     let mut want: HashMap<&str, (u64, u64)> = ALGORITHMS.iter().map(|a| (*a, (0, 0))).collect();
     match expect {
         Expect::Forced(alg) => {
-            // A forced multicast runs the fragmented chain until multicast lands.
-            let alg = if alg == "multicast" { "chain" } else { alg };
             want.insert(alg, (calls, bytes));
         }
         Expect::Auto { crossover_nodes } if num(check, "size") < crossover_nodes => {
@@ -35,7 +33,8 @@ fn expected(check: &HashMap<String, String>, expect: Expect) -> HashMap<&'static
             want.insert("chain", (large, large_bytes));
         }
         Expect::Auto { .. } => {
-            want.insert("chain", (calls, bytes));
+            want.insert("multicast", (calls - large, bytes - large_bytes));
+            want.insert("chain", (large, large_bytes));
         }
     }
     want
@@ -77,7 +76,14 @@ fn assert_served_by_ipmc(run: &Run, np: usize, expect: Expect) {
         for (alg, want) in expected(check, expect) {
             assert_eq!(tally(s, alg), want, "{alg} on {check:?}: {s:?}");
         }
+        let multicast_calls = tally(s, "multicast").0;
+        assert_eq!(
+            s["setup"],
+            if multicast_calls > 0 { "ok" } else { "none" },
+            "{s:?}"
+        );
     }
+    common::assert_multicast_accounts_for_every_byte(&stats, &checks);
     for declined in ["self", "inter"] {
         assert!(
             !stats.iter().any(|s| s["comm"] == declined),
@@ -239,9 +245,10 @@ fn verbose_output_names_each_broadcasts_algorithm() {
     );
     assert!(run.ok, "{}", run.output);
     assert!(run.output.contains("with chain"), "{}", run.output);
+    assert!(run.output.contains("with multicast"), "{}", run.output);
     assert!(
         run.output
-            .contains("the multicast broadcast is not available yet"),
+            .contains("multicasts on world (cid 0) with group 239."),
         "{}",
         run.output
     );

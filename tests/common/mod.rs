@@ -161,8 +161,9 @@ fn one_at_a_time() -> MutexGuard<'static, ()> {
     LOCK.lock().unwrap_or_else(|p| p.into_inner())
 }
 
-/// The mpirun options and program words common to every run.
-fn job_words(mca: &[(&str, &str)], program: &str, args: &[&str]) -> Vec<String> {
+/// The mpirun options and program words common to every run; `wrapper`
+/// words (a command that runs the program) come before the program.
+fn job_words(mca: &[(&str, &str)], wrapper: &[&str], program: &str, args: &[&str]) -> Vec<String> {
     let mut words: Vec<String> = ["--mca", "mpi_yield_when_idle", "1"]
         .into_iter()
         .chain(["-x", "OMPI_MCA_mca_base_component_path"])
@@ -171,6 +172,7 @@ fn job_words(mca: &[(&str, &str)], program: &str, args: &[&str]) -> Vec<String> 
     for (k, v) in mca {
         words.extend(["--mca".into(), (*k).into(), (*v).into()]);
     }
+    words.extend(wrapper.iter().map(|w| w.to_string()));
     words.push(built().programs.join(program).display().to_string());
     words.extend(args.iter().map(|a| a.to_string()));
     words
@@ -194,12 +196,29 @@ fn run_job(cmd: &mut Command) -> Run {
 }
 
 /// Runs `program args` on `np` ranks of one host inside a private network
-/// namespace, with the MCA parameters `mca`.
+/// namespace, with the MCA parameters `mca`. The namespace's loopback can
+/// multicast, and ipmc uses it unless `mca` chooses interfaces.
 pub fn mpirun(np: usize, mca: &[(&str, &str)], program: &str, args: &[&str]) -> Run {
+    mpirun_wrapped(np, mca, &[], program, args)
+}
+
+/// As [`mpirun`], with every rank's program started through `wrapper`.
+pub fn mpirun_wrapped(
+    np: usize,
+    mca: &[(&str, &str)],
+    wrapper: &[&str],
+    program: &str,
+    args: &[&str],
+) -> Run {
+    let mut mca = mca.to_vec();
+    if !mca.iter().any(|(k, _)| k.starts_with("coll_ipmc_if_")) {
+        mca.push(("coll_ipmc_if_include", "lo"));
+    }
     let script = format!(
-        "ip link set lo up && exec timeout --kill-after=10 {MPIRUN_TIMEOUT} mpirun \
+        "ip link set lo up && ip link set lo multicast on && ip route add 224.0.0.0/4 dev lo && \
+         exec timeout --kill-after=10 {MPIRUN_TIMEOUT} mpirun \
          --oversubscribe -np {np} --mca btl self,vader {}",
-        shell_join(&job_words(mca, program, args))
+        shell_join(&job_words(&mca, wrapper, program, args))
     );
     // A private network namespace: only its own loopback exists inside. It
     // disappears with the last process in it, whatever happens to the run.
@@ -214,7 +233,7 @@ pub fn cluster_mpirun(hosts: usize, mca: &[(&str, &str)], program: &str, args: &
     let script = format!(
         "exec timeout --kill-after=10 {MPIRUN_TIMEOUT} mpirun $CLUSTER_MPIRUN \
          --host \"$CLUSTER_HOSTS\" -np {hosts} {}",
-        shell_join(&job_words(mca, program, args))
+        shell_join(&job_words(mca, &[], program, args))
     );
     run_job(Command::new(repo().join("tests/cluster/cluster.sh")).args([
         &hosts.to_string(),
@@ -294,4 +313,38 @@ pub fn num(f: &HashMap<String, String>, key: &str) -> u64 {
     f[key]
         .parse()
         .unwrap_or_else(|_| panic!("{key} is not a number in {f:?}"))
+}
+
+/// Per communicator: the bytes that reached the non-root ranks by multicast
+/// or by the chain add up to each multicast broadcast's bytes once per
+/// non-root rank. `checks` are the program's report lines, `stats` ipmc's.
+pub fn assert_multicast_accounts_for_every_byte(
+    stats: &[HashMap<String, String>],
+    checks: &[HashMap<String, String>],
+) {
+    let mut comms: Vec<&str> = stats.iter().map(|s| s["comm"].as_str()).collect();
+    comms.sort_unstable();
+    comms.dedup();
+    for comm in comms {
+        let lines: Vec<_> = stats.iter().filter(|s| s["comm"] == comm).collect();
+        let size = num(lines[0], "size");
+        if lines.len() as u64 != size || !checks.iter().any(|c| c["comm"] == comm) {
+            continue; // not every rank reported this communicator (a helper comm)
+        }
+        // Every rank counts each broadcast; the root's copy is not delivered.
+        let moved = tally(lines[0], "multicast").1;
+        let delivered: u64 = lines
+            .iter()
+            .map(|s| num(s, "mcast_bytes") + num(s, "chain_bytes"))
+            .sum();
+        assert_eq!(
+            delivered,
+            moved * (size - 1),
+            "bytes delivered on {comm}: {lines:?}"
+        );
+        if moved > 0 {
+            let sent: u64 = lines.iter().map(|s| num(s, "sent")).sum();
+            assert!(sent > 0, "no datagram sent on {comm}: {lines:?}");
+        }
+    }
 }

@@ -1,0 +1,198 @@
+//! The two UDP sockets of one communicator's multicast group
+//! (`notes/multicast-anchors.md` §3 has the Linux facts behind each option).
+//!
+//! The receive socket is bound to the group and port, not to the wildcard, and
+//! has `IP_MULTICAST_ALL` off, so it sees only its own group even when other
+//! communicators or jobs on the host joined others on the same port. The send
+//! socket is connected to the group: its local address then identifies this
+//! rank's own datagrams when loop-back brings them back. Both are
+//! non-blocking: a full buffer never stalls Open MPI's progress.
+
+use std::io;
+use std::net::{IpAddr, SocketAddr, UdpSocket};
+
+use socket2::{Domain, InterfaceIndexOrAddress, Protocol, Socket, Type};
+
+use crate::interfaces::Chosen;
+
+/// How the sockets are set up, beyond group and interface.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Options {
+    /// TTL (IPv4) or hop limit (IPv6) of sent datagrams.
+    pub ttl: u32,
+    /// Whether sent datagrams come back to this host's sockets (needed when
+    /// other ranks of the communicator share the host).
+    pub loopback: bool,
+    /// Receive buffer to request in bytes; 0 keeps the system default.
+    pub rcvbuf: usize,
+}
+
+/// A joined multicast group.
+#[derive(Debug)]
+pub struct McastSocket {
+    recv: UdpSocket,
+    send: UdpSocket,
+    group: SocketAddr,
+    own: SocketAddr,
+    granted_rcvbuf: usize,
+}
+
+/// Adds what was being done to an error, for the user's message.
+fn doing<T>(what: &str, r: io::Result<T>) -> Result<T, String> {
+    r.map_err(|e| format!("{what}: {e}"))
+}
+
+impl McastSocket {
+    /// Joins `group` on `iface` and prepares sending to it.
+    pub fn open(group: SocketAddr, iface: &Chosen, opts: Options) -> Result<Self, String> {
+        if !group.ip().is_multicast() {
+            return Err(format!("{} is not a multicast address", group.ip()));
+        }
+        let domain = Domain::for_address(group);
+        let recv = doing(
+            "creating the receive socket",
+            Socket::new(domain, Type::DGRAM, Some(Protocol::UDP)),
+        )?;
+        // Other ranks on this host bind the same group and port; each socket
+        // gets its own copy of every datagram.
+        doing("setting SO_REUSEADDR", recv.set_reuse_address(true))?;
+        doing("setting SO_REUSEPORT", recv.set_reuse_port(true))?;
+        // Old kernels lack the option; binding to the group still filters.
+        let all_off = match group.ip() {
+            IpAddr::V4(_) => recv.set_multicast_all_v4(false),
+            IpAddr::V6(_) => recv.set_multicast_all_v6(false),
+        };
+        if let Err(e) = all_off {
+            if e.raw_os_error() != Some(libc::ENOPROTOOPT) {
+                return Err(format!("turning IP_MULTICAST_ALL off: {e}"));
+            }
+        }
+        if opts.rcvbuf > 0 {
+            doing(
+                "requesting the receive buffer",
+                recv.set_recv_buffer_size(opts.rcvbuf),
+            )?;
+        }
+        let granted_rcvbuf = doing("reading the receive buffer size", recv.recv_buffer_size())?;
+        doing(
+            &format!("binding to {group}"),
+            recv.bind(&bind_address(group, iface).into()),
+        )?;
+        match (group.ip(), iface.addr) {
+            (IpAddr::V4(g), _) => doing(
+                &format!("joining {g} on {iface}"),
+                recv.join_multicast_v4_n(&g, &InterfaceIndexOrAddress::Index(iface.index)),
+            )?,
+            (IpAddr::V6(g), _) => doing(
+                &format!("joining {g} on {iface}"),
+                recv.join_multicast_v6(&g, iface.index),
+            )?,
+        }
+        doing(
+            "making the receive socket non-blocking",
+            recv.set_nonblocking(true),
+        )?;
+
+        let send = doing(
+            "creating the send socket",
+            Socket::new(domain, Type::DGRAM, Some(Protocol::UDP)),
+        )?;
+        match (group.ip(), iface.addr) {
+            (IpAddr::V4(_), IpAddr::V4(a)) => {
+                doing("choosing the send interface", send.set_multicast_if_v4(&a))?;
+                doing("setting the TTL", send.set_multicast_ttl_v4(opts.ttl))?;
+                doing(
+                    "setting loop-back",
+                    send.set_multicast_loop_v4(opts.loopback),
+                )?;
+            }
+            (IpAddr::V6(_), IpAddr::V6(_)) => {
+                doing(
+                    "choosing the send interface",
+                    send.set_multicast_if_v6(iface.index),
+                )?;
+                doing(
+                    "setting the hop limit",
+                    send.set_multicast_hops_v6(opts.ttl),
+                )?;
+                doing(
+                    "setting loop-back",
+                    send.set_multicast_loop_v6(opts.loopback),
+                )?;
+            }
+            _ => return Err(format!("{iface} has no address of the group's family")),
+        }
+        if opts.rcvbuf > 0 {
+            // The root bursts a whole message; a deeper send queue means
+            // fewer retries on a full buffer.
+            doing(
+                "requesting the send buffer",
+                send.set_send_buffer_size(opts.rcvbuf),
+            )?;
+        }
+        doing(
+            &format!("connecting the send socket to {group}"),
+            send.connect(&bind_address(group, iface).into()),
+        )?;
+        doing(
+            "making the send socket non-blocking",
+            send.set_nonblocking(true),
+        )?;
+        let own = doing("reading the send address", send.local_addr())?
+            .as_socket()
+            .ok_or_else(|| "the send socket has no IP address".to_string())?;
+
+        Ok(McastSocket {
+            recv: recv.into(),
+            send: send.into(),
+            group,
+            own,
+            granted_rcvbuf,
+        })
+    }
+
+    /// The group and port this socket is joined to.
+    pub fn group(&self) -> SocketAddr {
+        self.group
+    }
+
+    /// The receive buffer the kernel granted (Linux reports twice the usable
+    /// payload, as socket(7) says).
+    pub fn granted_rcvbuf(&self) -> usize {
+        self.granted_rcvbuf
+    }
+
+    /// Sends one datagram to the group. `Ok(false)` when the send buffer is
+    /// full and the datagram should be offered again later.
+    pub fn send(&self, datagram: &[u8]) -> io::Result<bool> {
+        match self.send.send(datagram) {
+            Ok(_) => Ok(true),
+            Err(e) if e.kind() == io::ErrorKind::WouldBlock => Ok(false),
+            Err(e) => Err(e),
+        }
+    }
+
+    /// Receives one datagram into `buf` if one is waiting. `buf` should be
+    /// one byte longer than the longest valid datagram, so that a longer one
+    /// shows as too long rather than silently truncated to a valid length.
+    /// The flag says whether it is this rank's own datagram, looped back.
+    pub fn recv(&self, buf: &mut [u8]) -> io::Result<Option<(usize, bool)>> {
+        match self.recv.recv_from(buf) {
+            Ok((n, from)) => Ok(Some((n, from == self.own))),
+            Err(e) if e.kind() == io::ErrorKind::WouldBlock => Ok(None),
+            Err(e) => Err(e),
+        }
+    }
+}
+
+/// The group address with the interface as scope for IPv6 (link-local
+/// groups need it; it is harmless for wider scopes).
+fn bind_address(group: SocketAddr, iface: &Chosen) -> SocketAddr {
+    match group {
+        SocketAddr::V6(mut g) => {
+            g.set_scope_id(iface.index);
+            SocketAddr::V6(g)
+        }
+        v4 => v4,
+    }
+}

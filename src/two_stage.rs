@@ -1,0 +1,822 @@
+//! The two-stage multicast broadcast (thesis §3.2) as a pure state machine.
+//!
+//! One [`Broadcast`] is one rank's view of one broadcast. It holds no socket
+//! and no MPI handle: the driver feeds it received datagrams, chain frames and
+//! the time, and asks it what to multicast and what to send along the chain.
+//! The unit tests drive it through a seeded simulated network (`sim_net`);
+//! production drives it with real sockets and Open MPI point-to-point.
+//!
+//! Stage 1: the root, after `root_wait`, multicasts every fragment once, with
+//! no preceding synchronisation. Stage 2: a reliable fragmented chain along the
+//! virtual ring that starts at the root (virtual rank 0). A rank forwards a
+//! fragment to its successor as soon as it owns it, whether it came by
+//! multicast or by the chain; every rank but the root receives exactly one chain
+//! frame per fragment from its predecessor. A rank is done when it owns every
+//! fragment, has received every chain frame and has handed every chain frame to
+//! its successor. No acknowledgements and no timeouts: the chain alone
+//! guarantees delivery, multicast only makes it earlier.
+//!
+//! Chain frame: the fragment index as a little-endian `u32`, then exactly the
+//! fragment's payload (`docs/datagram.md`).
+
+use std::collections::VecDeque;
+use std::ops::Range;
+use std::time::Duration;
+
+use crate::datagram::{self, Header, Reject};
+
+/// Bytes of a chain frame before the fragment's payload.
+pub const CHAIN_HEADER_LEN: usize = 4;
+
+/// What one broadcast is, identical on every rank but `vrank`.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Params {
+    /// The communicator instance's id, drawn at setup.
+    pub comm_id: u64,
+    /// The number of this broadcast on the communicator (counts from 0).
+    pub bcast: u64,
+    /// Ranks in the communicator.
+    pub size: usize,
+    /// This rank's distance from the root along the ring: 0 is the root.
+    pub vrank: usize,
+    /// Bytes of the (packed) message; may be 0.
+    pub message_len: usize,
+    /// Payload bytes per fragment (the last fragment may be shorter).
+    pub fragment_size: usize,
+    /// Whether datagrams carry and are checked for a CRC-32 trailer.
+    pub with_crc: bool,
+    /// How long the root waits, from [`Broadcast::start_root`], before it multicasts.
+    pub root_wait: Duration,
+}
+
+/// What became of one received datagram.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum Verdict {
+    /// It gave this rank a fragment it did not own.
+    Useful,
+    /// It carried a fragment this rank already owned.
+    Duplicate,
+    /// It is this broadcast's, but this rank is the root and owns everything.
+    Own,
+    /// It names another communicator instance (another job or communicator).
+    WrongComm,
+    /// It belongs to an earlier broadcast of this communicator.
+    Stale,
+    /// It belongs to a later broadcast of this communicator.
+    Future,
+    /// Its length, fragment index or message length does not fit this broadcast.
+    BadLength,
+    /// It is not an ipmc datagram of this version.
+    BadMagic,
+    /// Its CRC-32 does not match (or its CRC flag disagrees with ours).
+    BadCrc,
+}
+
+/// A chain frame that cannot be what the predecessor sent: the reliable
+/// channel delivered something this broadcast does not expect.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum ChainError {
+    /// Shorter than its header, or its payload length is not the fragment's.
+    BadLength,
+    /// Its fragment index is beyond the message.
+    BadFragment,
+    /// More frames than fragments arrived.
+    TooMany,
+    /// This rank is the root, which receives nothing on the chain.
+    Unexpected,
+}
+
+/// One rank's state in one two-stage broadcast.
+pub struct Broadcast {
+    params: Params,
+    fragments: u32,
+    data: Vec<u8>,
+    /// One bit per fragment: this rank holds the fragment's bytes.
+    owned: Vec<u64>,
+    owned_count: u32,
+    /// Non-roots with a successor: owned fragments not yet handed on, in the
+    /// order they became owned. The root needs no queue (it sends 0, 1, …).
+    to_forward: VecDeque<u32>,
+    chain_sent: u32,
+    chain_received: u32,
+    /// Root: when the message was in place.
+    started: Option<Duration>,
+    /// Root: the fragment stage 1 multicasts next; those before it are done.
+    next_multicast: u32,
+    /// Root: `next_multicast` was offered and awaits `multicast_done`.
+    offered: bool,
+    bytes_by_multicast: u64,
+    bytes_by_chain: u64,
+}
+
+impl Broadcast {
+    /// A broadcast whose message buffer is zeroed; the root fills it through
+    /// [`Broadcast::data_mut`] and then calls [`Broadcast::start_root`].
+    ///
+    /// # Panics
+    /// If `vrank >= size`, if `fragment_size` is 0 or above
+    /// [`datagram::MAX_PAYLOAD`], or if the message has more than `u32::MAX`
+    /// fragments: the driver derives these from checked parameters.
+    pub fn new(params: Params) -> Self {
+        assert!(params.vrank < params.size, "vrank outside the communicator");
+        assert!(
+            (1..=datagram::MAX_PAYLOAD).contains(&params.fragment_size),
+            "fragment size outside 1..=MAX_PAYLOAD"
+        );
+        let fragments = u32::try_from(params.message_len.div_ceil(params.fragment_size))
+            .expect("fragment count fits the datagram's 32-bit index");
+        Broadcast {
+            params,
+            fragments,
+            data: vec![0; params.message_len],
+            owned: vec![0; (fragments as usize).div_ceil(64)],
+            owned_count: 0,
+            to_forward: VecDeque::new(),
+            chain_sent: 0,
+            chain_received: 0,
+            started: None,
+            next_multicast: 0,
+            offered: false,
+            bytes_by_multicast: 0,
+            bytes_by_chain: 0,
+        }
+    }
+
+    pub fn params(&self) -> &Params {
+        &self.params
+    }
+
+    /// Number of fragments: `ceil(message_len / fragment_size)`.
+    pub fn fragments(&self) -> u32 {
+        self.fragments
+    }
+
+    /// The message as far as this rank has it.
+    pub fn data(&self) -> &[u8] {
+        &self.data
+    }
+
+    /// The message buffer, for the root to fill before [`Broadcast::start_root`].
+    pub fn data_mut(&mut self) -> &mut [u8] {
+        &mut self.data
+    }
+
+    /// Root only: the message is in place at time `now`. The root then owns
+    /// every fragment; stage 1 may start at `now + root_wait`.
+    pub fn start_root(&mut self, now: Duration) {
+        if !self.is_root() || self.started.is_some() {
+            return;
+        }
+        self.started = Some(now);
+        self.owned.fill(u64::MAX);
+        self.owned_count = self.fragments;
+    }
+
+    /// Root only: the next datagram of stage 1, encoded into `out`, or `None`
+    /// while `root_wait` runs and once every fragment has been multicast. The
+    /// same fragment is offered again until [`Broadcast::multicast_done`]
+    /// confirms it, so a full socket buffer loses nothing.
+    pub fn next_multicast(&mut self, now: Duration, out: &mut Vec<u8>) -> Option<u32> {
+        if self.next_multicast >= self.fragments || now < self.stage1_start()? {
+            return None;
+        }
+        let k = self.next_multicast;
+        let header = Header {
+            comm_id: self.params.comm_id,
+            bcast: self.params.bcast,
+            message_len: self.params.message_len as u64,
+            fragment: k,
+        };
+        datagram::encode(
+            &header,
+            &self.data[self.range(k)],
+            self.params.with_crc,
+            out,
+        );
+        self.offered = true;
+        Some(k)
+    }
+
+    /// Root only: the datagram last returned by `next_multicast` left (or was
+    /// dropped for good by the network layer); move on to the next one.
+    pub fn multicast_done(&mut self) {
+        // Without an offer outstanding there is nothing to confirm: a stray
+        // call must not skip a fragment.
+        if self.offered {
+            self.offered = false;
+            self.next_multicast += 1;
+        }
+    }
+
+    /// Whether stage 1 is over on this rank (always true on non-roots).
+    pub fn stage1_done(&self) -> bool {
+        !self.is_root() || (self.started.is_some() && self.next_multicast >= self.fragments)
+    }
+
+    /// A datagram received from the group; any bytes at all.
+    pub fn on_datagram(&mut self, bytes: &[u8]) -> Verdict {
+        let d = match datagram::decode(bytes, self.params.with_crc) {
+            Ok(d) => d,
+            Err(Reject::BadLength) => return Verdict::BadLength,
+            Err(Reject::BadMagic) => return Verdict::BadMagic,
+            Err(Reject::BadCrc) => return Verdict::BadCrc,
+        };
+        let h = d.header;
+        if h.comm_id != self.params.comm_id {
+            return Verdict::WrongComm;
+        }
+        if h.bcast < self.params.bcast {
+            return Verdict::Stale;
+        }
+        if h.bcast > self.params.bcast {
+            return Verdict::Future;
+        }
+        if h.message_len != self.params.message_len as u64
+            || h.fragment >= self.fragments
+            || d.payload.len() != self.range(h.fragment).len()
+        {
+            return Verdict::BadLength;
+        }
+        if self.is_root() {
+            return Verdict::Own;
+        }
+        if self.owns(h.fragment) {
+            return Verdict::Duplicate;
+        }
+        self.take(h.fragment, d.payload);
+        self.bytes_by_multicast += d.payload.len() as u64;
+        Verdict::Useful
+    }
+
+    /// Chain frames this rank must receive from its predecessor in total
+    /// (`fragments()` on every rank but the root, 0 on the root).
+    pub fn chain_frames_expected(&self) -> u32 {
+        if self.is_root() {
+            0
+        } else {
+            self.fragments
+        }
+    }
+
+    /// Chain frames received so far.
+    pub fn chain_frames_received(&self) -> u32 {
+        self.chain_received
+    }
+
+    /// Largest chain frame of this broadcast, for sizing receive buffers.
+    pub fn max_chain_frame(&self) -> usize {
+        CHAIN_HEADER_LEN + self.params.fragment_size.min(self.params.message_len)
+    }
+
+    /// A chain frame received from the predecessor.
+    pub fn on_chain(&mut self, frame: &[u8]) -> Result<(), ChainError> {
+        if self.is_root() {
+            return Err(ChainError::Unexpected);
+        }
+        // An extra frame is wrong whatever it holds.
+        if self.chain_received >= self.fragments {
+            return Err(ChainError::TooMany);
+        }
+        if frame.len() < CHAIN_HEADER_LEN {
+            return Err(ChainError::BadLength);
+        }
+        let (head, payload) = frame.split_at(CHAIN_HEADER_LEN);
+        let k = u32::from_le_bytes([head[0], head[1], head[2], head[3]]);
+        if k >= self.fragments {
+            return Err(ChainError::BadFragment);
+        }
+        if payload.len() != self.range(k).len() {
+            return Err(ChainError::BadLength);
+        }
+        self.chain_received += 1;
+        if !self.owns(k) {
+            self.take(k, payload);
+            self.bytes_by_chain += payload.len() as u64;
+        }
+        Ok(())
+    }
+
+    /// The next chain frame for the successor, encoded into `out`: a fragment
+    /// this rank owns and has not yet handed on, in the order it came to own
+    /// them. `None` on the last rank, while the root is in stage 1, and when
+    /// nothing new is owned. Each fragment is handed out exactly once.
+    pub fn next_chain_send(&mut self, out: &mut Vec<u8>) -> Option<u32> {
+        if !self.has_successor() {
+            return None;
+        }
+        let k = if self.is_root() {
+            if !self.stage1_done() || self.chain_sent >= self.fragments {
+                return None;
+            }
+            self.chain_sent
+        } else {
+            self.to_forward.pop_front()?
+        };
+        out.clear();
+        out.extend_from_slice(&k.to_le_bytes());
+        out.extend_from_slice(&self.data[self.range(k)]);
+        self.chain_sent += 1;
+        Some(k)
+    }
+
+    /// Whether this rank owns every fragment (the data is complete).
+    pub fn is_complete(&self) -> bool {
+        self.owned_count == self.fragments
+    }
+
+    /// Whether this rank's part of the broadcast is over: complete, every
+    /// chain frame received and every chain frame handed out. (The driver
+    /// still waits for its sends to finish.)
+    pub fn is_done(&self) -> bool {
+        self.is_complete()
+            && self.stage1_done()
+            && self.chain_received == self.chain_frames_expected()
+            && self.chain_sent == self.chain_frames_to_send()
+    }
+
+    /// Payload bytes that first arrived by multicast, and by the chain.
+    pub fn bytes_by_multicast(&self) -> u64 {
+        self.bytes_by_multicast
+    }
+
+    pub fn bytes_by_chain(&self) -> u64 {
+        self.bytes_by_chain
+    }
+
+    /// Whether this rank holds fragment `k` (false for `k >= fragments()`).
+    pub fn owns(&self, k: u32) -> bool {
+        k < self.fragments && self.owned[k as usize / 64] & (1 << (k % 64)) != 0
+    }
+
+    /// Chain frames this rank sends to its successor in total: `fragments()`,
+    /// or 0 on the last rank.
+    pub fn chain_frames_to_send(&self) -> u32 {
+        if self.has_successor() {
+            self.fragments
+        } else {
+            0
+        }
+    }
+
+    /// Root: when stage 1 may start (`start_root`'s `now` plus `root_wait`),
+    /// so that the driver knows how long to sleep; `None` before `start_root`
+    /// and on non-roots.
+    pub fn stage1_start(&self) -> Option<Duration> {
+        self.started
+            .map(|t| t.saturating_add(self.params.root_wait))
+    }
+
+    /// Chain frames handed out by [`Broadcast::next_chain_send`] so far.
+    pub fn chain_frames_sent(&self) -> u32 {
+        self.chain_sent
+    }
+
+    fn is_root(&self) -> bool {
+        self.params.vrank == 0
+    }
+
+    fn has_successor(&self) -> bool {
+        self.params.vrank + 1 < self.params.size
+    }
+
+    /// The bytes of fragment `k < fragments()` in the message.
+    fn range(&self, k: u32) -> Range<usize> {
+        let start = k as usize * self.params.fragment_size;
+        let end = self
+            .params
+            .message_len
+            .min(start + self.params.fragment_size);
+        start..end
+    }
+
+    /// Makes fragment `k` (not yet owned) this rank's and queues it for the successor.
+    fn take(&mut self, k: u32, payload: &[u8]) {
+        let range = self.range(k);
+        self.data[range].copy_from_slice(payload);
+        self.owned[k as usize / 64] |= 1 << (k % 64);
+        self.owned_count += 1;
+        if self.has_successor() {
+            self.to_forward.push_back(k);
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use rand_chacha::rand_core::{RngCore, SeedableRng};
+    use rand_chacha::ChaCha8Rng;
+
+    const COMM: u64 = 0xfeed_f00d_0123_4567;
+    const BCAST: u64 = 9;
+
+    fn params(vrank: usize, size: usize, message_len: usize, fragment_size: usize) -> Params {
+        Params {
+            comm_id: COMM,
+            bcast: BCAST,
+            size,
+            vrank,
+            message_len,
+            fragment_size,
+            with_crc: true,
+            root_wait: Duration::ZERO,
+        }
+    }
+
+    /// A started root of a `len`-byte message whose byte `i` is `i as u8`.
+    fn root(size: usize, len: usize, fragment_size: usize, wait: Duration) -> Broadcast {
+        let mut b = Broadcast::new(Params {
+            root_wait: wait,
+            ..params(0, size, len, fragment_size)
+        });
+        for (i, byte) in b.data_mut().iter_mut().enumerate() {
+            *byte = i as u8;
+        }
+        b.start_root(Duration::from_millis(1));
+        b
+    }
+
+    /// Datagram `fragment` of `p`'s broadcast with header changes `f`.
+    fn datagram_of(p: &Params, fragment: u32, payload: &[u8], f: impl Fn(&mut Header)) -> Vec<u8> {
+        let mut h = Header {
+            comm_id: p.comm_id,
+            bcast: p.bcast,
+            message_len: p.message_len as u64,
+            fragment,
+        };
+        f(&mut h);
+        let mut out = Vec::new();
+        datagram::encode(&h, payload, p.with_crc, &mut out);
+        out
+    }
+
+    /// Fragment `k` of `b`'s message, for a fragment size of 256.
+    fn piece(b: &Broadcast, k: u32) -> &[u8] {
+        let start = k as usize * 256;
+        &b.data()[start..b.data().len().min(start + 256)]
+    }
+
+    fn frame(k: u32, payload: &[u8]) -> Vec<u8> {
+        [&k.to_le_bytes()[..], payload].concat()
+    }
+
+    #[test]
+    fn fragment_counts_and_frame_sizes() {
+        for (len, fs, n, max_frame) in [
+            (0, 256, 0, 4),
+            (1, 256, 1, 5),
+            (256, 256, 1, 260),
+            (257, 256, 2, 260),
+            (1 << 20, 256, 4096, 260),
+        ] {
+            let b = Broadcast::new(params(1, 3, len, fs));
+            assert_eq!(b.fragments(), n, "{len} bytes");
+            assert_eq!(b.max_chain_frame(), max_frame, "{len} bytes");
+            assert_eq!(b.chain_frames_expected(), n);
+            assert_eq!(b.data().len(), len);
+        }
+        assert_eq!(
+            Broadcast::new(params(0, 3, 1000, 256)).chain_frames_expected(),
+            0
+        );
+    }
+
+    #[test]
+    fn root_waits_multicasts_each_fragment_once_then_feeds_the_chain() {
+        let wait = Duration::from_micros(50);
+        let mut b = root(4, 600, 256, wait);
+        let t0 = Duration::from_millis(1);
+        let mut out = Vec::new();
+        assert!(b.is_complete() && !b.stage1_done() && !b.is_done());
+        assert_eq!(b.stage1_start(), Some(t0 + wait));
+        assert_eq!(b.next_chain_send(&mut out), None, "chain before stage 1");
+        assert_eq!(
+            b.next_multicast(t0 + wait / 2, &mut out),
+            None,
+            "during root_wait"
+        );
+        for k in 0..3u32 {
+            // A send that would block gets the same fragment again.
+            assert_eq!(b.next_multicast(t0 + wait, &mut out), Some(k));
+            let first = out.clone();
+            assert_eq!(b.next_multicast(t0 + wait, &mut out), Some(k));
+            assert_eq!(out, first);
+            let d = datagram::decode(&out, true).unwrap();
+            assert_eq!(d.header.fragment, k);
+            assert_eq!(d.header.message_len, 600);
+            assert_eq!(d.payload, piece(&b, k));
+            assert!(!b.stage1_done());
+            b.multicast_done();
+        }
+        assert!(b.stage1_done());
+        assert_eq!(b.next_multicast(t0 + wait, &mut out), None);
+        for k in 0..3u32 {
+            assert!(!b.is_done());
+            assert_eq!(b.next_chain_send(&mut out), Some(k));
+            assert_eq!(&out[..4], &k.to_le_bytes());
+            assert_eq!(&out[4..], piece(&b, k));
+        }
+        assert_eq!(b.next_chain_send(&mut out), None);
+        assert!(b.is_done());
+        assert_eq!((b.bytes_by_multicast(), b.bytes_by_chain()), (0, 0));
+    }
+
+    #[test]
+    fn a_stray_multicast_done_skips_nothing() {
+        let mut b = root(2, 300, 256, Duration::from_secs(1));
+        let mut out = Vec::new();
+        b.multicast_done();
+        let late = Duration::from_secs(5);
+        assert_eq!(b.next_multicast(late, &mut out), Some(0));
+        b.multicast_done();
+        b.multicast_done();
+        assert_eq!(b.next_multicast(late, &mut out), Some(1));
+    }
+
+    #[test]
+    fn nothing_happens_on_a_root_before_start_root() {
+        let mut b = Broadcast::new(params(0, 2, 300, 256));
+        let mut out = Vec::new();
+        assert_eq!(b.next_multicast(Duration::from_secs(9), &mut out), None);
+        assert_eq!(b.next_chain_send(&mut out), None);
+        assert!(!b.stage1_done() && !b.is_complete() && !b.is_done());
+    }
+
+    #[test]
+    fn receiver_takes_a_fragment_once_and_the_root_calls_it_own() {
+        let mut r = root(3, 600, 256, Duration::ZERO);
+        let mut out = Vec::new();
+        r.next_multicast(Duration::from_secs(1), &mut out).unwrap();
+        let mut b = Broadcast::new(params(1, 3, 600, 256));
+        assert_eq!(b.on_datagram(&out), Verdict::Useful);
+        assert_eq!(b.on_datagram(&out), Verdict::Duplicate);
+        assert_eq!(r.on_datagram(&out), Verdict::Own);
+        assert!(b.owns(0) && !b.owns(1) && !b.owns(99));
+        assert_eq!(&b.data()[..256], &r.data()[..256]);
+        assert!(b.data()[256..].iter().all(|&x| x == 0));
+        assert_eq!((b.bytes_by_multicast(), b.bytes_by_chain()), (256, 0));
+    }
+
+    #[test]
+    fn datagrams_of_other_communicators_and_broadcasts_are_classified() {
+        for vrank in [0, 1] {
+            let mut b = Broadcast::new(params(vrank, 2, 600, 256));
+            let p = *b.params();
+            let pl = [1u8; 256];
+            let cases = [
+                (
+                    datagram_of(&p, 0, &pl, |h| h.comm_id ^= 1),
+                    Verdict::WrongComm,
+                ),
+                (datagram_of(&p, 0, &pl, |h| h.bcast -= 1), Verdict::Stale),
+                (datagram_of(&p, 0, &pl, |h| h.bcast = 0), Verdict::Stale),
+                (datagram_of(&p, 0, &pl, |h| h.bcast += 1), Verdict::Future),
+                (
+                    datagram_of(&p, 0, &pl, |h| h.bcast = u64::MAX),
+                    Verdict::Future,
+                ),
+                // The comm id is checked before the broadcast number.
+                (
+                    datagram_of(&p, 0, &pl, |h| (h.comm_id, h.bcast) = (0, 0)),
+                    Verdict::WrongComm,
+                ),
+            ];
+            for (bytes, want) in cases {
+                assert_eq!(b.on_datagram(&bytes), want, "vrank {vrank}");
+            }
+            assert_eq!(b.bytes_by_multicast(), 0);
+        }
+    }
+
+    #[test]
+    fn datagrams_that_do_not_fit_the_message_are_bad_length() {
+        for vrank in [0, 1] {
+            let mut b = Broadcast::new(params(vrank, 2, 600, 256));
+            let p = *b.params();
+            let cases = [
+                datagram_of(&p, 0, &[1; 256], |h| h.message_len = 601),
+                datagram_of(&p, 0, &[1; 256], |h| h.message_len = 600 + (1 << 32)),
+                datagram_of(&p, 3, &[1; 88], |_| {}),
+                datagram_of(&p, u32::MAX, &[1; 88], |_| {}),
+                datagram_of(&p, 0, &[1; 255], |_| {}),
+                datagram_of(&p, 0, &[1; 257], |_| {}),
+                datagram_of(&p, 2, &[1; 256], |_| {}),
+                datagram_of(&p, 2, &[1; 87], |_| {}),
+                datagram_of(&p, 2, &[], |_| {}),
+            ];
+            for bytes in cases {
+                assert_eq!(b.on_datagram(&bytes), Verdict::BadLength, "vrank {vrank}");
+            }
+            assert!(b.data().iter().all(|&x| x == 0) || vrank == 0);
+        }
+    }
+
+    #[test]
+    fn decoder_rejections_map_to_verdicts() {
+        let mut b = Broadcast::new(params(1, 2, 600, 256));
+        let p = *b.params();
+        let good = datagram_of(&p, 0, &[1; 256], |_| {});
+        assert_eq!(b.on_datagram(&good[..20]), Verdict::BadLength);
+        assert_eq!(b.on_datagram(&good[..good.len() - 1]), Verdict::BadLength);
+        let mut bad = good.clone();
+        bad[0] ^= 1;
+        assert_eq!(b.on_datagram(&bad), Verdict::BadMagic);
+        let mut bad = good.clone();
+        bad[100] ^= 1;
+        assert_eq!(b.on_datagram(&bad), Verdict::BadCrc);
+        let no_crc = datagram_of(
+            &Params {
+                with_crc: false,
+                ..p
+            },
+            0,
+            &[1; 256],
+            |_| {},
+        );
+        assert_eq!(b.on_datagram(&no_crc), Verdict::BadCrc);
+        assert_eq!(b.on_datagram(&[]), Verdict::BadLength);
+        assert!(!b.owns(0));
+        assert_eq!(b.on_datagram(&good), Verdict::Useful);
+    }
+
+    #[test]
+    fn without_crc_the_same_checks_apply() {
+        let p = Params {
+            with_crc: false,
+            ..params(1, 2, 600, 256)
+        };
+        let mut b = Broadcast::new(p);
+        assert_eq!(
+            b.on_datagram(&datagram_of(&p, 2, &[1; 256], |_| {})),
+            Verdict::BadLength
+        );
+        assert_eq!(
+            b.on_datagram(&datagram_of(&p, 2, &[1; 88], |_| {})),
+            Verdict::Useful
+        );
+        assert_eq!(b.bytes_by_multicast(), 88);
+    }
+
+    #[test]
+    fn chain_frames_are_checked() {
+        let mut r = root(3, 600, 256, Duration::ZERO);
+        assert_eq!(
+            r.on_chain(&frame(0, &[0; 256])),
+            Err(ChainError::Unexpected)
+        );
+        let mut b = Broadcast::new(params(1, 3, 600, 256));
+        assert_eq!(b.on_chain(&[0, 0, 0]), Err(ChainError::BadLength));
+        assert_eq!(
+            b.on_chain(&frame(3, &[0; 88])),
+            Err(ChainError::BadFragment)
+        );
+        assert_eq!(
+            b.on_chain(&frame(u32::MAX, &[])),
+            Err(ChainError::BadFragment)
+        );
+        assert_eq!(b.on_chain(&frame(0, &[0; 255])), Err(ChainError::BadLength));
+        assert_eq!(b.on_chain(&frame(2, &[0; 256])), Err(ChainError::BadLength));
+        assert_eq!(b.chain_frames_received(), 0, "rejected frames do not count");
+        for k in 0..3 {
+            let len = if k == 2 { 88 } else { 256 };
+            assert_eq!(b.on_chain(&frame(k, &vec![k as u8 + 1; len])), Ok(()));
+        }
+        assert_eq!(b.chain_frames_received(), 3);
+        assert_eq!(b.on_chain(&frame(0, &[0; 256])), Err(ChainError::TooMany));
+        assert!(b.is_complete());
+        assert_eq!((b.bytes_by_multicast(), b.bytes_by_chain()), (0, 600));
+        assert_eq!(b.data()[255..258], [1, 2, 2]);
+    }
+
+    #[test]
+    fn a_chain_frame_for_an_owned_fragment_counts_but_changes_nothing() {
+        let mut b = Broadcast::new(params(1, 3, 600, 256));
+        let p = *b.params();
+        assert_eq!(
+            b.on_datagram(&datagram_of(&p, 1, &[7; 256], |_| {})),
+            Verdict::Useful
+        );
+        b.on_chain(&frame(1, &[9; 256])).unwrap();
+        assert_eq!(b.chain_frames_received(), 1);
+        assert!(b.data()[256..512].iter().all(|&x| x == 7));
+        let mut out = Vec::new();
+        assert_eq!(b.next_chain_send(&mut out), Some(1));
+        assert_eq!(b.next_chain_send(&mut out), None, "forwarded once only");
+        assert_eq!((b.bytes_by_multicast(), b.bytes_by_chain()), (256, 0));
+    }
+
+    #[test]
+    fn fragments_are_forwarded_in_the_order_they_became_owned() {
+        let mut b = Broadcast::new(params(1, 3, 1000, 256));
+        let p = *b.params();
+        let mut out = Vec::new();
+        b.on_datagram(&datagram_of(&p, 2, &[2; 256], |_| {}));
+        b.on_chain(&frame(0, &[0; 256])).unwrap();
+        b.on_datagram(&datagram_of(&p, 3, &[3; 232], |_| {}));
+        assert_eq!(b.next_chain_send(&mut out), Some(2));
+        assert_eq!(out, frame(2, &[2; 256]));
+        b.on_chain(&frame(1, &[1; 256])).unwrap();
+        let order: Vec<u32> = std::iter::from_fn(|| b.next_chain_send(&mut out)).collect();
+        assert_eq!(order, [0, 3, 1]);
+        assert!(
+            b.is_complete() && !b.is_done(),
+            "chain frames 2 and 3 missing"
+        );
+        b.on_chain(&frame(2, &[2; 256])).unwrap();
+        b.on_chain(&frame(3, &[3; 232])).unwrap();
+        assert!(b.is_done());
+        assert_eq!(b.chain_frames_sent(), 4);
+        assert_eq!((b.bytes_by_multicast(), b.bytes_by_chain()), (488, 512));
+    }
+
+    #[test]
+    fn the_last_rank_never_sends_on_the_chain() {
+        let mut b = Broadcast::new(params(2, 3, 300, 256));
+        let p = *b.params();
+        let mut out = Vec::new();
+        b.on_datagram(&datagram_of(&p, 0, &[1; 256], |_| {}));
+        b.on_chain(&frame(1, &[1; 44])).unwrap();
+        assert_eq!(b.next_chain_send(&mut out), None);
+        assert_eq!(b.chain_frames_to_send(), 0);
+        assert!(!b.is_done(), "chain frame 0 still expected");
+        b.on_chain(&frame(0, &[1; 256])).unwrap();
+        assert!(b.is_done());
+    }
+
+    #[test]
+    fn a_zero_length_message_is_done_at_once() {
+        let mut b = Broadcast::new(params(1, 3, 0, 256));
+        let p = *b.params();
+        let mut out = Vec::new();
+        assert_eq!(b.fragments(), 0);
+        assert!(b.is_complete() && b.is_done());
+        assert_eq!(b.next_chain_send(&mut out), None);
+        assert_eq!(b.on_chain(&frame(0, &[])), Err(ChainError::TooMany));
+        assert_eq!(
+            b.on_datagram(&datagram_of(&p, 0, &[], |_| {})),
+            Verdict::BadLength
+        );
+        let mut r = root(3, 0, 256, Duration::from_secs(1));
+        assert!(r.is_done());
+        assert_eq!(r.next_multicast(Duration::from_secs(9), &mut out), None);
+        assert_eq!(r.next_chain_send(&mut out), None);
+    }
+
+    #[test]
+    fn a_ring_of_three_completes_by_chain_alone() {
+        let mut ranks: Vec<Broadcast> = (0..3)
+            .map(|v| Broadcast::new(params(v, 3, 5000, 256)))
+            .collect();
+        ranks[0].data_mut().fill(0xab);
+        ranks[0].start_root(Duration::ZERO);
+        let mut out = Vec::new();
+        while ranks[0].next_multicast(Duration::ZERO, &mut out).is_some() {
+            ranks[0].multicast_done();
+        }
+        for v in 0..2 {
+            while ranks[v].next_chain_send(&mut out).is_some() {
+                ranks[v + 1].on_chain(&out).unwrap();
+            }
+        }
+        assert!(ranks
+            .iter()
+            .all(|b| b.is_done() && b.data() == ranks[0].data()));
+        assert_eq!(ranks[2].bytes_by_chain(), 5000);
+    }
+
+    /// Random bytes and damaged datagrams: no panic, nothing taken.
+    #[test]
+    fn arbitrary_input_never_panics_nor_is_taken() {
+        let mut rng = ChaCha8Rng::seed_from_u64(0x2517);
+        for with_crc in [true, false] {
+            let p = Params {
+                with_crc,
+                ..params(1, 3, 700, 256)
+            };
+            let mut b = Broadcast::new(p);
+            let mut input = Vec::new();
+            for round in 0..20_000u32 {
+                let len = (rng.next_u32() % 320) as usize;
+                input.resize(len, 0);
+                rng.fill_bytes(&mut input);
+                if round % 2 == 0 {
+                    let fragment = rng.next_u32() % 4;
+                    input = datagram_of(&p, fragment, &input[..len.min(256)], |_| {});
+                    let at = rng.next_u32() as usize % input.len();
+                    if with_crc {
+                        input[at] ^= 1 << (rng.next_u32() % 8);
+                    } else {
+                        input.truncate(at);
+                    }
+                    assert!(
+                        !matches!(b.on_datagram(&input), Verdict::Useful | Verdict::Duplicate),
+                        "took a damaged datagram"
+                    );
+                } else {
+                    b.on_datagram(&input);
+                    let _ = b.on_chain(&input);
+                }
+            }
+        }
+    }
+}

@@ -1,0 +1,174 @@
+//! The two-stage multicast broadcast under `mpirun`, several ranks on one
+//! host, in a private network namespace whose loopback multicasts: every
+//! byte on every rank, that datagrams were sent and used, what injected loss
+//! does, and that a rank that cannot multicast makes all ranks fall back.
+
+mod common;
+
+use std::collections::HashMap;
+
+use common::{check_lines, mpirun, mpirun_wrapped, num, stats_lines, tally, Run};
+
+type Line = HashMap<String, String>;
+
+/// Runs `bcast_check` and returns ipmc's statistics lines of `MPI_COMM_WORLD`,
+/// after checking the run passed and every byte is accounted for.
+fn world_stats(run: &Run, np: usize) -> Vec<Line> {
+    assert!(
+        run.ok && run.output.contains("bcast_check: PASS"),
+        "run failed:\n{}",
+        run.output
+    );
+    let stats = stats_lines(&run.output);
+    common::assert_multicast_accounts_for_every_byte(&stats, &check_lines(&run.output));
+    let world: Vec<Line> = stats.into_iter().filter(|s| s["comm"] == "world").collect();
+    assert_eq!(world.len(), np, "one line per rank:\n{}", run.output);
+    world
+}
+
+fn sum(lines: &[Line], key: &str) -> u64 {
+    lines.iter().map(|s| num(s, key)).sum()
+}
+
+fn run_with_loss(np: usize, percent: u32, args: &[&str]) -> Vec<Line> {
+    let loss = percent.to_string();
+    let mca = [
+        ("coll_ipmc_print_statistics", "1"),
+        ("coll_ipmc_inject_loss", loss.as_str()),
+        ("coll_ipmc_inject_seed", "7"),
+    ];
+    let run = mpirun(np, &mca, "bcast_check", args);
+    let world = world_stats(&run, np);
+    for s in &world {
+        assert_eq!(s["setup"], "ok", "{s:?}");
+        assert!(tally(s, "multicast").0 > 0, "multicast never ran: {s:?}");
+        for reason in ["rej_comm", "rej_length", "rej_magic", "rej_crc", "root_own"] {
+            assert_eq!(num(s, reason), 0, "{reason} on a clean network: {s:?}");
+        }
+    }
+    print_stats(&world);
+    world
+}
+
+/// Shows the figures in the test's output (`cargo test -- --nocapture`).
+fn print_stats(world: &[Line]) {
+    for s in world {
+        println!(
+            "rank={} multicast={} sent={} recv={} own={} injected={} useful={} dup={} stale={} \
+             future={} mcast_bytes={} chain_bytes={}",
+            s["rank"],
+            s["multicast"],
+            s["sent"],
+            s["recv"],
+            s["own"],
+            s["injected"],
+            s["useful"],
+            s["dup"],
+            s["rej_stale"],
+            s["rej_future"],
+            s["mcast_bytes"],
+            s["chain_bytes"]
+        );
+    }
+}
+
+#[test]
+fn without_loss_most_bytes_arrive_by_multicast() {
+    let world = run_with_loss(8, 0, &["--max-bytes", "1048576"]);
+    let (mcast, chain) = (sum(&world, "mcast_bytes"), sum(&world, "chain_bytes"));
+    assert!(mcast > 4 * chain, "multicast {mcast} B, chain {chain} B");
+    assert_eq!(sum(&world, "injected"), 0);
+    assert!(sum(&world, "useful") > 0);
+    // With loop-back on, every rank sees its own datagrams and drops them.
+    assert!(sum(&world, "own") > 0);
+}
+
+#[test]
+fn with_half_the_datagrams_lost_both_stages_deliver() {
+    let world = run_with_loss(6, 50, &["--max-bytes", "300000"]);
+    let others = sum(&world, "recv") - sum(&world, "own");
+    let injected = sum(&world, "injected");
+    assert!(
+        injected * 100 > others * 40 && injected * 100 < others * 60,
+        "injected {injected} of {others}"
+    );
+    assert!(sum(&world, "mcast_bytes") > 0);
+    assert!(sum(&world, "chain_bytes") > 0);
+    assert!(sum(&world, "useful") > 0);
+}
+
+#[test]
+fn with_every_datagram_lost_the_chain_delivers_everything() {
+    let world = run_with_loss(4, 100, &["--max-bytes", "300000"]);
+    assert_eq!(sum(&world, "mcast_bytes"), 0);
+    assert_eq!(sum(&world, "useful"), 0);
+    assert!(sum(&world, "sent") > 0, "datagrams were still sent");
+    assert_eq!(
+        sum(&world, "injected"),
+        sum(&world, "recv") - sum(&world, "own")
+    );
+}
+
+#[test]
+fn small_communicators_multicast_when_forced() {
+    for np in ["2", "3"] {
+        let np: usize = np.parse().unwrap();
+        let mca = [
+            ("coll_ipmc_print_statistics", "1"),
+            ("coll_ipmc_bcast_algorithm", "3"),
+        ];
+        let run = mpirun(np, &mca, "bcast_check", &["--max-bytes", "70000"]);
+        let world = world_stats(&run, np);
+        assert!(sum(&world, "mcast_bytes") > 0, "{}", run.output);
+    }
+}
+
+#[test]
+fn any_fragment_size_with_and_without_crc() {
+    for (fragment, crc) in [("256", "1"), ("1000", "0"), ("65024", "1")] {
+        let mca = [
+            ("coll_ipmc_print_statistics", "1"),
+            ("coll_ipmc_fragment_size", fragment),
+            ("coll_ipmc_use_crc_checking", crc),
+        ];
+        let run = mpirun(4, &mca, "bcast_check", &["--max-bytes", "300000"]);
+        let world = world_stats(&run, 4);
+        assert!(sum(&world, "mcast_bytes") > 0, "{}", run.output);
+    }
+}
+
+#[test]
+fn a_rank_that_cannot_multicast_makes_all_fall_back() {
+    let mca = [("coll_ipmc_print_statistics", "1")];
+    let wrapper = [
+        "sh",
+        concat!(env!("CARGO_MANIFEST_DIR"), "/tests/mpi/on_rank.sh"),
+        "2",
+        "OMPI_MCA_coll_ipmc_if_include=nosuch0",
+    ];
+    let run = mpirun_wrapped(4, &mca, &wrapper, "bcast_check", &["--max-bytes", "70000"]);
+    assert!(
+        run.ok && run.output.contains("bcast_check: PASS"),
+        "{}",
+        run.output
+    );
+    let stats = stats_lines(&run.output);
+    let four: Vec<&Line> = stats.iter().filter(|s| s["size"] == "4").collect();
+    assert!(!four.is_empty(), "{}", run.output);
+    for s in four {
+        assert_eq!(s["setup"], "failed", "{s:?}");
+        assert_eq!(tally(s, "multicast").0, 0, "{s:?}");
+        assert!(tally(s, "previous").0 > 0, "{s:?}");
+        assert_eq!(num(s, "sent") + num(s, "recv"), 0, "{s:?}");
+    }
+    let told = run
+        .output
+        .matches("could not set up IP multicast for a communicator")
+        .count();
+    assert_eq!(told, 1, "told once by the failing rank:\n{}", run.output);
+    assert!(
+        run.output.contains("rank 2 of communicator world") && run.output.contains("nosuch0"),
+        "{}",
+        run.output
+    );
+}

@@ -1,0 +1,127 @@
+//! ipmc's multicast sockets on a real kernel, inside a private network
+//! namespace whose only interface is a loopback that can multicast.
+//!
+//! The test re-runs its own binary under `unshare -n`; the inner run refuses
+//! to send anything unless it sees that namespace (only `lo` exists).
+
+use std::net::SocketAddr;
+use std::process::Command;
+use std::time::{Duration, Instant};
+
+use ipmc::ffi::interface_addresses;
+use ipmc::interfaces::{choose, IfList};
+use ipmc::mcast_socket::{McastSocket, Options};
+
+const INSIDE: &str = "IPMC_SOCKET_TEST_INSIDE_NETNS";
+
+#[test]
+fn multicast_sockets_in_a_private_namespace() {
+    if std::env::var_os(INSIDE).is_some() {
+        return inside();
+    }
+    let exe = std::env::current_exe().unwrap();
+    let out = Command::new("unshare")
+        .args([
+            "-n",
+            "sh",
+            "-c",
+            "ip link set lo up && ip link set lo multicast on && \
+             ip route add 224.0.0.0/4 dev lo && \
+             exec \"$0\" --exact multicast_sockets_in_a_private_namespace --nocapture",
+        ])
+        .arg(exe)
+        .env(INSIDE, "1")
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "inner run failed:\n{}{}",
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    );
+}
+
+fn inside() {
+    // (sysfs may show the namespace that mounted it; getifaddrs shows ours.)
+    let addrs = interface_addresses().unwrap();
+    assert!(
+        addrs.iter().all(|a| a.name == "lo"),
+        "not in a private network namespace: {addrs:?}"
+    );
+
+    let lo = choose(
+        &addrs,
+        &IfList::parse("lo").unwrap(),
+        &IfList::default(),
+        false,
+    )
+    .unwrap();
+    assert_eq!(lo.name, "lo");
+    // With both lists empty loopback is skipped, and nothing else exists here.
+    let err = choose(&addrs, &IfList::default(), &IfList::default(), false).unwrap_err();
+    assert!(err.contains("lo: loopback"), "{err}");
+
+    let opts = Options {
+        ttl: 1,
+        loopback: true,
+        rcvbuf: 1 << 20,
+    };
+    let group_a: SocketAddr = "239.192.10.1:6001".parse().unwrap();
+    let group_b: SocketAddr = "239.192.10.2:6001".parse().unwrap();
+    let a1 = McastSocket::open(group_a, &lo, opts).unwrap();
+    let a2 = McastSocket::open(group_a, &lo, opts).unwrap();
+    let b = McastSocket::open(group_b, &lo, opts).unwrap();
+    // The kernel doubles the request (socket(7)), capped by rmem_max.
+    assert!(a1.granted_rcvbuf() > 0);
+
+    let mut buf = [0u8; 2000];
+    assert_eq!(
+        a1.recv(&mut buf).unwrap(),
+        None,
+        "a fresh socket has nothing"
+    );
+
+    assert!(a1.send(b"to group a").unwrap());
+    assert!(b.send(b"to group b").unwrap());
+    let got = |s: &McastSocket| {
+        let mut seen = Vec::new();
+        // Loopback delivers at once; the wait is for anything unexpected.
+        let deadline = Instant::now() + Duration::from_millis(300);
+        while Instant::now() < deadline {
+            let mut buf = [0u8; 2000];
+            match s.recv(&mut buf).unwrap() {
+                Some((n, own)) => seen.push((buf[..n].to_vec(), own)),
+                None => std::thread::sleep(Duration::from_millis(5)),
+            }
+        }
+        seen
+    };
+    // Same port, other group: nothing crosses (bound to the group, and
+    // IP_MULTICAST_ALL off). Every socket of the group gets its own copy;
+    // only the sender's own copy is flagged as its own.
+    assert_eq!(got(&a1), [(b"to group a".to_vec(), true)]);
+    assert_eq!(got(&a2), [(b"to group a".to_vec(), false)]);
+    assert_eq!(got(&b), [(b"to group b".to_vec(), true)]);
+
+    // A datagram longer than the buffer shows as filling it, so the decoder
+    // sees a wrong length rather than a silently shortened datagram.
+    assert!(a2.send(&[7u8; 3000]).unwrap());
+    let deadline = Instant::now() + Duration::from_secs(2);
+    let n = loop {
+        if let Some((n, _)) = a1.recv(&mut buf).unwrap() {
+            break n;
+        }
+        assert!(Instant::now() < deadline, "datagram lost on loopback");
+        std::thread::sleep(Duration::from_millis(5));
+    };
+    assert_eq!(n, buf.len());
+
+    // Sockets close and leave the group when dropped.
+    drop((a1, a2, b));
+    let again = McastSocket::open(group_a, &lo, opts).unwrap();
+    assert_eq!(again.group(), group_a);
+
+    // A unicast address is refused before any socket is made.
+    let err = McastSocket::open("10.0.0.1:6001".parse().unwrap(), &lo, opts).unwrap_err();
+    assert!(err.contains("not a multicast address"), "{err}");
+}
