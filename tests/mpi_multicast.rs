@@ -7,7 +7,7 @@ mod common;
 
 use std::collections::HashMap;
 
-use common::{check_lines, mpirun, mpirun_wrapped, num, stats_lines, tally, Run};
+use common::{check_lines, cluster_mpirun, mpirun, mpirun_wrapped, num, stats_lines, tally, Run};
 
 type Line = HashMap<String, String>;
 
@@ -171,4 +171,25 @@ fn a_rank_that_cannot_multicast_makes_all_fall_back() {
         "{}",
         run.output
     );
+}
+
+#[test]
+fn ipv6_groups_across_emulated_hosts() {
+    let mca = [
+        ("coll_ipmc_print_statistics", "1"),
+        ("coll_ipmc_group_range", "ff18::/96"),
+        ("coll_ipmc_bcast_algorithm", "3"),
+        ("coll_ipmc_verbose", "5"),
+    ];
+    let run = cluster_mpirun(3, &mca, "bcast_check", &["--max-bytes", "70000"]);
+    let world = world_stats(&run, 3);
+    assert!(
+        run.output.contains("with group [ff18::"),
+        "no IPv6 group:\n{}",
+        run.output
+    );
+    assert!(sum(&world, "useful") > 0, "{}", run.output);
+    assert!(sum(&world, "mcast_bytes") > 0, "{}", run.output);
+    // One rank per host: loop-back is off, so no rank sees its own datagrams.
+    assert_eq!(sum(&world, "own"), 0, "{}", run.output);
 }

@@ -7,7 +7,8 @@
 #
 # The command runs inside the launcher namespace with these variables set:
 #   CLUSTER_HOSTS   comma-separated host names (for mpirun --host)
-#   CLUSTER_SUBNET  the hosts' subnet in CIDR form
+#   CLUSTER_SUBNET  the hosts' IPv4 subnet in CIDR form
+#   CLUSTER_SUBNET6 the hosts' IPv6 subnet (unique local addresses) in CIDR form
 #   CLUSTER_MPIRUN  mpirun options that launch through the namespaces
 # Names and subnet are unique per run; every namespace is deleted when the run
 # ends, fails or is interrupted. Nothing is created in the machine's own
@@ -22,6 +23,7 @@ n=$1; shift 2
 
 id="ipmc$$x$RANDOM"
 net="10.$((RANDOM % 200 + 20)).$((RANDOM % 250))"
+net6="fd$(printf '%02x' $((RANDOM % 256))):$(printf '%x' $RANDOM):$(printf '%x' $RANDOM)::"
 sw="${id}sw"
 work=$(mktemp -d)
 created=()
@@ -46,6 +48,8 @@ hosts=()
 for i in $(seq 0 "$n"); do
     h="${id}h$i"
     ip netns add "$h"; created+=("$h")
+    # Addresses usable at once: no duplicate address detection on a private bridge.
+    ip netns exec "$h" sysctl -qw net.ipv6.conf.all.accept_dad=0 net.ipv6.conf.default.accept_dad=0
     ip link add eth0 netns "$h" type veth peer name "p$i" netns "$sw"
     ip -n "$sw" link set "p$i" master br0
     ip -n "$sw" link set "p$i" up
@@ -53,6 +57,7 @@ for i in $(seq 0 "$n"); do
     ip -n "$h" link set eth0 up
     ip -n "$h" addr add "$net.$((i + 1))/24" dev eth0
     ip -n "$h" route add 224.0.0.0/4 dev eth0
+    ip -n "$h" addr add "$net6$((i + 1))/64" dev eth0 nodad
     [ "$i" -gt 0 ] && hosts+=("$h")
 done
 
@@ -67,5 +72,6 @@ chmod +x "$work/rsh"
 export CLUSTER_HOSTS
 CLUSTER_HOSTS=$(IFS=,; echo "${hosts[*]}")
 export CLUSTER_SUBNET="$net.0/24"
+export CLUSTER_SUBNET6="$net6/64"
 export CLUSTER_MPIRUN="--mca plm_rsh_agent $work/rsh --mca btl tcp,self --mca btl_tcp_if_include $CLUSTER_SUBNET --mca oob_tcp_if_include $CLUSTER_SUBNET"
 ip netns exec "${id}h0" unshare --uts sh -c 'hostname launcher; exec "$@"' sh "$@"
