@@ -47,9 +47,11 @@ pub fn collect() -> u64 {
     h.finish()
 }
 
-fn hostname() -> String {
+/// This host's name, or empty when the system does not say.
+pub fn hostname() -> String {
     std::fs::read_to_string("/proc/sys/kernel/hostname")
         .ok()
+        .map(|h| h.trim().to_string())
         .or_else(|| std::env::var("HOSTNAME").ok())
         .unwrap_or_default()
 }

@@ -200,7 +200,7 @@ impl Module {
             // Once per process: the reason is usually the same for every communicator.
             static TOLD: AtomicBool = AtomicBool::new(false);
             if !TOLD.swap(true, Ordering::Relaxed) {
-                ffi::show_no_multicast(&host_name(), self.rank, &name, why);
+                ffi::show_no_multicast(&crate::entropy::hostname(), self.rank, &name, why);
             }
             warn!("rank {} cannot multicast on {name}: {why}", self.rank);
         }
@@ -239,13 +239,6 @@ impl Module {
             }
         }
     }
-}
-
-/// This host's name, for messages.
-fn host_name() -> String {
-    std::fs::read_to_string("/proc/sys/kernel/hostname")
-        .map(|h| h.trim().to_string())
-        .unwrap_or_else(|_| "this host".into())
 }
 
 /// Opens and joins this rank's socket for the announced group.
