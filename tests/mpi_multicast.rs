@@ -85,7 +85,7 @@ fn without_loss_most_bytes_arrive_by_multicast() {
 
 #[test]
 fn with_half_the_datagrams_lost_both_stages_deliver() {
-    let world = run_with_loss(6, 50, &["--max-bytes", "300000"]);
+    let world = run_with_loss(6, 50, &["--max-bytes", "1048576"]);
     let others = sum(&world, "recv") - sum(&world, "own");
     let injected = sum(&world, "injected");
     assert!(
@@ -99,7 +99,7 @@ fn with_half_the_datagrams_lost_both_stages_deliver() {
 
 #[test]
 fn with_every_datagram_lost_the_chain_delivers_everything() {
-    let world = run_with_loss(4, 100, &["--max-bytes", "300000"]);
+    let world = run_with_loss(4, 100, &["--max-bytes", "1048576"]);
     assert_eq!(sum(&world, "mcast_bytes"), 0);
     assert_eq!(sum(&world, "useful"), 0);
     assert!(sum(&world, "sent") > 0, "datagrams were still sent");
