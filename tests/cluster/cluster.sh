@@ -3,7 +3,14 @@
 # own host name and address, on one bridge; a launcher namespace runs a command
 # (normally mpirun) that reaches the hosts through a namespace "rsh" agent.
 #
-#   tests/cluster/cluster.sh N -- command [args...]
+#   tests/cluster/cluster.sh [options] N -- command [args...]
+#
+# Options (each may be given once, --loss-host several times):
+#   --rate RATE        limit every link to RATE in both directions (tc tbf, e.g. 100mbit)
+#   --loss PCT         every host drops PCT % of the multicast UDP datagrams it receives (nftables)
+#   --loss-host K=PCT  host K (1..N) drops PCT % instead
+#   --no-multicast K   host K's interface has no MULTICAST flag
+#   --slots S          CLUSTER_HOSTS offers S slots per host (S ranks per host)
 #
 # The command runs inside the launcher namespace with these variables set:
 #   CLUSTER_HOSTS   comma-separated host names (for mpirun --host)
@@ -15,7 +22,21 @@
 # network namespace, and no address outside the cluster is ever used.
 set -euo pipefail
 
-usage() { echo "usage: $0 N -- command [args...]" >&2; exit 2; }
+usage() { echo "usage: $0 [--rate R] [--loss PCT] [--loss-host K=PCT] [--no-multicast K] [--slots S] N -- command [args...]" >&2; exit 2; }
+rate="" loss=0 slots=1 no_mcast=""
+declare -A host_loss=()
+pct() { [[ "$1" =~ ^[0-9]+$ ]] && [ "$1" -le 100 ] || usage; }
+while [ $# -gt 0 ]; do
+    case "$1" in
+        --rate) [ $# -ge 2 ] || usage; rate=$2; shift 2 ;;
+        --loss) [ $# -ge 2 ] || usage; pct "$2"; loss=$2; shift 2 ;;
+        --loss-host) [ $# -ge 2 ] && [[ "$2" =~ ^[0-9]+=[0-9]+$ ]] || usage
+                     pct "${2#*=}"; host_loss[${2%%=*}]=${2#*=}; shift 2 ;;
+        --no-multicast) [ $# -ge 2 ] && [[ "$2" =~ ^[0-9]+$ ]] || usage; no_mcast=$2; shift 2 ;;
+        --slots) [ $# -ge 2 ] && [[ "$2" =~ ^[0-9]+$ ]] || usage; slots=$2; shift 2 ;;
+        *) break ;;
+    esac
+done
 [ $# -ge 3 ] && [ "$2" = "--" ] || usage
 n=$1; shift 2
 [[ "$n" =~ ^[0-9]+$ ]] && [ "$n" -ge 1 ] && [ "$n" -le 64 ] || usage
@@ -58,7 +79,25 @@ for i in $(seq 0 "$n"); do
     ip -n "$h" addr add "$net.$((i + 1))/24" dev eth0
     ip -n "$h" route add 224.0.0.0/4 dev eth0
     ip -n "$h" addr add "$net6$((i + 1))/64" dev eth0 nodad
-    [ "$i" -gt 0 ] && hosts+=("$h")
+    if [ -n "$rate" ]; then
+        # Both directions of the link: the host's sending side and the switch port towards it.
+        ip netns exec "$h" tc qdisc add dev eth0 root tbf rate "$rate" burst 16kb latency 200ms
+        ip netns exec "$sw" tc qdisc add dev "p$i" root tbf rate "$rate" burst 16kb latency 200ms
+    fi
+    if [ "$i" -eq 0 ]; then continue; fi  # the launcher
+    if [ "$slots" -gt 1 ]; then hosts+=("$h:$slots"); else hosts+=("$h"); fi
+    drop=${host_loss[$i]:-$loss}
+    if [ "$drop" -gt 0 ]; then
+        ip netns exec "$h" nft -f - <<NFT
+table inet ipmc_loss {
+    chain input {
+        type filter hook input priority 0;
+        meta l4proto udp meta pkttype multicast numgen random mod 100 < $drop drop
+    }
+}
+NFT
+    fi
+    if [ "$i" = "$no_mcast" ]; then ip -n "$h" link set eth0 multicast off; fi
 done
 
 # mpirun starts its daemon on host hK by calling this agent with "hK command...".

@@ -229,20 +229,87 @@ pub fn mpirun_wrapped(
 /// Runs `program args` with one rank on each of `hosts` emulated hosts
 /// (`tests/cluster/cluster.sh`: network namespaces on a bridge), over TCP.
 pub fn cluster_mpirun(hosts: usize, mca: &[(&str, &str)], program: &str, args: &[&str]) -> Run {
-    assert!(is_root(), "the emulated cluster needs root (ip netns)");
-    let script = format!(
-        "exec timeout --kill-after=10 {MPIRUN_TIMEOUT} mpirun $CLUSTER_MPIRUN \
-         --host \"$CLUSTER_HOSTS\" -np {hosts} {}",
-        shell_join(&job_words(mca, &[], program, args))
-    );
-    run_job(Command::new(repo().join("tests/cluster/cluster.sh")).args([
-        &hosts.to_string(),
-        "--",
-        "sh",
-        "-c",
-        &script,
-    ]))
+    Cluster::hosts(hosts).mpirun(mca, program, args)
 }
+
+/// An emulated cluster's shape and faults (the options of `cluster.sh`).
+#[derive(Clone, Debug, Default)]
+pub struct Cluster {
+    pub hosts: usize,
+    /// Ranks per host (1 when 0).
+    pub slots: usize,
+    /// Rate limit of every link, e.g. `100mbit`.
+    pub rate: Option<&'static str>,
+    /// Percent of received multicast datagrams every host drops.
+    pub loss: u32,
+    /// Per-host loss instead of `loss`: (host 1..=N, percent).
+    pub loss_host: Vec<(usize, u32)>,
+    /// A host (1..=N) whose interface cannot multicast.
+    pub no_multicast: Option<usize>,
+}
+
+impl Cluster {
+    pub fn hosts(hosts: usize) -> Self {
+        Cluster {
+            hosts,
+            slots: 1,
+            ..Cluster::default()
+        }
+    }
+
+    /// Ranks in a job that fills every slot.
+    pub fn ranks(&self) -> usize {
+        self.hosts * self.slots.max(1)
+    }
+
+    fn options(&self) -> Vec<String> {
+        let mut o = vec!["--slots".to_string(), self.slots.max(1).to_string()];
+        if let Some(rate) = self.rate {
+            o.extend(["--rate".into(), rate.into()]);
+        }
+        if self.loss > 0 {
+            o.extend(["--loss".into(), self.loss.to_string()]);
+        }
+        for (h, p) in &self.loss_host {
+            o.extend(["--loss-host".into(), format!("{h}={p}")]);
+        }
+        if let Some(h) = self.no_multicast {
+            o.extend(["--no-multicast".into(), h.to_string()]);
+        }
+        o
+    }
+
+    /// Runs `program args` on every slot of the cluster, over TCP.
+    pub fn mpirun(&self, mca: &[(&str, &str)], program: &str, args: &[&str]) -> Run {
+        let job = format!(
+            "timeout --kill-after=10 {MPIRUN_TIMEOUT} mpirun $CLUSTER_MPIRUN \
+             --host \"$CLUSTER_HOSTS\" -np {} {}",
+            self.ranks(),
+            shell_join(&job_words(mca, &[], program, args))
+        );
+        self.run_script(&format!("exec {job}"))
+    }
+
+    /// Runs a shell script in the cluster's launcher namespace, where
+    /// `$CLUSTER_MPIRUN`, `$CLUSTER_HOSTS`, `$CLUSTER_SUBNET` are set.
+    pub fn run_script(&self, script: &str) -> Run {
+        assert!(is_root(), "the emulated cluster needs root (ip netns)");
+        let mut cmd = Command::new(repo().join("tests/cluster/cluster.sh"));
+        cmd.args(self.options())
+            .arg(self.hosts.to_string())
+            .args(["--", "sh", "-c", script]);
+        run_job(&mut cmd)
+    }
+}
+
+/// The mpirun words of a job (MCA parameters, program and arguments), quoted
+/// for a shell, for scripts given to [`Cluster::run_script`].
+pub fn job_line(mca: &[(&str, &str)], program: &str, args: &[&str]) -> String {
+    shell_join(&job_words(mca, &[], program, args))
+}
+
+/// Seconds one mpirun may take before it is killed.
+pub const JOB_TIMEOUT: u32 = MPIRUN_TIMEOUT;
 
 fn is_root() -> bool {
     Command::new("id")
