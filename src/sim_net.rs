@@ -7,8 +7,8 @@
 //! configuration, and [`run`] with the two replays it exactly.
 //!
 //! The tests run a few hundred seeds; `IPMC_SIM_SEEDS=<factor>` multiplies
-//! every test's seed count, e.g.
-//! `IPMC_SIM_SEEDS=50 cargo test --release --lib sim_net`.
+//! every test's seed count and `IPMC_SIM_SEED_BASE=<n>` shifts them, e.g.
+//! `IPMC_SIM_SEEDS=50 IPMC_SIM_SEED_BASE=1000000 cargo test --release --lib sim_net`.
 
 use std::collections::{BTreeMap, VecDeque};
 use std::ops::Range;
@@ -743,13 +743,17 @@ mod tests {
 
     const KIB: usize = 1024;
 
-    /// Seeds for a test: `n` times the factor in `IPMC_SIM_SEEDS` (default 1).
+    /// Seeds for a test: `n` times the factor in `IPMC_SIM_SEEDS` (default
+    /// 1), from `IPMC_SIM_SEED_BASE` (default 0) on.
     fn seeds(n: u64) -> Range<u64> {
-        let factor = std::env::var("IPMC_SIM_SEEDS")
-            .ok()
-            .and_then(|s| s.parse::<u64>().ok())
-            .unwrap_or(1);
-        0..n * factor
+        let env = |name: &str, default: u64| {
+            std::env::var(name)
+                .ok()
+                .and_then(|s| s.parse::<u64>().ok())
+                .unwrap_or(default)
+        };
+        let base = env("IPMC_SIM_SEED_BASE", 0);
+        base..base + n * env("IPMC_SIM_SEEDS", 1)
     }
 
     fn add_verdicts(into: &mut [u64; 9], report: &Report) {
