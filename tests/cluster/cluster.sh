@@ -88,11 +88,14 @@ for i in $(seq 0 "$n"); do
     if [ "$slots" -gt 1 ]; then hosts+=("$h:$slots"); else hosts+=("$h"); fi
     drop=${host_loss[$i]:-$loss}
     if [ "$drop" -gt 0 ]; then
+        # numgen yields 0..99, and nft refuses "< 100": drop all without it.
+        chance="numgen random mod 100 < $drop"
+        if [ "$drop" -ge 100 ]; then chance=""; fi
         ip netns exec "$h" nft -f - <<NFT
 table inet ipmc_loss {
     chain input {
         type filter hook input priority 0;
-        meta l4proto udp meta pkttype multicast numgen random mod 100 < $drop drop
+        meta l4proto udp meta pkttype multicast $chance drop
     }
 }
 NFT

@@ -3,27 +3,42 @@
  * sizes, datatypes and communicators, and reports per communicator how many
  * broadcasts it made so that a test can compare with ipmc's statistics.
  *
- *   bcast_check [--max-bytes N] [--large-above N] [--big N] [--burst N]
+ *   bcast_check [--max-bytes N] [--large-above N] [--big N] [--burst N] [--skew MODE]
  *
  * --max-bytes    largest message of the size sweep (default 1048576 + 1)
  * --large-above  a message of more bytes than this counts as "large" (default 1048576)
  * --big          one extra contiguous broadcast of N bytes per communicator (default 0)
  * --burst        back-to-back broadcasts with changing roots per communicator (default 64)
+ * --skew         who enters each checked broadcast late (default none):
+ *                  none    nobody waits
+ *                  first   the root enters first: every other rank sleeps 2 ms before MPI_Bcast
+ *                  last    the root enters last: it sleeps 2 ms before MPI_Bcast
+ *                  random  every rank sleeps 0-10 ms, drawn from its MPI_COMM_WORLD rank and
+ *                          its count of checked broadcasts, so a run is reproducible
  *
  * Prints "bcast_check: comm=NAME rank=R size=S bcasts=N empty=E large=L bytes=B large_bytes=LB" per
  * rank and communicator, and "bcast_check: PASS" on rank 0 of MPI_COMM_WORLD when every
  * rank received exactly the root's bytes. Exits non-zero on the first wrong byte.
  */
+#include <errno.h>
 #include <mpi.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 
 #define SENTINEL 0xEE
+#define SKEW_US 2000         /* the late ranks' delay with --skew first or last */
+#define SKEW_RANDOM_US 10000 /* the largest delay with --skew random */
+
+enum skew { SKEW_NONE, SKEW_FIRST, SKEW_LAST, SKEW_RANDOM };
 
 static size_t max_bytes = 1048576 + 1, large_above = 1048576, big = 0;
 static int burst = 64;
+static enum skew skew = SKEW_NONE;
+static int world_rank;
+static long checked; /* checked broadcasts this process entered, all communicators */
 
 typedef struct {
     long bcasts, empty, large;
@@ -46,6 +61,46 @@ static unsigned char pattern(long call, size_t i)
 {
     uint64_t x = (uint64_t) call * 0x9E3779B97F4A7C15ull + i * 0xBF58476D1CE4E5B9ull;
     return (unsigned char) (x >> 29) ^ (unsigned char) i;
+}
+
+static void sleep_us(long us)
+{
+    struct timespec ts = {us / 1000000, (us % 1000000) * 1000};
+    while (nanosleep(&ts, &ts) != 0 && errno == EINTR) {
+    }
+}
+
+/* A well-mixed 64-bit value of (world rank, call): the random skew's draw. */
+static uint64_t mix(uint64_t x)
+{
+    x += 0x9E3779B97F4A7C15ull;
+    x = (x ^ (x >> 30)) * 0xBF58476D1CE4E5B9ull;
+    x = (x ^ (x >> 27)) * 0x94D049BB133111EBull;
+    return x ^ (x >> 31);
+}
+
+/* Delays this rank's entry into a broadcast from `root` as --skew asks. */
+static void apply_skew(int rank, int root)
+{
+    long call = checked++;
+    switch (skew) {
+    case SKEW_NONE:
+        break;
+    case SKEW_FIRST:
+        if (rank != root) {
+            sleep_us(SKEW_US);
+        }
+        break;
+    case SKEW_LAST:
+        if (rank == root) {
+            sleep_us(SKEW_US);
+        }
+        break;
+    case SKEW_RANDOM:
+        sleep_us((long) (mix(((uint64_t) world_rank << 32) ^ (uint64_t) call) %
+                         (SKEW_RANDOM_US + 1)));
+        break;
+    }
 }
 
 /*
@@ -84,6 +139,7 @@ static void check_bcast(MPI_Comm comm, tally_t *t, int root, int count, MPI_Data
     } else {
         memset(buf, SENTINEL, span);
     }
+    apply_skew(rank, root);
     MPI_Bcast(buf, count, type, root, comm);
     for (size_t i = 0; i < span; i++) {
         if (buf[i] != expect[i]) {
@@ -203,13 +259,24 @@ int main(int argc, char **argv)
         else if (!strcmp(argv[i], "--large-above")) large_above = strtoull(argv[i + 1], NULL, 0);
         else if (!strcmp(argv[i], "--big")) big = strtoull(argv[i + 1], NULL, 0);
         else if (!strcmp(argv[i], "--burst")) burst = atoi(argv[i + 1]);
-        else {
+        else if (!strcmp(argv[i], "--skew")) {
+            const char *m = argv[i + 1];
+            if (!strcmp(m, "none")) skew = SKEW_NONE;
+            else if (!strcmp(m, "first")) skew = SKEW_FIRST;
+            else if (!strcmp(m, "last")) skew = SKEW_LAST;
+            else if (!strcmp(m, "random")) skew = SKEW_RANDOM;
+            else {
+                fprintf(stderr, "bcast_check: unknown skew %s (none, first, last, random)\n", m);
+                MPI_Abort(MPI_COMM_WORLD, 1);
+            }
+        } else {
             fprintf(stderr, "bcast_check: unknown option %s\n", argv[i]);
             MPI_Abort(MPI_COMM_WORLD, 1);
         }
     }
     MPI_Comm_rank(MPI_COMM_WORLD, &wrank);
     MPI_Comm_size(MPI_COMM_WORLD, &wsize);
+    world_rank = wrank;
 
     run_comm(MPI_COMM_WORLD, "world");
     MPI_Comm_dup(MPI_COMM_WORLD, &dup);

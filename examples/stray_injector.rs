@@ -1,0 +1,404 @@
+//! Stray datagrams for the fault tests: joins an ipmc job's multicast group
+//! and, for every real ipmc datagram it receives, multicasts to the same group
+//! and port a datagram of random bytes, a truncated copy, a copy with one bit
+//! flipped, and a well-formed copy (valid CRC) with another communicator id;
+//! and random garbage at a steady rate even when nothing arrives.
+//!
+//!   stray_injector --group ADDR:PORT --interface NAME --seconds S [--seed N]
+//!
+//! Rule zero (no multicast leaves the machine): it refuses to run without an
+//! explicit interface, with a group outside 239.0.0.0/8 (IPv4) or ff00::/8
+//! (IPv6), or in a network namespace with a default route (the machine's
+//! own); its TTL (hop limit) is 1.
+//! It stops after S seconds or at SIGTERM/SIGINT, and then prints how many
+//! datagrams of each kind it sent.
+
+use std::io;
+use std::net::{IpAddr, SocketAddr, UdpSocket};
+use std::process::ExitCode;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::time::{Duration, Instant};
+
+use ipmc::datagram::{decode, encode, Datagram};
+use ipmc::ffi::interface_addresses;
+use ipmc::interfaces::{choose, Chosen, IfList};
+use rand_chacha::rand_core::{RngCore, SeedableRng};
+use rand_chacha::ChaCha8Rng;
+use socket2::{Domain, InterfaceIndexOrAddress, Protocol, Socket, Type};
+
+/// The only TTL (IPv6: hop limit) this program sends with.
+const TTL: u32 = 1;
+/// Longest datagram it reads (one more than UDP can carry is not needed:
+/// it only copies what it sees).
+const RECV_BUF: usize = 65536;
+/// Interval of the garbage sent whether or not anything arrives.
+const GARBAGE_EVERY: Duration = Duration::from_millis(10);
+/// Receive timeout: bounds every turn of the loop.
+const POLL: Duration = Duration::from_millis(5);
+
+static STOP: AtomicBool = AtomicBool::new(false);
+
+extern "C" fn on_signal(_: libc::c_int) {
+    STOP.store(true, Ordering::Relaxed);
+}
+
+struct Args {
+    group: SocketAddr,
+    interface: String,
+    seconds: f64,
+    seed: u64,
+}
+
+fn usage(why: &str) -> String {
+    format!(
+        "stray_injector: {why}\n\
+         usage: stray_injector --group ADDR:PORT --interface NAME --seconds S [--seed N]"
+    )
+}
+
+fn parse_args() -> Result<Args, String> {
+    let mut group = None;
+    let mut interface = None;
+    let mut seconds = None;
+    let mut seed = 1u64;
+    let mut it = std::env::args().skip(1);
+    while let Some(flag) = it.next() {
+        let value = it
+            .next()
+            .ok_or_else(|| usage(&format!("{flag} needs a value")))?;
+        match flag.as_str() {
+            "--group" => {
+                group = Some(
+                    value
+                        .parse::<SocketAddr>()
+                        .map_err(|_| usage(&format!("{value} is not ADDR:PORT")))?,
+                )
+            }
+            "--interface" => interface = Some(value),
+            "--seconds" => {
+                seconds = Some(
+                    value
+                        .parse::<f64>()
+                        .ok()
+                        .filter(|s| s.is_finite() && *s > 0.0 && *s <= 3600.0)
+                        .ok_or_else(|| usage(&format!("{value} is not 0 < S <= 3600")))?,
+                )
+            }
+            "--seed" => {
+                seed = value
+                    .parse()
+                    .map_err(|_| usage(&format!("{value} is not a seed")))?
+            }
+            _ => return Err(usage(&format!("unknown option {flag}"))),
+        }
+    }
+    let group = group.ok_or_else(|| usage("--group is required"))?;
+    let interface = interface
+        .filter(|i| !i.is_empty())
+        .ok_or_else(|| usage("--interface is required (never a default interface)"))?;
+    let seconds = seconds.ok_or_else(|| usage("--seconds is required"))?;
+    let scoped = match group.ip() {
+        IpAddr::V4(a) => a.octets()[0] == 239,
+        IpAddr::V6(a) => a.octets()[0] == 0xff,
+    };
+    if !scoped {
+        return Err(usage(&format!(
+            "refusing group {}: only 239.0.0.0/8 or ff00::/8",
+            group.ip()
+        )));
+    }
+    if group.port() == 0 {
+        return Err(usage("the port must not be 0"));
+    }
+    Ok(Args {
+        group,
+        interface,
+        seconds,
+        seed,
+    })
+}
+
+/// Refuses the machine's own network namespace: one with a default route
+/// (IPv4 or IPv6), which leads out of the machine, or that of PID 1 when
+/// that can be read.
+fn check_namespace() -> Result<(), String> {
+    const RTF_UP: u32 = 0x0001;
+    const RTF_REJECT: u32 = 0x0200;
+    let read = |path: &str| {
+        std::fs::read_to_string(path)
+            .map_err(|e| format!("stray_injector: cannot read {path}: {e}"))
+    };
+    let hex = |s: &str| u32::from_str_radix(s, 16).unwrap_or(0);
+    // Iface Destination Gateway Flags RefCnt Use Metric Mask ...
+    let v4 = read("/proc/self/net/route")?.lines().skip(1).any(|l| {
+        let f: Vec<&str> = l.split_whitespace().collect();
+        f.len() > 7
+            && hex(f[1]) == 0
+            && hex(f[7]) == 0
+            && hex(f[3]) & RTF_UP != 0
+            && hex(f[3]) & RTF_REJECT == 0
+    });
+    // Destination PrefixLen Source PrefixLen NextHop Metric RefCnt Use Flags Iface
+    let v6 = read("/proc/self/net/ipv6_route")?.lines().any(|l| {
+        let f: Vec<&str> = l.split_whitespace().collect();
+        f.len() > 8 && f[1] == "00" && hex(f[8]) & RTF_UP != 0 && hex(f[8]) & RTF_REJECT == 0
+    });
+    if v4 || v6 {
+        return Err(format!(
+            "stray_injector: refusing to run in a network namespace with a default route ({})",
+            if v4 { "IPv4" } else { "IPv6" }
+        ));
+    }
+    if let (Ok(mine), Ok(init)) = (
+        std::fs::read_link("/proc/self/ns/net"),
+        std::fs::read_link("/proc/1/ns/net"),
+    ) {
+        if mine == init {
+            return Err(format!(
+                "stray_injector: refusing to run in the network namespace of PID 1 ({})",
+                mine.display()
+            ));
+        }
+    }
+    Ok(())
+}
+
+fn doing<T>(what: &str, r: io::Result<T>) -> Result<T, String> {
+    r.map_err(|e| format!("stray_injector: {what}: {e}"))
+}
+
+/// The receive socket joined to the group on the interface, and a send
+/// socket connected to the group with TTL 1 and no loop-back (so the
+/// injector never sees, and never copies, its own datagrams).
+fn open(group: SocketAddr, iface: &Chosen) -> Result<(UdpSocket, UdpSocket), String> {
+    let domain = Domain::for_address(group);
+    let scoped = match group {
+        SocketAddr::V6(mut g) => {
+            g.set_scope_id(iface.index);
+            SocketAddr::V6(g)
+        }
+        v4 => v4,
+    };
+    let recv = doing(
+        "creating the receive socket",
+        Socket::new(domain, Type::DGRAM, Some(Protocol::UDP)),
+    )?;
+    doing("SO_REUSEADDR", recv.set_reuse_address(true))?;
+    doing("SO_REUSEPORT", recv.set_reuse_port(true))?;
+    doing("SO_RCVBUF", recv.set_recv_buffer_size(4 << 20))?;
+    doing(&format!("binding {scoped}"), recv.bind(&scoped.into()))?;
+    match group.ip() {
+        IpAddr::V4(g) => {
+            let _ = recv.set_multicast_all_v4(false);
+            doing(
+                &format!("joining {g} on {iface}"),
+                recv.join_multicast_v4_n(&g, &InterfaceIndexOrAddress::Index(iface.index)),
+            )?
+        }
+        IpAddr::V6(g) => {
+            let _ = recv.set_multicast_all_v6(false);
+            doing(
+                &format!("joining {g} on {iface}"),
+                recv.join_multicast_v6(&g, iface.index),
+            )?
+        }
+    }
+    doing("receive timeout", recv.set_read_timeout(Some(POLL)))?;
+
+    let send = doing(
+        "creating the send socket",
+        Socket::new(domain, Type::DGRAM, Some(Protocol::UDP)),
+    )?;
+    match (group.ip(), iface.addr) {
+        (IpAddr::V4(_), IpAddr::V4(a)) => {
+            doing("IP_MULTICAST_IF", send.set_multicast_if_v4(&a))?;
+            doing("IP_MULTICAST_TTL", send.set_multicast_ttl_v4(TTL))?;
+            doing("IP_MULTICAST_LOOP", send.set_multicast_loop_v4(false))?;
+            let ttl = doing("reading the TTL", send.multicast_ttl_v4())?;
+            if ttl != TTL {
+                return Err(format!("stray_injector: TTL is {ttl}, not {TTL}"));
+            }
+        }
+        (IpAddr::V6(_), IpAddr::V6(_)) => {
+            doing("IPV6_MULTICAST_IF", send.set_multicast_if_v6(iface.index))?;
+            doing("IPV6_MULTICAST_HOPS", send.set_multicast_hops_v6(TTL))?;
+            doing("IPV6_MULTICAST_LOOP", send.set_multicast_loop_v6(false))?;
+            let hops = doing("reading the hop limit", send.multicast_hops_v6())?;
+            if hops != TTL {
+                return Err(format!("stray_injector: hop limit is {hops}, not {TTL}"));
+            }
+        }
+        _ => {
+            return Err(format!(
+                "stray_injector: {iface} has no address of the group's family"
+            ))
+        }
+    }
+    doing(
+        &format!("connecting to {scoped}"),
+        send.connect(&scoped.into()),
+    )?;
+    doing("non-blocking send", send.set_nonblocking(true))?;
+    Ok((recv.into(), send.into()))
+}
+
+/// Datagrams sent, per kind, and those the kernel did not take.
+#[derive(Default)]
+struct Counts {
+    received: u64,
+    real: u64,
+    random: u64,
+    truncated: u64,
+    bitflip: u64,
+    other_comm: u64,
+    garbage: u64,
+    not_sent: u64,
+}
+
+fn send(sock: &UdpSocket, bytes: &[u8], counter: &mut u64, not_sent: &mut u64) {
+    match sock.send(bytes) {
+        Ok(_) => *counter += 1,
+        Err(_) => *not_sent += 1,
+    }
+}
+
+fn random_bytes(rng: &mut ChaCha8Rng, max: usize, out: &mut Vec<u8>) {
+    let len = (rng.next_u64() % (max as u64 + 1)) as usize;
+    out.resize(len, 0);
+    rng.fill_bytes(out);
+}
+
+/// A real datagram and whether it carried a CRC.
+fn real(bytes: &[u8]) -> Option<(Datagram<'_>, bool)> {
+    decode(bytes, true)
+        .map(|d| (d, true))
+        .or_else(|_| decode(bytes, false).map(|d| (d, false)))
+        .ok()
+}
+
+fn run(args: &Args) -> Result<Counts, String> {
+    let addrs = doing("listing interfaces", interface_addresses())?;
+    let include = IfList::parse(&args.interface).map_err(|e| format!("stray_injector: {e}"))?;
+    let iface = choose(&addrs, &include, &IfList::default(), args.group.is_ipv6())
+        .map_err(|e| format!("stray_injector: {e}"))?;
+    if iface.name != args.interface {
+        return Err(format!(
+            "stray_injector: --interface must name an interface, got {}",
+            args.interface
+        ));
+    }
+    let (recv, sock) = open(args.group, &iface)?;
+    eprintln!(
+        "stray_injector: joined {} on {iface}, ttl {TTL}, {} s, seed {}",
+        args.group, args.seconds, args.seed
+    );
+
+    let mut rng = ChaCha8Rng::seed_from_u64(args.seed);
+    let mut c = Counts::default();
+    let mut buf = vec![0u8; RECV_BUF];
+    let mut out = Vec::with_capacity(RECV_BUF);
+    let start = Instant::now();
+    let end = start + Duration::from_secs_f64(args.seconds);
+    let mut next_garbage = start;
+    while !STOP.load(Ordering::Relaxed) {
+        let now = Instant::now();
+        if now >= end {
+            break;
+        }
+        if now >= next_garbage {
+            random_bytes(&mut rng, 1500, &mut out);
+            send(&sock, &out, &mut c.garbage, &mut c.not_sent);
+            next_garbage += GARBAGE_EVERY;
+            if next_garbage < now {
+                next_garbage = now + GARBAGE_EVERY;
+            }
+        }
+        let n = match recv.recv(&mut buf) {
+            Ok(n) => n,
+            Err(e)
+                if matches!(
+                    e.kind(),
+                    io::ErrorKind::WouldBlock
+                        | io::ErrorKind::TimedOut
+                        | io::ErrorKind::Interrupted
+                ) =>
+            {
+                continue
+            }
+            Err(e) => return Err(format!("stray_injector: receiving: {e}")),
+        };
+        c.received += 1;
+        let got = &buf[..n];
+        let Some((d, with_crc)) = real(got) else {
+            continue;
+        };
+        c.real += 1;
+
+        // Random bytes of random length (up to a little more than the original).
+        random_bytes(&mut rng, n + 64, &mut out);
+        send(&sock, &out, &mut c.random, &mut c.not_sent);
+
+        // A truncated copy: 0 .. n-1 bytes of it.
+        let cut = (rng.next_u64() % n as u64) as usize;
+        send(&sock, &got[..cut], &mut c.truncated, &mut c.not_sent);
+
+        // One bit flipped, anywhere.
+        out.clear();
+        out.extend_from_slice(got);
+        let bit = (rng.next_u64() % (n as u64 * 8)) as usize;
+        out[bit / 8] ^= 1 << (bit % 8);
+        send(&sock, &out, &mut c.bitflip, &mut c.not_sent);
+
+        // Well formed, valid CRC, another communicator.
+        let mut header = d.header;
+        let mut other = rng.next_u64();
+        if other == header.comm_id {
+            other ^= 1;
+        }
+        header.comm_id = other;
+        encode(&header, d.payload, with_crc, &mut out);
+        send(&sock, &out, &mut c.other_comm, &mut c.not_sent);
+    }
+    Ok(c)
+}
+
+fn main() -> ExitCode {
+    let args = match parse_args() {
+        Ok(a) => a,
+        Err(e) => {
+            eprintln!("{e}");
+            return ExitCode::from(2);
+        }
+    };
+    if let Err(e) = check_namespace() {
+        eprintln!("{e}");
+        return ExitCode::from(2);
+    }
+    let handler = on_signal as extern "C" fn(libc::c_int) as libc::sighandler_t;
+    // SAFETY: the handler only stores to an atomic, which is async-signal-safe.
+    unsafe {
+        libc::signal(libc::SIGTERM, handler);
+        libc::signal(libc::SIGINT, handler);
+    }
+    match run(&args) {
+        Ok(c) => {
+            println!(
+                "stray_injector: received={} real={} random={} truncated={} bitflip={} \
+                 other_comm={} garbage={} not_sent={}",
+                c.received,
+                c.real,
+                c.random,
+                c.truncated,
+                c.bitflip,
+                c.other_comm,
+                c.garbage,
+                c.not_sent
+            );
+            ExitCode::SUCCESS
+        }
+        Err(e) => {
+            eprintln!("{e}");
+            ExitCode::from(1)
+        }
+    }
+}

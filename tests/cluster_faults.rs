@@ -1,0 +1,332 @@
+//! The fault suite on the emulated cluster (`tests/cluster/cluster.sh`:
+//! network namespaces on a bridge, one rank per host unless stated): real
+//! multicast loss on the receiving hosts (nftables) from 0 to 100 %, a rate
+//! limited network, ranks that enter the broadcasts at different times,
+//! several ranks per host, and a host whose interface cannot multicast. Every
+//! run checks every byte on every rank (`bcast_check: PASS`), the setup
+//! verdict on every rank of `MPI_COMM_WORLD`, and that ipmc's statistics
+//! account for every multicast broadcast's bytes.
+
+mod common;
+
+use std::collections::{HashMap, HashSet};
+use std::time::Instant;
+
+use common::{check_lines, num, stats_lines, tally, Cluster, Run};
+
+type Line = HashMap<String, String>;
+
+/// The largest message of the size sweep: the largest one that multicasts.
+const SWEEP: &str = "1048576";
+
+/// Rejections that no run on the emulated cluster may see: nothing else
+/// talks on a run's bridge, and the nftables rules drop whole datagrams.
+const NEVER: [&str; 5] = ["rej_comm", "rej_length", "rej_magic", "rej_crc", "root_own"];
+
+/// One finished run of `bcast_check`.
+struct Job {
+    run: Run,
+    /// ipmc's statistics lines of every communicator.
+    stats: Vec<Line>,
+    /// Those of `MPI_COMM_WORLD`, in rank order.
+    world: Vec<Line>,
+}
+
+/// Runs `bcast_check args` on `cluster` with statistics on, and checks what
+/// every run must show: every byte right, one statistics line per rank of
+/// `MPI_COMM_WORLD` with the `setup` verdict `setup`, every multicast
+/// broadcast's bytes accounted for, no datagram rejected as garbage. Prints
+/// the run's time and the per-rank figures of `MPI_COMM_WORLD`.
+fn run_checked(what: &str, cluster: &Cluster, args: &[&str], setup: &str) -> Job {
+    let started = Instant::now();
+    let run = cluster.mpirun(&[("coll_ipmc_print_statistics", "1")], "bcast_check", args);
+    println!(
+        "{what}: {:.1} s, waiting for other runs of this binary included ({cluster:?}, bcast_check {})",
+        started.elapsed().as_secs_f64(),
+        args.join(" ")
+    );
+    assert!(
+        run.ok && run.output.contains("bcast_check: PASS"),
+        "{what} failed:\n{}",
+        run.output
+    );
+    let stats = stats_lines(&run.output);
+    common::assert_multicast_accounts_for_every_byte(&stats, &check_lines(&run.output));
+    let mut world: Vec<Line> = stats
+        .iter()
+        .filter(|s| s["comm"] == "world")
+        .cloned()
+        .collect();
+    world.sort_by_key(|s| num(s, "rank"));
+    let ranks: Vec<u64> = world.iter().map(|s| num(s, "rank")).collect();
+    assert_eq!(
+        ranks,
+        (0..cluster.ranks() as u64).collect::<Vec<_>>(),
+        "one statistics line per rank of world:\n{}",
+        run.output
+    );
+    for s in &world {
+        assert_eq!(s["setup"], setup, "{what}: {s:?}");
+    }
+    for s in &stats {
+        for reason in NEVER {
+            assert_eq!(num(s, reason), 0, "{what}: {reason}: {s:?}");
+        }
+    }
+    print_stats(&world);
+    Job { run, stats, world }
+}
+
+/// Shows the figures in the test's output (`cargo test -- --nocapture`).
+fn print_stats(world: &[Line]) {
+    for s in world {
+        println!(
+            "  rank={} multicast={} previous={} setup={} sent={} send_full={} recv={} own={} \
+             useful={} dup={} stale={} future={} mcast_bytes={} chain_bytes={}",
+            s["rank"],
+            s["multicast"],
+            s["previous"],
+            s["setup"],
+            s["sent"],
+            s["send_full"],
+            s["recv"],
+            s["own"],
+            s["useful"],
+            s["dup"],
+            s["rej_stale"],
+            s["rej_future"],
+            s["mcast_bytes"],
+            s["chain_bytes"]
+        );
+    }
+}
+
+fn sum(lines: &[Line], key: &str) -> u64 {
+    lines.iter().map(|s| num(s, key)).sum()
+}
+
+/// Six hosts, each dropping `percent` % of the multicast datagrams it receives.
+fn with_loss(percent: u32, rate: Option<&'static str>, max_bytes: &str) -> Job {
+    let cluster = Cluster {
+        loss: percent,
+        rate,
+        ..Cluster::hosts(6)
+    };
+    let what = format!("{percent} % loss");
+    let job = run_checked(&what, &cluster, &["--max-bytes", max_bytes], "ok");
+    for s in &job.world {
+        assert!(tally(s, "multicast").0 > 0, "multicast never ran: {s:?}");
+    }
+    let sent = sum(&job.world, "sent");
+    assert!(sent > 0, "no datagram sent");
+    // One rank per host: loop-back is off, no rank sees its own datagrams.
+    assert_eq!(sum(&job.world, "own"), 0);
+    // The hosts really dropped about `percent` % of what the others sent.
+    if percent > 0 {
+        let others: u64 = job.world.iter().map(|s| sent - num(s, "sent")).sum();
+        let recv = sum(&job.world, "recv");
+        let lost = 100.0 * (1.0 - recv as f64 / others as f64);
+        println!("  received {recv} of {others} datagrams: {lost:.1} % lost");
+        assert!(
+            (lost - percent as f64).abs() < 10.0,
+            "{lost:.1} % lost instead of {percent} %"
+        );
+    }
+    job
+}
+
+#[test]
+fn without_loss_most_bytes_arrive_by_multicast() {
+    let job = with_loss(0, None, SWEEP);
+    let (mcast, chain) = (
+        sum(&job.world, "mcast_bytes"),
+        sum(&job.world, "chain_bytes"),
+    );
+    assert!(mcast > chain, "multicast {mcast} B, chain {chain} B");
+    assert!(sum(&job.world, "useful") > 0);
+}
+
+/// Both stages deliver part of the bytes.
+fn both_stages_deliver(job: &Job) {
+    for key in ["mcast_bytes", "chain_bytes", "useful"] {
+        assert!(sum(&job.world, key) > 0, "no {key}:\n{}", job.run.output);
+    }
+}
+
+#[test]
+fn with_10_percent_loss_on_a_100_mbit_network_both_stages_deliver() {
+    both_stages_deliver(&with_loss(10, Some("100mbit"), SWEEP));
+}
+
+#[test]
+fn with_50_percent_loss_both_stages_deliver() {
+    both_stages_deliver(&with_loss(50, None, SWEEP));
+}
+
+#[test]
+fn with_90_percent_loss_both_stages_deliver() {
+    both_stages_deliver(&with_loss(90, None, SWEEP));
+}
+
+#[test]
+fn with_every_datagram_lost_the_chain_delivers_everything() {
+    let job = with_loss(100, None, SWEEP);
+    for s in &job.world {
+        assert_eq!(num(s, "mcast_bytes"), 0, "{s:?}");
+        assert_eq!(num(s, "useful"), 0, "{s:?}");
+    }
+    // Not one datagram reached a socket, on any communicator.
+    for s in &job.stats {
+        assert_eq!(num(s, "recv") + num(s, "mcast_bytes"), 0, "{s:?}");
+    }
+}
+
+fn with_skew(mode: &str) {
+    let cluster = Cluster::hosts(6);
+    let job = run_checked(
+        &format!("skew {mode}"),
+        &cluster,
+        &["--max-bytes", SWEEP, "--skew", mode],
+        "ok",
+    );
+    assert!(sum(&job.world, "mcast_bytes") > 0, "{}", job.run.output);
+}
+
+#[test]
+fn the_root_entering_first() {
+    with_skew("first");
+}
+
+#[test]
+fn the_root_entering_last() {
+    with_skew("last");
+}
+
+#[test]
+fn ranks_entering_at_random_times() {
+    with_skew("random");
+}
+
+/// ipmc's statistics lines with the host each came from (Open MPI prefixes
+/// them with `[host:pid]`).
+fn stats_by_host(output: &str) -> Vec<(String, Line)> {
+    output
+        .lines()
+        .filter_map(|l| l.split_once("ipmc stats: "))
+        .map(|(prefix, s)| {
+            let host = prefix.trim().trim_start_matches('[');
+            let host = host.split(':').next().unwrap_or_default();
+            (host.to_string(), common::fields(s))
+        })
+        .collect()
+}
+
+/// `slots` ranks on each of `hosts` hosts. Loop-back is on exactly on the
+/// communicators some of whose ranks share a host: on those the program
+/// checked (each rank a root of many broadcasts, and a receiver after),
+/// every rank that multicast recognises its own datagrams; on the others no
+/// rank sees any. (The helper communicators of `MPI_Intercomm_create` share
+/// names across the two halves and only ever have rank 0 as a root, which
+/// may free them before it reads its own datagrams back: not checked.)
+fn ranks_per_host(hosts: usize, slots: usize) {
+    let cluster = Cluster {
+        slots,
+        ..Cluster::hosts(hosts)
+    };
+    let job = run_checked(
+        &format!("{slots} ranks on each of {hosts} hosts"),
+        &cluster,
+        &["--max-bytes", SWEEP],
+        "ok",
+    );
+    assert!(sum(&job.world, "mcast_bytes") > 0, "{}", job.run.output);
+    let lines = stats_by_host(&job.run.output);
+    let mut comms: Vec<&str> = lines
+        .iter()
+        .map(|(_, s)| s["comm"].as_str())
+        .filter(|c| ["world", "dup", "even", "odd", "reversed"].contains(c))
+        .collect();
+    comms.sort_unstable();
+    comms.dedup();
+    let mut shared = 0;
+    for comm in comms {
+        let mine: Vec<&(String, Line)> = lines.iter().filter(|(_, s)| s["comm"] == comm).collect();
+        if tally(&mine[0].1, "multicast").0 == 0 {
+            continue;
+        }
+        let on: HashSet<&str> = mine.iter().map(|(h, _)| h.as_str()).collect();
+        let sharing = on.len() < mine.len();
+        shared += usize::from(sharing);
+        for (host, s) in mine {
+            assert_eq!(s["setup"], "ok", "{host}: {s:?}");
+            if sharing && num(s, "sent") > 0 {
+                assert!(num(s, "own") > 0, "own datagrams not seen on {host}: {s:?}");
+            }
+            if !sharing {
+                assert_eq!(num(s, "own"), 0, "loop-back on {comm} on {host}: {s:?}");
+            }
+            assert!(num(s, "own") <= num(s, "sent"), "{host}: {s:?}");
+        }
+    }
+    assert!(
+        shared >= 3,
+        "world, dup and reversed share hosts:\n{}",
+        job.run.output
+    );
+}
+
+#[test]
+fn two_ranks_on_each_of_8_hosts() {
+    ranks_per_host(8, 2);
+}
+
+#[test]
+fn four_ranks_on_each_of_4_hosts() {
+    ranks_per_host(4, 4);
+}
+
+#[test]
+fn a_host_that_cannot_multicast_makes_all_fall_back() {
+    let cluster = Cluster {
+        no_multicast: Some(3),
+        ..Cluster::hosts(5)
+    };
+    let job = run_checked(
+        "host 3 cannot multicast",
+        &cluster,
+        &["--max-bytes", "300000"],
+        "failed",
+    );
+    let tried: Vec<&Line> = job.stats.iter().filter(|s| s["setup"] != "none").collect();
+    let comms: Vec<&str> = tried.iter().map(|s| s["comm"].as_str()).collect();
+    for comm in ["world", "dup", "reversed"] {
+        let lines = comms.iter().filter(|c| **c == comm).count();
+        assert_eq!(
+            lines, 5,
+            "{comm} tried multicast on every rank:\n{}",
+            job.run.output
+        );
+    }
+    for s in tried {
+        assert_eq!(s["setup"], "failed", "{s:?}");
+        assert_eq!(s["multicast"], "0:0B", "{s:?}");
+        assert!(tally(s, "previous").0 > 0, "{s:?}");
+        assert_eq!(num(s, "sent") + num(s, "recv"), 0, "{s:?}");
+    }
+    let told = job
+        .run
+        .output
+        .matches("could not set up IP multicast")
+        .count();
+    assert_eq!(
+        told, 1,
+        "told once by the failing rank:\n{}",
+        job.run.output
+    );
+    assert!(
+        job.run.output.contains("h3 (rank 2 of communicator world)")
+            && job.run.output.contains("eth0: no MULTICAST"),
+        "{}",
+        job.run.output
+    );
+}

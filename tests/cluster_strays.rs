@@ -1,0 +1,534 @@
+//! Faults on the emulated cluster that come from outside a broadcast: stray
+//! datagrams on the group (`examples/stray_injector.rs`, run in the launcher
+//! namespace), another job on the same group and port, many communicators
+//! created and freed, and two threads broadcasting at once.
+//!
+//! Every job runs through `tests/common` (rule zero: only inside the
+//! cluster's network namespaces).
+
+mod common;
+
+use std::collections::HashMap;
+use std::path::PathBuf;
+use std::process::Command;
+use std::sync::OnceLock;
+use std::time::Instant;
+
+use common::{check_lines, job_line, num, repo, stats_lines, tally, Cluster, Run, JOB_TIMEOUT};
+
+type Line = HashMap<String, String>;
+
+/// The one group and port every communicator of these jobs is forced onto.
+const GROUP: &str = "239.192.77.1";
+const PORT: &str = "7000";
+/// The same for IPv6 (transient, organization-local scope).
+const GROUP6: &str = "ff18::77:1";
+
+/// The injector, built once (`cargo test --test ...` does not build examples).
+fn injector() -> &'static PathBuf {
+    static PATH: OnceLock<PathBuf> = OnceLock::new();
+    PATH.get_or_init(|| {
+        let out = Command::new(option_env!("CARGO").unwrap_or("cargo"))
+            .args([
+                "build",
+                "--release",
+                "--locked",
+                "--example",
+                "stray_injector",
+            ])
+            .current_dir(repo())
+            .output()
+            .expect("cannot run cargo");
+        assert!(
+            out.status.success(),
+            "building stray_injector failed:\n{}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        let path = repo().join("target/release/examples/stray_injector");
+        assert!(path.exists(), "{} was not built", path.display());
+        path
+    })
+}
+
+/// `'word'` for a shell script.
+fn quoted(word: &str) -> String {
+    format!("'{}'", word.replace('\'', r"'\''"))
+}
+
+/// mpirun of one job on every host of the cluster, for a script.
+fn mpirun_line(ranks: usize, mca: &[(&str, &str)], program: &str, args: &[&str]) -> String {
+    format!(
+        "timeout --kill-after=10 {JOB_TIMEOUT} mpirun $CLUSTER_MPIRUN --host \"$CLUSTER_HOSTS\" \
+         -np {ranks} {}",
+        job_line(mca, program, args)
+    )
+}
+
+/// MCA parameters: statistics, multicast forced, and with `one_group` every
+/// communicator on the single group and port.
+fn forced(one_group: bool) -> Vec<(&'static str, &'static str)> {
+    forced_on(one_group.then_some(GROUP))
+}
+
+/// As [`forced`], on the single `group` (IPv4 or IPv6) and [`PORT`] if given.
+fn forced_on(group: Option<&'static str>) -> Vec<(&'static str, &'static str)> {
+    let mut mca = vec![
+        ("coll_ipmc_print_statistics", "1"),
+        ("coll_ipmc_bcast_algorithm", "3"),
+    ];
+    if let Some(group) = group {
+        mca.extend([
+            ("coll_ipmc_group_range", group),
+            ("coll_ipmc_port_range", PORT),
+        ]);
+    }
+    mca
+}
+
+fn sum(lines: &[&Line], key: &str) -> u64 {
+    lines.iter().map(|s| num(s, key)).sum()
+}
+
+fn print_stats(label: &str, lines: &[Line]) {
+    for s in lines {
+        println!(
+            "{label} comm={} rank={} multicast={} setup={} sent={} recv={} own={} useful={} \
+             dup={} rej_comm={} rej_stale={} rej_future={} rej_length={} rej_magic={} \
+             rej_crc={} mcast_bytes={} chain_bytes={}",
+            s["comm"],
+            s["rank"],
+            s["multicast"],
+            s["setup"],
+            s["sent"],
+            s["recv"],
+            s["own"],
+            s["useful"],
+            s["dup"],
+            s["rej_comm"],
+            s["rej_stale"],
+            s["rej_future"],
+            s["rej_length"],
+            s["rej_magic"],
+            s["rej_crc"],
+            s["mcast_bytes"],
+            s["chain_bytes"]
+        );
+    }
+}
+
+/// A `bcast_check` run passed: PASS, no wrong byte, every communicator of
+/// the program multicast (setup ok) and every byte is accounted for.
+/// Returns the statistics lines of the program's communicators.
+fn assert_bcast_check_passed(label: &str, output: &str, ranks: usize) -> Vec<Line> {
+    assert!(
+        output.contains("bcast_check: PASS") && !output.contains("FAIL"),
+        "{label} failed:\n{output}"
+    );
+    let stats = stats_lines(output);
+    let checks = check_lines(output);
+    common::assert_multicast_accounts_for_every_byte(&stats, &checks);
+    let world: Vec<_> = stats.iter().filter(|s| s["comm"] == "world").collect();
+    assert_eq!(
+        world.len(),
+        ranks,
+        "{label}: one world line per rank:\n{output}"
+    );
+    // The program's communicators (not Open MPI's helpers of the
+    // intercommunicator, which may never broadcast).
+    let checked: Vec<Line> = stats
+        .into_iter()
+        .filter(|s| checks.iter().any(|c| c["comm"] == s["comm"]))
+        .collect();
+    for s in &checked {
+        assert_eq!(s["setup"], "ok", "{label}: {s:?}");
+        assert!(tally(s, "multicast").0 > 0, "{label}: no multicast: {s:?}");
+    }
+    checked
+}
+
+/// The injector's report line, as fields.
+fn injector_counts(output: &str) -> Line {
+    let line = output
+        .lines()
+        .find_map(|l| l.strip_prefix("stray_injector: received="))
+        .unwrap_or_else(|| panic!("no injector report:\n{output}"));
+    common::fields(&format!("received={line}"))
+}
+
+fn timed<T>(name: &str, f: impl FnOnce() -> T) -> T {
+    let start = Instant::now();
+    let r = f();
+    println!("{name}: {:.1} s", start.elapsed().as_secs_f64());
+    r
+}
+
+#[test]
+fn injector_refuses_unsafe_arguments() {
+    timed("injector_refuses_unsafe_arguments", || {
+        let inj = quoted(&injector().display().to_string());
+        // Each must exit 2 before opening any socket; `x` marks a refusal.
+        let cases = [
+            "--group 239.192.77.1:7000 --seconds 1",
+            "--group 239.192.77.1:7000 --interface '' --seconds 1",
+            "--group 224.1.2.3:7000 --interface eth0 --seconds 1",
+            "--group 10.0.0.1:7000 --interface eth0 --seconds 1",
+            "--group [fd00::1]:7000 --interface eth0 --seconds 1",
+            "--group 239.192.77.1:7000 --interface eth0",
+            "--group 239.192.77.1:7000 --interface eth0 --seconds 1 --ttl 2",
+        ];
+        let script: String = cases
+            .iter()
+            .map(|c| format!("{inj} {c}; echo \"exit=$? for: {c}\"\n"))
+            .collect();
+        let run = Cluster::hosts(1).run_script(&script);
+        println!("{}", run.output);
+        assert!(run.ok, "{}", run.output);
+        let exits: Vec<&str> = run
+            .output
+            .lines()
+            .filter(|l| l.starts_with("exit="))
+            .collect();
+        assert_eq!(exits.len(), cases.len(), "{}", run.output);
+        for e in exits {
+            assert!(e.starts_with("exit=2 "), "not refused: {e}\n{}", run.output);
+        }
+        assert!(!run.output.contains("joined"), "{}", run.output);
+    });
+}
+
+/// `bcast_check` on 4 hosts, every communicator on `group` and [`PORT`],
+/// with the injector on that group in the launcher namespace for the whole
+/// job: every byte arrives, and the ranks reject the strays.
+fn strays(label: &str, group: &'static str) {
+    let cluster = Cluster::hosts(4);
+    let job = mpirun_line(
+        cluster.ranks(),
+        &forced_on(Some(group)),
+        "bcast_check",
+        &["--max-bytes", "300000", "--burst", "1000"],
+    );
+    let target = if group.contains(':') {
+        format!("[{group}]:{PORT}")
+    } else {
+        format!("{group}:{PORT}")
+    };
+    let script = format!(
+        "{inj} --group {target} --interface eth0 --seconds {secs} --seed 7 &\n\
+         inj=$!\n\
+         {job}\n\
+         rc=$?\n\
+         kill -TERM $inj; wait $inj; echo \"injector exit=$?\"\n\
+         exit $rc\n",
+        inj = quoted(&injector().display().to_string()),
+        secs = JOB_TIMEOUT + 20,
+    );
+    let run = cluster.run_script(&script);
+    assert!(run.ok, "{label}: job failed:\n{}", run.output);
+    assert!(
+        run.output.contains("injector exit=0"),
+        "{label}: injector failed:\n{}",
+        run.output
+    );
+    let counts = injector_counts(&run.output);
+    println!("{label} injector: {counts:?}");
+    let stats = assert_bcast_check_passed(label, &run.output, cluster.ranks());
+    print_stats(label, &stats);
+
+    for kind in [
+        "real",
+        "random",
+        "truncated",
+        "bitflip",
+        "other_comm",
+        "garbage",
+    ] {
+        assert!(
+            num(&counts, kind) > 0,
+            "{label}: injector sent no {kind}: {counts:?}"
+        );
+    }
+    let all: Vec<&Line> = stats.iter().collect();
+    let damaged = sum(&all, "rej_length") + sum(&all, "rej_magic") + sum(&all, "rej_crc");
+    // MPI_COMM_WORLD multicasts before the job has any other communicator,
+    // so its rej_comm can only be the injector's (the split communicators
+    // share the group and reject each other's datagrams too).
+    let world: Vec<&Line> = stats.iter().filter(|s| s["comm"] == "world").collect();
+    println!(
+        "{label}: rej_comm={} (world {}) rej_length={} rej_magic={} rej_crc={} useful={}",
+        sum(&all, "rej_comm"),
+        sum(&world, "rej_comm"),
+        sum(&all, "rej_length"),
+        sum(&all, "rej_magic"),
+        sum(&all, "rej_crc"),
+        sum(&all, "useful")
+    );
+    assert!(
+        sum(&all, "rej_comm") > 0,
+        "{label}: no stray of another communicator rejected"
+    );
+    assert!(damaged > 0, "{label}: no damaged stray rejected");
+    assert!(
+        sum(&world, "rej_comm") > 0,
+        "{label}: world rejected no forged communicator id"
+    );
+    for s in &world {
+        assert!(
+            num(s, "useful") > 0,
+            "{label}: multicast gave rank nothing: {s:?}"
+        );
+    }
+}
+
+#[test]
+fn strays_on_the_group_are_rejected_and_every_byte_arrives() {
+    timed(
+        "strays_on_the_group_are_rejected_and_every_byte_arrives",
+        || strays("strays", GROUP),
+    );
+}
+
+#[test]
+fn strays_on_an_ipv6_group_are_rejected_and_every_byte_arrives() {
+    timed(
+        "strays_on_an_ipv6_group_are_rejected_and_every_byte_arrives",
+        || strays("strays ipv6", GROUP6),
+    );
+}
+
+/// Splits the output of the two-job script into the jobs' outputs.
+fn split_jobs(run: &Run) -> (String, String) {
+    let (_, rest) = run
+        .output
+        .split_once("=== job a ")
+        .unwrap_or_else(|| panic!("{}", run.output));
+    let (a, b) = rest
+        .split_once("=== job b ")
+        .unwrap_or_else(|| panic!("{}", run.output));
+    (a.to_string(), b.to_string())
+}
+
+#[test]
+fn two_jobs_on_one_group_and_port() {
+    timed("two_jobs_on_one_group_and_port", || {
+        let cluster = Cluster::hosts(4);
+        let job = mpirun_line(
+            cluster.ranks(),
+            &forced(true),
+            "bcast_check",
+            &["--max-bytes", "300000"],
+        );
+        let script = format!(
+            "d=$(mktemp -d)\n\
+             {job} >$d/a 2>&1 &\n\
+             a=$!\n\
+             {job} >$d/b 2>&1 &\n\
+             b=$!\n\
+             wait $a; ra=$?\n\
+             wait $b; rb=$?\n\
+             echo \"=== job a exit=$ra\"; cat $d/a\n\
+             echo \"=== job b exit=$rb\"; cat $d/b\n\
+             rm -rf $d\n\
+             [ $ra = 0 ] && [ $rb = 0 ]\n"
+        );
+        let run = cluster.run_script(&script);
+        assert!(run.ok, "a job failed:\n{}", run.output);
+        let (a, b) = split_jobs(&run);
+        let mut rejected = Vec::new();
+        for (label, out) in [("job a", &a), ("job b", &b)] {
+            assert!(out.starts_with("exit=0"), "{label}:\n{out}");
+            let stats = assert_bcast_check_passed(label, out, cluster.ranks());
+            print_stats(label, &stats);
+            let all: Vec<&Line> = stats.iter().collect();
+            let world: Vec<&Line> = stats.iter().filter(|s| s["comm"] == "world").collect();
+            println!(
+                "{label}: rej_comm={} (world {}) rej_stale={} rej_future={} \
+                 rej_length+magic+crc={}",
+                sum(&all, "rej_comm"),
+                sum(&world, "rej_comm"),
+                sum(&all, "rej_stale"),
+                sum(&all, "rej_future"),
+                sum(&all, "rej_length") + sum(&all, "rej_magic") + sum(&all, "rej_crc")
+            );
+            rejected.push((sum(&all, "rej_comm"), sum(&world, "rej_comm")));
+        }
+        assert!(
+            rejected.iter().any(|&(all, _)| all > 0),
+            "no job rejected another communicator's datagrams: {rejected:?}"
+        );
+        // Within one job the split communicators share the group and reject
+        // each other's datagrams; MPI_COMM_WORLD multicasts before the job
+        // has any other communicator, so its rejections are the other job's.
+        assert!(
+            rejected.iter().any(|&(_, world)| world > 0),
+            "neither job's MPI_COMM_WORLD saw the other job: {rejected:?}"
+        );
+    });
+}
+
+/// `comm_cycles: fds=A->B memberships=C->D live_fds=E live_memberships=F`
+/// lines as ((A, B, E), (C, D, F)): before, after, and while a communicator lived.
+type Counts = (u64, u64, u64);
+
+fn cycle_figures(output: &str) -> Vec<(Counts, Counts)> {
+    output
+        .lines()
+        .filter_map(|l| l.split_once("comm_cycles: fds=").map(|(_, r)| r))
+        .map(|r| {
+            let f = common::fields(&format!("fds={r}"));
+            let pair = |k: &str| {
+                let (x, y) = f[k].split_once("->").unwrap();
+                (x.parse().unwrap(), y.parse().unwrap())
+            };
+            let (a, b) = pair("fds");
+            let (c, d) = pair("memberships");
+            (
+                (a, b, num(&f, "live_fds")),
+                (c, d, num(&f, "live_memberships")),
+            )
+        })
+        .collect()
+}
+
+/// `comm_cycles 1000` on 4 hosts with multicast forced (and every
+/// communicator on one group and port with `one_group`): every byte, no
+/// growth of open file descriptors or memberships, every dup multicast.
+fn cycles(label: &str, one_group: bool) {
+    const CYCLES: u64 = 1000;
+    let cluster = Cluster::hosts(4);
+    let run = cluster.mpirun(&forced(one_group), "comm_cycles", &[&CYCLES.to_string()]);
+    let tail: String = run
+        .output
+        .lines()
+        .filter(|l| !l.contains("ipmc stats:"))
+        .collect::<Vec<_>>()
+        .join("\n");
+    println!("{tail}");
+    assert!(
+        run.ok && run.output.contains("comm_cycles: PASS"),
+        "{label}: comm_cycles failed:\n{tail}"
+    );
+    let figures = cycle_figures(&run.output);
+    assert_eq!(figures.len(), cluster.ranks(), "{tail}");
+    for ((fds0, fds1, fds_live), (mem0, mem1, mem_live)) in figures {
+        assert!(fds1 <= fds0, "{label}: fds grew {fds0} -> {fds1}");
+        assert!(mem1 <= mem0, "{label}: memberships grew {mem0} -> {mem1}");
+        // The counts see a live communicator's sockets and membership.
+        assert!(
+            fds_live > fds0,
+            "{label}: fds {fds0}, with a communicator {fds_live}"
+        );
+        assert!(
+            mem_live > mem0,
+            "{label}: memberships {mem0}, with a communicator {mem_live}"
+        );
+    }
+    // Every dup multicast its three broadcasts (world never broadcasts).
+    let stats = stats_lines(&run.output);
+    let dups: Vec<_> = stats.iter().filter(|s| s["cid"] != "0").collect();
+    let ranks = cluster.ranks() as u64;
+    assert_eq!(dups.len() as u64, CYCLES * ranks, "{label}");
+    const BYTES: u64 = 1 + 4096 + 102400;
+    for s in &dups {
+        assert_eq!(s["setup"], "ok", "{label}: {s:?}");
+        assert_eq!(tally(s, "multicast"), (3, BYTES), "{label}: {s:?}");
+    }
+    // Every non-root rank got every byte, by multicast or by the chain.
+    let all: Vec<&Line> = stats.iter().collect();
+    assert_eq!(
+        sum(&all, "mcast_bytes") + sum(&all, "chain_bytes"),
+        CYCLES * BYTES * (ranks - 1),
+        "{label}"
+    );
+    println!(
+        "{label}: {} stats lines, sent={} useful={} dup={} rej_comm={} rej_stale={} \
+         mcast_bytes={} chain_bytes={}",
+        stats.len(),
+        sum(&all, "sent"),
+        sum(&all, "useful"),
+        sum(&all, "dup"),
+        sum(&all, "rej_comm"),
+        sum(&all, "rej_stale"),
+        sum(&all, "mcast_bytes"),
+        sum(&all, "chain_bytes")
+    );
+}
+
+#[test]
+fn a_thousand_communicators_leak_nothing() {
+    timed("a_thousand_communicators_leak_nothing", || {
+        cycles("cycles", false)
+    });
+}
+
+#[test]
+fn a_thousand_communicators_on_one_group_and_port_leak_nothing() {
+    timed(
+        "a_thousand_communicators_on_one_group_and_port_leak_nothing",
+        || cycles("cycles one group", true),
+    );
+}
+
+/// Runs `thread_bcast CALLS` on 4 hosts with multicast forced and checks
+/// that both communicators multicast every call and every byte is accounted
+/// for; returns the statistics of the two communicators.
+fn thread_run(label: &str, one_group: bool, calls: u64) -> Vec<Line> {
+    let cluster = Cluster::hosts(4);
+    let run = cluster.mpirun(&forced(one_group), "thread_bcast", &[&calls.to_string()]);
+    assert!(
+        run.ok && run.output.contains("thread_bcast: PASS") && !run.output.contains("FAIL"),
+        "thread_bcast failed:\n{}",
+        run.output
+    );
+    let stats = stats_lines(&run.output);
+    let ranks = cluster.ranks() as u64;
+    let mut both = Vec::new();
+    for comm in ["t0", "t1"] {
+        let lines: Vec<&Line> = stats.iter().filter(|s| s["comm"] == comm).collect();
+        assert_eq!(lines.len() as u64, ranks, "{comm}:\n{}", run.output);
+        // What the program says it broadcast on that communicator.
+        let reports: Vec<Line> = run
+            .output
+            .lines()
+            .filter_map(|l| l.split_once("thread_bcast: comm="))
+            .map(|(_, r)| common::fields(&format!("comm={r}")))
+            .filter(|f| f["comm"] == comm)
+            .collect();
+        assert_eq!(reports.len() as u64, ranks, "{}", run.output);
+        let bytes = num(&reports[0], "bytes");
+        assert_eq!(num(&reports[0], "bcasts"), calls, "{}", run.output);
+        for s in &lines {
+            assert_eq!(s["setup"], "ok", "{label}: {s:?}");
+            assert_eq!(tally(s, "multicast"), (calls, bytes), "{label}: {s:?}");
+        }
+        let delivered = sum(&lines, "mcast_bytes") + sum(&lines, "chain_bytes");
+        assert_eq!(delivered, bytes * (ranks - 1), "{label} {comm}: {lines:?}");
+        assert!(
+            sum(&lines, "sent") > 0 && sum(&lines, "useful") > 0,
+            "{label}: multicast did nothing on {comm}: {lines:?}"
+        );
+        both.extend(lines.into_iter().cloned());
+    }
+    print_stats(label, &both);
+    both
+}
+
+#[test]
+fn two_threads_broadcast_at_once() {
+    timed("two_threads_broadcast_at_once", || {
+        thread_run("threads", false, 500);
+    });
+}
+
+#[test]
+fn two_threads_broadcast_at_once_on_one_group_and_port() {
+    timed(
+        "two_threads_broadcast_at_once_on_one_group_and_port",
+        || {
+            let stats = thread_run("threads one group", true, 500);
+            // Each communicator's socket also gets the other's datagrams.
+            let all: Vec<&Line> = stats.iter().collect();
+            println!("threads one group: rej_comm={}", sum(&all, "rej_comm"));
+            assert!(sum(&all, "rej_comm") > 0, "{stats:?}");
+        },
+    );
+}

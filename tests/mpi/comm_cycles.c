@@ -1,0 +1,161 @@
+/*
+ * Creates, uses and frees a communicator many times, and checks that nothing
+ * the broadcast sets up per communicator (sockets, multicast memberships)
+ * outlives it.
+ *
+ *   comm_cycles N
+ *
+ * N times: MPI_Comm_dup(MPI_COMM_WORLD), broadcasts of 1 B, 4 KiB and 100 KiB
+ * with changing roots (every byte checked on every rank), MPI_Comm_free.
+ * After WARMUP cycles and after the last one every rank counts its open file
+ * descriptors (/proc/self/fd) and the IPv4 multicast memberships of its
+ * network namespace (/proc/self/net/igmp: the sum of the users of every
+ * group); neither may have grown. MPI_COMM_WORLD itself never broadcasts.
+ *
+ * The same counts while the last communicator still lives show that they
+ * see what ipmc opens.
+ *
+ * Prints "comm_cycles: fds=A->B memberships=C->D live_fds=E live_memberships=F
+ * rank=R" per rank and
+ * "comm_cycles: PASS" (or FAIL, with a non-zero exit) on rank 0.
+ */
+#include <dirent.h>
+#include <mpi.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#define WARMUP 20
+#define SENTINEL 0xEE
+
+static int open_fds(void)
+{
+    DIR *d = opendir("/proc/self/fd");
+    struct dirent *e;
+    int n = 0;
+    if (!d) {
+        perror("comm_cycles: /proc/self/fd");
+        MPI_Abort(MPI_COMM_WORLD, 3);
+    }
+    while ((e = readdir(d)) != NULL) {
+        n += e->d_name[0] != '.';
+    }
+    closedir(d);
+    return n - 1; /* the directory's own descriptor */
+}
+
+/* Sum of the "Users" column of the group lines of /proc/self/net/igmp. */
+static long memberships(void)
+{
+    FILE *f = fopen("/proc/self/net/igmp", "r");
+    char line[512];
+    long users = 0;
+    if (!f) {
+        perror("comm_cycles: /proc/self/net/igmp");
+        MPI_Abort(MPI_COMM_WORLD, 3);
+    }
+    while (fgets(line, sizeof line, f)) {
+        unsigned int group;
+        long u;
+        /* Group lines start with white space: "\t\t\t\tGROUP USERS TIMER REPORTER". */
+        if ((line[0] == ' ' || line[0] == '\t') && sscanf(line, " %x %ld", &group, &u) == 2) {
+            users += u;
+        }
+    }
+    fclose(f);
+    return users;
+}
+
+static unsigned char pattern(long cycle, int k, size_t i)
+{
+    uint64_t x = (uint64_t) cycle * 0x9E3779B97F4A7C15ull + (uint64_t) k * 0x94D049BB133111EBull +
+                 i * 0xBF58476D1CE4E5B9ull;
+    return (unsigned char) (x >> 29) ^ (unsigned char) i;
+}
+
+static void check_bcast(MPI_Comm comm, long cycle, int k, int root, size_t n, unsigned char *buf)
+{
+    int rank;
+    MPI_Comm_rank(comm, &rank);
+    for (size_t i = 0; i < n; i++) {
+        buf[i] = rank == root ? pattern(cycle, k, i) : SENTINEL;
+    }
+    MPI_Bcast(buf, (int) n, MPI_BYTE, root, comm);
+    for (size_t i = 0; i < n; i++) {
+        if (buf[i] != pattern(cycle, k, i)) {
+            fprintf(stderr, "comm_cycles: FAIL rank=%d cycle=%ld bcast=%d root=%d bytes=%zu "
+                            "wrong byte at %zu\n",
+                    rank, cycle, k, root, n, i);
+            MPI_Abort(MPI_COMM_WORLD, 2);
+        }
+    }
+}
+
+int main(int argc, char **argv)
+{
+    static const size_t sizes[] = {1, 4096, 102400};
+    int rank, size, fds0 = 0, fds1, fds_live = 0, ok, all_ok;
+    long cycles, mem0 = 0, mem1, mem_live = 0;
+    unsigned char *buf;
+
+    MPI_Init(&argc, &argv);
+    MPI_Comm_rank(MPI_COMM_WORLD, &rank);
+    MPI_Comm_size(MPI_COMM_WORLD, &size);
+    cycles = argc > 1 ? strtol(argv[1], NULL, 0) : 0;
+    if (argc != 2 || cycles < WARMUP) {
+        if (rank == 0) {
+            fprintf(stderr, "usage: comm_cycles N (N >= %d)\n", WARMUP);
+        }
+        MPI_Abort(MPI_COMM_WORLD, 1);
+    }
+    buf = malloc(sizes[2]);
+    if (!buf) {
+        MPI_Abort(MPI_COMM_WORLD, 3);
+    }
+
+    for (long c = 0; c < cycles; c++) {
+        MPI_Comm dup;
+        MPI_Comm_dup(MPI_COMM_WORLD, &dup);
+        for (int k = 0; k < 3; k++) {
+            check_bcast(dup, c, k, (int) ((c + k) % size), sizes[k], buf);
+        }
+        if (c + 1 == cycles) {
+            /* While the communicator lives: shows that the counts see it. */
+            MPI_Barrier(MPI_COMM_WORLD);
+            fds_live = open_fds();
+            mem_live = memberships();
+            MPI_Barrier(MPI_COMM_WORLD);
+        }
+        MPI_Comm_free(&dup);
+        if (c + 1 == WARMUP) {
+            /* Every rank of the namespace has freed its communicator. */
+            MPI_Barrier(MPI_COMM_WORLD);
+            fds0 = open_fds();
+            mem0 = memberships();
+            MPI_Barrier(MPI_COMM_WORLD);
+        }
+    }
+    MPI_Barrier(MPI_COMM_WORLD);
+    fds1 = open_fds();
+    mem1 = memberships();
+    MPI_Barrier(MPI_COMM_WORLD);
+    free(buf);
+
+    ok = fds1 <= fds0 && mem1 <= mem0;
+    printf("comm_cycles: fds=%d->%d memberships=%ld->%ld live_fds=%d live_memberships=%ld rank=%d\n",
+           fds0, fds1, mem0, mem1, fds_live, mem_live, rank);
+    if (!ok) {
+        fprintf(stderr, "comm_cycles: rank %d: %s grew over %ld cycles\n", rank,
+                fds1 > fds0 ? "open file descriptors" : "multicast memberships", cycles - WARMUP);
+    }
+    fflush(stdout);
+    fflush(stderr);
+    MPI_Allreduce(&ok, &all_ok, 1, MPI_INT, MPI_MIN, MPI_COMM_WORLD);
+    if (rank == 0) {
+        printf("comm_cycles: %s\n", all_ok ? "PASS" : "FAIL");
+        fflush(stdout);
+    }
+    MPI_Finalize();
+    return all_ok ? 0 : 1;
+}
