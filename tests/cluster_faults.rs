@@ -9,12 +9,10 @@
 
 mod common;
 
-use std::collections::{HashMap, HashSet};
+use std::collections::HashSet;
 use std::time::Instant;
 
-use common::{check_lines, num, stats_lines, tally, Cluster, Run};
-
-type Line = HashMap<String, String>;
+use common::{num, print_stats, stats_lines, sum, tally, world_stats, Cluster, Line, Run};
 
 /// The largest message of the size sweep: the largest one that multicasts.
 const SWEEP: &str = "1048576";
@@ -45,26 +43,8 @@ fn run_checked(what: &str, cluster: &Cluster, args: &[&str], setup: &str) -> Job
         started.elapsed().as_secs_f64(),
         args.join(" ")
     );
-    assert!(
-        run.ok && run.output.contains("bcast_check: PASS"),
-        "{what} failed:\n{}",
-        run.output
-    );
+    let world = world_stats(&run, cluster.ranks());
     let stats = stats_lines(&run.output);
-    common::assert_multicast_accounts_for_every_byte(&stats, &check_lines(&run.output));
-    let mut world: Vec<Line> = stats
-        .iter()
-        .filter(|s| s["comm"] == "world")
-        .cloned()
-        .collect();
-    world.sort_by_key(|s| num(s, "rank"));
-    let ranks: Vec<u64> = world.iter().map(|s| num(s, "rank")).collect();
-    assert_eq!(
-        ranks,
-        (0..cluster.ranks() as u64).collect::<Vec<_>>(),
-        "one statistics line per rank of world:\n{}",
-        run.output
-    );
     for s in &world {
         assert_eq!(s["setup"], setup, "{what}: {s:?}");
     }
@@ -75,34 +55,6 @@ fn run_checked(what: &str, cluster: &Cluster, args: &[&str], setup: &str) -> Job
     }
     print_stats(&world);
     Job { run, stats, world }
-}
-
-/// Shows the figures in the test's output (`cargo test -- --nocapture`).
-fn print_stats(world: &[Line]) {
-    for s in world {
-        println!(
-            "  rank={} multicast={} previous={} setup={} sent={} send_full={} recv={} own={} \
-             useful={} dup={} stale={} future={} mcast_bytes={} chain_bytes={}",
-            s["rank"],
-            s["multicast"],
-            s["previous"],
-            s["setup"],
-            s["sent"],
-            s["send_full"],
-            s["recv"],
-            s["own"],
-            s["useful"],
-            s["dup"],
-            s["rej_stale"],
-            s["rej_future"],
-            s["mcast_bytes"],
-            s["chain_bytes"]
-        );
-    }
-}
-
-fn sum(lines: &[Line], key: &str) -> u64 {
-    lines.iter().map(|s| num(s, key)).sum()
 }
 
 /// Six hosts, each dropping `percent` % of the multicast datagrams it receives.

@@ -5,30 +5,10 @@
 
 mod common;
 
-use std::collections::HashMap;
-
-use common::{check_lines, cluster_mpirun, mpirun, mpirun_wrapped, num, stats_lines, tally, Run};
-
-type Line = HashMap<String, String>;
-
-/// Runs `bcast_check` and returns ipmc's statistics lines of `MPI_COMM_WORLD`,
-/// after checking the run passed and every byte is accounted for.
-fn world_stats(run: &Run, np: usize) -> Vec<Line> {
-    assert!(
-        run.ok && run.output.contains("bcast_check: PASS"),
-        "run failed:\n{}",
-        run.output
-    );
-    let stats = stats_lines(&run.output);
-    common::assert_multicast_accounts_for_every_byte(&stats, &check_lines(&run.output));
-    let world: Vec<Line> = stats.into_iter().filter(|s| s["comm"] == "world").collect();
-    assert_eq!(world.len(), np, "one line per rank:\n{}", run.output);
-    world
-}
-
-fn sum(lines: &[Line], key: &str) -> u64 {
-    lines.iter().map(|s| num(s, key)).sum()
-}
+use common::{
+    cluster_mpirun, mpirun, mpirun_wrapped, num, print_stats, stats_lines, sum, tally, world_stats,
+    Line,
+};
 
 fn run_with_loss(np: usize, percent: u32, args: &[&str]) -> Vec<Line> {
     let loss = percent.to_string();
@@ -48,28 +28,6 @@ fn run_with_loss(np: usize, percent: u32, args: &[&str]) -> Vec<Line> {
     }
     print_stats(&world);
     world
-}
-
-/// Shows the figures in the test's output (`cargo test -- --nocapture`).
-fn print_stats(world: &[Line]) {
-    for s in world {
-        println!(
-            "rank={} multicast={} sent={} recv={} own={} injected={} useful={} dup={} stale={} \
-             future={} mcast_bytes={} chain_bytes={}",
-            s["rank"],
-            s["multicast"],
-            s["sent"],
-            s["recv"],
-            s["own"],
-            s["injected"],
-            s["useful"],
-            s["dup"],
-            s["rej_stale"],
-            s["rej_future"],
-            s["mcast_bytes"],
-            s["chain_bytes"]
-        );
-    }
 }
 
 #[test]

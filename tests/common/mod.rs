@@ -415,3 +415,59 @@ pub fn assert_multicast_accounts_for_every_byte(
         }
     }
 }
+
+/// One statistics or report line as `key -> value`.
+pub type Line = HashMap<String, String>;
+
+/// After checking that a `bcast_check` run passed and that every byte is
+/// accounted for, ipmc's statistics of `MPI_COMM_WORLD`, one per rank
+/// 0..`np`, in rank order.
+pub fn world_stats(run: &Run, np: usize) -> Vec<Line> {
+    assert!(
+        run.ok && run.output.contains("bcast_check: PASS"),
+        "run failed:\n{}",
+        run.output
+    );
+    let stats = stats_lines(&run.output);
+    assert_multicast_accounts_for_every_byte(&stats, &check_lines(&run.output));
+    let mut world: Vec<Line> = stats.into_iter().filter(|s| s["comm"] == "world").collect();
+    world.sort_by_key(|s| num(s, "rank"));
+    let ranks: Vec<u64> = world.iter().map(|s| num(s, "rank")).collect();
+    assert_eq!(
+        ranks,
+        (0..np as u64).collect::<Vec<_>>(),
+        "one statistics line per rank of world:\n{}",
+        run.output
+    );
+    world
+}
+
+/// The sum of a numeric field over lines.
+pub fn sum(lines: &[Line], key: &str) -> u64 {
+    lines.iter().map(|s| num(s, key)).sum()
+}
+
+/// Shows per-rank figures in a test's output (`cargo test -- --nocapture`).
+pub fn print_stats(lines: &[Line]) {
+    for s in lines {
+        println!(
+            "  rank={} multicast={} previous={} setup={} sent={} send_full={} recv={} own={} \
+             injected={} useful={} dup={} stale={} future={} mcast_bytes={} chain_bytes={}",
+            s["rank"],
+            s["multicast"],
+            s["previous"],
+            s["setup"],
+            s["sent"],
+            s["send_full"],
+            s["recv"],
+            s["own"],
+            s["injected"],
+            s["useful"],
+            s["dup"],
+            s["rej_stale"],
+            s["rej_future"],
+            s["mcast_bytes"],
+            s["chain_bytes"]
+        );
+    }
+}
