@@ -151,3 +151,33 @@ fn ipv6_groups_across_emulated_hosts() {
     // One rank per host: loop-back is off, so no rank sees its own datagrams.
     assert_eq!(sum(&world, "own"), 0, "{}", run.output);
 }
+
+#[test]
+fn the_benchmark_measures_every_rank() {
+    let run = mpirun(
+        4,
+        &[],
+        "bcast_bench",
+        &["--sizes", "16,65536", "--rounds", "3"],
+    );
+    assert!(run.ok, "{}", run.output);
+    let rows: Vec<Vec<&str>> = run
+        .output
+        .lines()
+        .filter(|l| l.starts_with("rank,") || l.starts_with("summary,"))
+        .map(|l| l.split(',').collect())
+        .collect();
+    let ranks: Vec<_> = rows.iter().filter(|r| r[0] == "rank").collect();
+    let summaries: Vec<_> = rows.iter().filter(|r| r[0] == "summary").collect();
+    assert_eq!((ranks.len(), summaries.len()), (6, 2), "{}", run.output);
+    // A tiny message's time is within the noise of the subtracted ping-pong;
+    // 64 KiB takes clearly longer than nothing.
+    for r in ranks.iter().filter(|r| r[2] == "65536") {
+        let us: f64 = r[4].parse().unwrap();
+        assert!(us > 0.0, "completion time {us} µs: {}", run.output);
+    }
+    for s in summaries {
+        let (max, min): (f64, f64) = (s[5].parse().unwrap(), s[6].parse().unwrap());
+        assert!(max >= min, "{}", run.output);
+    }
+}

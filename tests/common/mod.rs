@@ -80,7 +80,10 @@ pub fn built() -> &'static Built {
         );
         let programs = out.join("bin");
         std::fs::create_dir_all(&programs).unwrap();
-        for entry in std::fs::read_dir(repo().join("tests/mpi")).unwrap() {
+        let sources = ["tests/mpi", "bench"]
+            .iter()
+            .flat_map(|dir| std::fs::read_dir(repo().join(dir)).unwrap());
+        for entry in sources {
             let src = entry.unwrap().path();
             if src.extension().is_some_and(|e| e == "c") {
                 let exe = programs.join(src.file_stem().unwrap());
