@@ -118,35 +118,20 @@ impl Module {
         );
         match alg {
             Algorithm::Previous => call.previous()?,
+            Algorithm::Multicast => self.run_multicast(call, bytes)?,
             _ => self.run(alg, call, bytes)?,
         }
         self.stats.record(alg, bytes);
         Ok(())
     }
 
-    /// Runs one of ipmc's own algorithms on the message bytes: in place when
-    /// the datatype is contiguous, through a packed copy otherwise.
-    fn run(&mut self, alg: Algorithm, call: &mut BcastCall, bytes: usize) -> Result<(), i32> {
-        let comm = call.comm();
-        let root = call.root();
-        if alg == Algorithm::Multicast {
-            return self.run_multicast(call, bytes);
-        }
-        if let Some(buf) = call.contiguous(bytes) {
+    /// Runs the linear or chain algorithm on the message bytes.
+    fn run(&self, alg: Algorithm, call: &mut BcastCall, bytes: usize) -> Result<(), i32> {
+        let (comm, root) = (call.comm(), call.root());
+        on_message_bytes(call, self.rank, bytes, |buf| {
             let mut t = PmlTransport::new(comm, self.rank, self.size, buf);
-            return self.run_on(alg, &mut t, root);
-        }
-        let mut packed = vec![0u8; bytes];
-        if self.rank == root {
-            call.pack(&mut packed)?;
-        }
-        let mut t = PmlTransport::new(comm, self.rank, self.size, &mut packed);
-        self.run_on(alg, &mut t, root)?;
-        drop(t);
-        if self.rank != root {
-            call.unpack(&packed)?;
-        }
-        Ok(())
+            self.run_on(alg, &mut t, root)
+        })
     }
 
     fn run_on<T: Transport>(&self, alg: Algorithm, t: &mut T, root: usize) -> Result<(), i32> {
@@ -158,8 +143,7 @@ impl Module {
         result.map_err(|e| e.0)
     }
 
-    /// The two-stage broadcast on the message bytes; contiguous messages are
-    /// copied, others packed, since the protocol keeps its own buffer.
+    /// The two-stage broadcast on the message bytes.
     fn run_multicast(&mut self, call: &mut BcastCall, bytes: usize) -> Result<(), i32> {
         let Multicast::Ready(group) = &mut self.multicast else {
             return Err(OMPI_ERROR);
@@ -171,20 +155,9 @@ impl Module {
         };
         let mut msgs = Messages::new(call.comm());
         let stats = &mut self.stats.datagrams;
-        if let Some(buf) = call.contiguous(bytes) {
-            return group.bcast(&mut msgs, at, buf, stats).map_err(|e| e.0);
-        }
-        let mut packed = vec![0u8; bytes];
-        if at.rank == at.root {
-            call.pack(&mut packed)?;
-        }
-        group
-            .bcast(&mut msgs, at, &mut packed, stats)
-            .map_err(|e| e.0)?;
-        if at.rank != at.root {
-            call.unpack(&packed)?;
-        }
-        Ok(())
+        on_message_bytes(call, self.rank, bytes, |buf| {
+            group.bcast(&mut msgs, at, buf, stats).map_err(|e| e.0)
+        })
     }
 
     /// Sets up the communicator's multicast group with every other rank
@@ -239,6 +212,30 @@ impl Module {
             }
         }
     }
+}
+
+/// Runs `f` on the message's bytes: in the user's buffer when the datatype
+/// is contiguous, otherwise on a copy packed before (at the root) and
+/// unpacked after (elsewhere).
+fn on_message_bytes(
+    call: &mut BcastCall,
+    rank: usize,
+    bytes: usize,
+    f: impl FnOnce(&mut [u8]) -> Result<(), i32>,
+) -> Result<(), i32> {
+    if let Some(buf) = call.contiguous(bytes) {
+        return f(buf);
+    }
+    let root = call.root();
+    let mut packed = vec![0u8; bytes];
+    if rank == root {
+        call.pack(&mut packed)?;
+    }
+    f(&mut packed)?;
+    if rank != root {
+        call.unpack(&packed)?;
+    }
+    Ok(())
 }
 
 /// Opens and joins this rank's socket for the announced group.

@@ -87,10 +87,6 @@ impl Group {
         }
     }
 
-    pub fn socket(&self) -> &McastSocket {
-        &self.socket
-    }
-
     /// One two-stage broadcast of `data` (the root's message; filled in on
     /// the other ranks).
     pub fn bcast(

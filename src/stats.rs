@@ -49,14 +49,6 @@ impl Datagrams {
             .expect("every verdict has a counter");
         self.verdicts[i] += 1;
     }
-
-    pub fn verdict(&self, v: Verdict) -> u64 {
-        VERDICTS
-            .iter()
-            .zip(self.verdicts)
-            .find_map(|((w, _), n)| (*w == v).then_some(n))
-            .unwrap_or(0)
-    }
 }
 
 /// Broadcasts and bytes of one algorithm.

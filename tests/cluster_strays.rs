@@ -8,15 +8,14 @@
 
 mod common;
 
-use std::collections::HashMap;
 use std::path::PathBuf;
 use std::process::Command;
 use std::sync::OnceLock;
 use std::time::Instant;
 
-use common::{check_lines, job_line, num, repo, stats_lines, tally, Cluster, Run, JOB_TIMEOUT};
-
-type Line = HashMap<String, String>;
+use common::{
+    check_lines, job_line, num, repo, stats_lines, sum, tally, Cluster, Line, Run, JOB_TIMEOUT,
+};
 
 /// The one group and port every communicator of these jobs is forced onto.
 const GROUP: &str = "239.192.77.1";
@@ -83,10 +82,6 @@ fn forced_on(group: Option<&'static str>) -> Vec<(&'static str, &'static str)> {
         ]);
     }
     mca
-}
-
-fn sum(lines: &[&Line], key: &str) -> u64 {
-    lines.iter().map(|s| num(s, key)).sum()
 }
 
 fn print_stats(label: &str, lines: &[Line]) {

@@ -445,9 +445,9 @@ pub fn world_stats(run: &Run, np: usize) -> Vec<Line> {
     world
 }
 
-/// The sum of a numeric field over lines.
-pub fn sum(lines: &[Line], key: &str) -> u64 {
-    lines.iter().map(|s| num(s, key)).sum()
+/// The sum of a numeric field over lines (owned or borrowed).
+pub fn sum<L: std::borrow::Borrow<Line>>(lines: &[L], key: &str) -> u64 {
+    lines.iter().map(|s| num(s.borrow(), key)).sum()
 }
 
 /// Shows per-rank figures in a test's output (`cargo test -- --nocapture`).
