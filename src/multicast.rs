@@ -126,15 +126,20 @@ impl Group {
         let mut recvs: VecDeque<MsgId> = VecDeque::with_capacity(CHAIN_WINDOW);
         let mut sends: VecDeque<MsgId> = VecDeque::with_capacity(CHAIN_WINDOW);
         let mut spare: Vec<Vec<u8>> = Vec::new();
-        let mut posted = 0;
+        // The successor's one reply may come as soon as it has our ALL.
+        let mut reply_recv = if b.expects_reply() {
+            Some(msgs.recv(succ, b.max_reply())?)
+        } else {
+            None
+        };
+        let mut reply_send = None;
         loop {
             self.multicast(&mut b, start.elapsed(), &mut datagram, stats);
             if !b.is_complete() {
                 self.receive(&mut b, stats);
             }
-            while posted < b.chain_frames_expected() && recvs.len() < CHAIN_WINDOW {
+            while recvs.len() < b.chain_frames_certain() as usize && recvs.len() < CHAIN_WINDOW {
                 recvs.push_back(msgs.recv(pred, b.max_chain_frame())?);
-                posted += 1;
             }
             // Frames from one peer complete in the order they were posted.
             while let Some(&id) = recvs.front() {
@@ -143,6 +148,23 @@ impl Group {
                 if let Err(e) = b.on_chain(&frame) {
                     warn!("chain frame from rank {pred} refused: {e:?}");
                     return Err(P2pError(OMPI_ERROR));
+                }
+            }
+            if b.reply_due() {
+                // The predecessor's ALL is here: ask only for what has not
+                // arrived by then, datagrams still queued in the socket included.
+                while !b.is_complete() && self.receive(&mut b, stats) {}
+                let mut reply = spare.pop().unwrap_or_default();
+                b.next_reply(&mut reply);
+                reply_send = Some(msgs.send(pred, reply)?);
+            }
+            if let Some(id) = reply_recv {
+                if let Some(reply) = msgs.test(id)? {
+                    reply_recv = None;
+                    if let Err(e) = b.on_reply(&reply) {
+                        warn!("reply from rank {succ} refused: {e:?}");
+                        return Err(P2pError(OMPI_ERROR));
+                    }
                 }
             }
             while sends.len() < CHAIN_WINDOW {
@@ -158,7 +180,13 @@ impl Group {
                 sends.pop_front();
                 spare.push(buf);
             }
-            if b.is_done() && sends.is_empty() {
+            if let Some(id) = reply_send {
+                if let Some(buf) = msgs.test(id)? {
+                    reply_send = None;
+                    spare.push(buf);
+                }
+            }
+            if b.is_done() && sends.is_empty() && reply_send.is_none() {
                 break;
             }
         }
@@ -205,15 +233,16 @@ impl Group {
         }
     }
 
-    /// Reads waiting datagrams and hands them to the protocol.
-    fn receive(&mut self, b: &mut Broadcast, stats: &mut Datagrams) {
+    /// Reads waiting datagrams, up to a burst, and hands them to the
+    /// protocol; whether the burst was used up (more may be waiting).
+    fn receive(&mut self, b: &mut Broadcast, stats: &mut Datagrams) -> bool {
         for _ in 0..RECV_BURST {
             let (n, own) = match self.socket.recv(&mut self.recv_buf) {
                 Ok(Some(got)) => got,
-                Ok(None) => return,
+                Ok(None) => return false,
                 Err(e) => {
                     debug!("multicast receive failed: {e}");
-                    return;
+                    return false;
                 }
             };
             stats.received += 1;
@@ -232,6 +261,7 @@ impl Group {
                 stats.count(verdict);
             }
         }
+        true
     }
 
     /// Stashes the datagram in `recv_buf[..n]` if there is room.

@@ -1,8 +1,9 @@
 //! A seeded, deterministic simulated network for the two-stage broadcast
 //! ([`crate::two_stage`]): one root and N receivers exchange multicast
-//! datagrams over a faulty group and chain frames over reliable FIFO links, in
-//! discrete steps. Each step the ranks take turns in a random order and each
-//! does a bounded amount of work, so the state machines see many interleavings.
+//! datagrams over a faulty group, and chain frames and replies over reliable
+//! FIFO links between ring neighbours, in discrete steps. Each step the ranks
+//! take turns in a random order and each does a bounded amount of work, so
+//! the state machines see many interleavings.
 //! Every run checks the protocol's properties; a failure names the seed and the
 //! configuration, and [`run`] with the two replays it exactly.
 //!
@@ -19,7 +20,7 @@ use rand_chacha::rand_core::{RngCore, SeedableRng};
 use rand_chacha::ChaCha8Rng;
 
 use crate::datagram::{self, Header};
-use crate::two_stage::{Broadcast, Params, Verdict};
+use crate::two_stage::{Broadcast, Frame, Params, Verdict, ALL};
 
 /// What the network does to multicast datagrams.
 #[derive(Clone, Copy, Debug, Default)]
@@ -73,8 +74,8 @@ pub struct Config {
     /// Chance that a multicast send would block, in percent; the root then
     /// stops for the step and must be offered the same fragment again.
     pub block_pct: u32,
-    /// A chain frame arrives `2 ..= 2 + chain_delay` steps after it was sent
-    /// (at least one step later than a datagram sent at the same time).
+    /// A chain frame or reply arrives `2 ..= 2 + chain_delay` steps after it
+    /// was sent (at least one step later than a datagram sent at the same time).
     pub chain_delay: u64,
     /// Datagrams, chain frames and sends each rank handles per step, at most.
     pub work: usize,
@@ -180,8 +181,11 @@ struct Rank {
     burst_left: u32,
     /// Chain frames from the predecessor, with the step they become readable.
     link_in: VecDeque<(u64, Vec<u8>)>,
-    /// Fragments that became owned and must still be forwarded, in order.
-    to_forward: VecDeque<u32>,
+    /// Replies from the successor, likewise.
+    reply_in: VecDeque<(u64, Vec<u8>)>,
+    /// Fragments that came by the chain before the predecessor's `ALL`, to
+    /// check that the rank hands each of them on before its own `ALL`.
+    to_forward: Vec<u32>,
     useful: u32,
     useful_bytes: u64,
 }
@@ -195,9 +199,8 @@ struct Sim {
     /// Datagram copies on their way, by the step they reach a socket.
     in_flight: BTreeMap<u64, Vec<(usize, Packet)>>,
     fragments: u32,
-    /// Root: fragments confirmed by `multicast_done`, and chain frames sent.
+    /// Root: fragments confirmed by `multicast_done`.
     multicast_confirmed: u32,
-    root_chain_sent: u32,
     /// Root: the offer that would have blocked, to compare with the next one.
     pending_offer: Option<(u32, Vec<u8>)>,
     blocked_streak: u32,
@@ -232,7 +235,10 @@ pub fn run(cfg: &Config, seed: u64) -> Report {
         sim.step();
     }
     let done_at = sim.step;
-    let stuck = sim.ranks.iter().position(|r| !r.link_in.is_empty());
+    let stuck = sim
+        .ranks
+        .iter()
+        .position(|r| !r.link_in.is_empty() || !r.reply_in.is_empty());
     check!(
         sim,
         stuck.is_none(),
@@ -283,7 +289,8 @@ impl Sim {
                 socket: VecDeque::new(),
                 burst_left: 0,
                 link_in: VecDeque::new(),
-                to_forward: VecDeque::new(),
+                reply_in: VecDeque::new(),
+                to_forward: Vec::new(),
                 useful: 0,
                 useful_bytes: 0,
             })
@@ -298,7 +305,6 @@ impl Sim {
             in_flight: BTreeMap::new(),
             fragments,
             multicast_confirmed: 0,
-            root_chain_sent: 0,
             pending_offer: None,
             blocked_streak: 0,
             report: Report::default(),
@@ -307,13 +313,14 @@ impl Sim {
 
     /// A generous bound on the steps until every rank is done: the root
     /// enters, waits and multicasts (at worst one fragment per
-    /// `MAX_BLOCKED_STEPS + 1` steps), then along every hop the frames arrive
-    /// within the chain's latency and are read and forwarded at one per step.
+    /// `MAX_BLOCKED_STEPS + 1` steps); then along every hop the handed-on
+    /// fragments, `ALL`, the reply and the fragments it asks for each arrive
+    /// within the chain's latency and are read and sent at one per step.
     fn step_bound(&self) -> u64 {
         let c = &self.cfg;
         let f = u64::from(self.fragments);
         let stage1 = c.max_skew + c.root_wait + f * u64::from(MAX_BLOCKED_STEPS + 1) + 2;
-        let per_hop = 2 + c.chain_delay + 2 * f + 3;
+        let per_hop = 3 * (2 + c.chain_delay) + 4 * f + 6;
         stage1 + f + 2 + c.receivers as u64 * per_hop + 10
     }
 
@@ -381,13 +388,15 @@ impl Sim {
             root.data_mut().copy_from_slice(&data);
             root.start_root(now);
         }
-        let mut phases = [0, 1, 2, 3];
+        let mut phases = [0, 1, 2, 3, 4, 5];
         self.shuffle(&mut phases);
         for phase in phases {
             match phase {
                 0 => self.read_datagrams(r),
                 1 => self.read_chain(r),
                 2 => self.send_chain(r),
+                3 => self.read_reply(r),
+                4 => self.send_reply(r),
                 _ if r == 0 => self.multicast(),
                 _ => {}
             }
@@ -597,9 +606,6 @@ impl Sim {
                 let rank = &mut self.ranks[r];
                 rank.useful += 1;
                 rank.useful_bytes += len;
-                if r < self.cfg.receivers {
-                    rank.to_forward.push_back(k);
-                }
             }
         }
     }
@@ -620,8 +626,8 @@ impl Sim {
                 result.is_ok(),
                 "rank {r}: chain frame {k}: {result:?}"
             );
-            if !owned_before && r < self.cfg.receivers {
-                self.ranks[r].to_forward.push_back(k);
+            if k != ALL && !owned_before && r < self.cfg.receivers {
+                self.ranks[r].to_forward.push(k);
             }
         }
     }
@@ -630,14 +636,7 @@ impl Sim {
         let mut out = Vec::new();
         for _ in 0..self.budget() {
             let was_done = self.ranks[r].b.is_done();
-            let Some(k) = self.ranks[r].b.next_chain_send(&mut out) else {
-                let rank = &self.ranks[r];
-                let idle = if r == 0 {
-                    !rank.b.stage1_done() || self.root_chain_sent == self.fragments
-                } else {
-                    rank.to_forward.is_empty()
-                };
-                check!(self, idle, "rank {r} withholds a chain frame");
+            let Some(frame) = self.ranks[r].b.next_chain_send(&mut out) else {
                 return;
             };
             check!(
@@ -646,33 +645,73 @@ impl Sim {
                 "the last rank sent on the chain"
             );
             check!(self, !was_done, "rank {r} sent after it was done");
-            let want = if r == 0 {
-                check!(
-                    self,
-                    self.ranks[0].b.stage1_done(),
-                    "root chained during stage 1"
-                );
-                self.root_chain_sent += 1;
-                Some(self.root_chain_sent - 1)
-            } else {
-                self.ranks[r].to_forward.pop_front()
+            let rank = &mut self.ranks[r];
+            let ok = match frame {
+                Frame::All => {
+                    let ok = out == ALL.to_le_bytes()
+                        && rank.b.is_complete()
+                        && rank.b.stage1_done()
+                        && rank.to_forward.is_empty();
+                    check!(
+                        self,
+                        ok,
+                        "rank {r}: ALL too early or malformed ({:?} not handed on)",
+                        self.ranks[r].to_forward
+                    );
+                    ok
+                }
+                Frame::Data(k) => {
+                    rank.to_forward.retain(|&x| x != k);
+                    let range = self.range(k);
+                    out[..4] == k.to_le_bytes() && out[4..] == self.ranks[r].b.data()[range]
+                }
             };
-            check!(
-                self,
-                want == Some(k),
-                "rank {r} sent {k}, expected {want:?}"
-            );
-            let range = self.range(k);
-            let frame_ok = out[..4] == k.to_le_bytes() && out[4..] == self.ranks[r].b.data()[range];
-            check!(self, frame_ok, "rank {r}: chain frame {k} is malformed");
-            // FIFO: never readable before the frame sent ahead of it.
-            let link = &self.ranks[r + 1].link_in;
-            let earliest = link.back().map_or(0, |&(ready, _)| ready);
-            let ready = earliest.max(self.step + 2 + self.below(self.cfg.chain_delay + 1));
-            self.ranks[r + 1]
-                .link_in
-                .push_back((ready, std::mem::take(&mut out)));
+            check!(self, ok, "rank {r}: chain frame {frame:?} is malformed");
+            self.deliver(r, r + 1, std::mem::take(&mut out));
         }
+    }
+
+    fn read_reply(&mut self, r: usize) {
+        let rank = &mut self.ranks[r];
+        match rank.reply_in.front() {
+            Some(&(ready, _)) if ready <= self.step => {}
+            _ => return,
+        }
+        let (_, reply) = rank.reply_in.pop_front().expect("front exists");
+        let result = rank.b.on_reply(&reply);
+        check!(self, result.is_ok(), "rank {r}: reply: {result:?}");
+    }
+
+    fn send_reply(&mut self, r: usize) {
+        let mut out = Vec::new();
+        if !self.ranks[r].b.next_reply(&mut out) {
+            return;
+        }
+        check!(self, r > 0, "the root replied");
+        let b = &self.ranks[r].b;
+        let missing: Vec<u8> = (0..b.fragments())
+            .filter(|&k| !b.owns(k))
+            .flat_map(u32::to_le_bytes)
+            .collect();
+        check!(
+            self,
+            out[..4] == crate::two_stage::NEED.to_le_bytes() && out[4..] == missing[..],
+            "rank {r}: the reply is not what it lacks"
+        );
+        self.deliver(r, r - 1, out);
+    }
+
+    /// Puts a frame on the reliable link from `from` to its neighbour `to`:
+    /// FIFO, never readable before the one sent ahead of it.
+    fn deliver(&mut self, from: usize, to: usize, bytes: Vec<u8>) {
+        let delay = 2 + self.below(self.cfg.chain_delay + 1);
+        let link = if to == from + 1 {
+            &mut self.ranks[to].link_in
+        } else {
+            &mut self.ranks[to].reply_in
+        };
+        let earliest = link.back().map_or(0, |&(ready, _)| ready);
+        link.push_back((earliest.max(self.step + delay), bytes));
     }
 
     /// The properties every run must end with.
@@ -705,11 +744,21 @@ impl Sim {
                 b.data() == self.ranks[0].b.data(),
                 "rank {r} has other bytes"
             );
-            check!(self, rank.link_in.is_empty(), "frames left for rank {r}");
             check!(
                 self,
-                b.chain_frames_received() == f,
-                "rank {r}: frames received"
+                rank.link_in.is_empty() && rank.reply_in.is_empty(),
+                "frames left for rank {r}"
+            );
+            check!(
+                self,
+                b.chain_frames_received() >= u32::from(f > 0),
+                "rank {r}: ALL never came"
+            );
+            check!(
+                self,
+                rank.to_forward.is_empty() || r == self.cfg.receivers,
+                "rank {r} did not hand on {:?}",
+                rank.to_forward
             );
             check!(
                 self,

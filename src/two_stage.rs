@@ -7,17 +7,30 @@
 //! production drives it with real sockets and Open MPI point-to-point.
 //!
 //! Stage 1: the root, after `root_wait`, multicasts every fragment once, with
-//! no preceding synchronisation. Stage 2: a reliable fragmented chain along the
-//! virtual ring that starts at the root (virtual rank 0). A rank forwards a
-//! fragment to its successor as soon as it owns it, whether it came by
-//! multicast or by the chain; every rank but the root receives exactly one chain
-//! frame per fragment from its predecessor. A rank is done when it owns every
-//! fragment, has received every chain frame and has handed every chain frame to
-//! its successor. No acknowledgements and no timeouts: the chain alone
-//! guarantees delivery, multicast only makes it earlier.
+//! no preceding synchronisation. Stage 2: a reliable chain along the virtual
+//! ring that starts at the root (virtual rank 0) repairs what multicast did
+//! not deliver. The thesis sends every fragment along the chain; that doubles
+//! the bytes on every link, so here the chain carries data only where it is
+//! missing:
 //!
-//! Chain frame: the fragment index as a little-endian `u32`, then exactly the
-//! fragment's payload (`docs/datagram.md`).
+//! - once a rank owns every fragment (the root: once stage 1 is over) it sends
+//!   its successor `ALL`;
+//! - a rank answers its predecessor's `ALL` with exactly one `NEED` listing
+//!   the fragments it still lacks (often none), and the predecessor, which
+//!   owns everything, sends those;
+//! - a rank hands on at once every fragment that reached it by the chain (it
+//!   was lost upstream, so it is likely lost downstream too): under total loss
+//!   the message streams along the ring as in the thesis.
+//!
+//! Each rank receives a known number of frames from each neighbour, so
+//! nothing is left over for a later broadcast. Still no timeouts and no
+//! acknowledgement of multicast: `ALL` travels on the reliable channel behind
+//! the data, and every gap is filled by a neighbour that owns everything.
+//!
+//! Chain frame (predecessor to successor): a little-endian `u32` fragment
+//! index and exactly that fragment's payload, or the index [`ALL`] alone.
+//! Reply (successor to predecessor): [`NEED`] and the missing fragment
+//! indices, ascending, each a little-endian `u32` (`docs/datagram.md`).
 
 use std::collections::VecDeque;
 use std::ops::Range;
@@ -27,6 +40,10 @@ use crate::datagram::{self, Header, Reject};
 
 /// Bytes of a chain frame before the fragment's payload.
 pub const CHAIN_HEADER_LEN: usize = 4;
+/// The chain frame index that says "the sender owns every fragment".
+pub const ALL: u32 = u32::MAX;
+/// The first word of a reply.
+pub const NEED: u32 = u32::MAX - 1;
 
 /// What one broadcast is, identical on every rank but `vrank`.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -72,18 +89,29 @@ pub enum Verdict {
     BadCrc,
 }
 
-/// A chain frame that cannot be what the predecessor sent: the reliable
-/// channel delivered something this broadcast does not expect.
+/// A chain frame or reply that cannot be what the neighbour sent: the
+/// reliable channel delivered something this broadcast does not expect.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum ChainError {
     /// Shorter than its header, or its payload length is not the fragment's.
     BadLength,
-    /// Its fragment index is beyond the message.
+    /// Its fragment index is beyond the message, not the one asked for, or
+    /// not ascending in a reply.
     BadFragment,
-    /// More frames than fragments arrived.
+    /// More frames or replies than the protocol sends.
     TooMany,
-    /// This rank is the root, which receives nothing on the chain.
+    /// Nothing of this kind can come from that neighbour now (a frame to the
+    /// root, a reply before this rank sent `ALL`, a reply without [`NEED`]).
     Unexpected,
+}
+
+/// What [`Broadcast::next_chain_send`] put into the frame.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Frame {
+    /// Fragment `k`, handed on because it came by the chain, or asked for.
+    Data(u32),
+    /// [`ALL`]: this rank owns every fragment.
+    All,
 }
 
 /// One rank's state in one two-stage broadcast.
@@ -94,17 +122,27 @@ pub struct Broadcast {
     /// One bit per fragment: this rank holds the fragment's bytes.
     owned: Vec<u64>,
     owned_count: u32,
-    /// Non-roots with a successor: owned fragments not yet handed on, in the
-    /// order they became owned. The root needs no queue (it sends 0, 1, …).
+    /// Fragments that came by the chain and go on to the successor before
+    /// `ALL`, in the order they arrived.
     to_forward: VecDeque<u32>,
-    chain_sent: u32,
-    chain_received: u32,
     /// Root: when the message was in place.
     started: Option<Duration>,
     /// Root: the fragment stage 1 multicasts next; those before it are done.
     next_multicast: u32,
     /// Root: `next_multicast` was offered and awaits `multicast_done`.
     offered: bool,
+    /// From the predecessor: frames before its `ALL`, whether `ALL` came, what
+    /// this rank's reply asked for (once sent) and how much of it arrived.
+    pushed_received: u32,
+    pred_all: bool,
+    requested: Option<Vec<u32>>,
+    requested_received: usize,
+    /// To the successor: data frames before `ALL`, whether `ALL` went, the
+    /// successor's reply and how much of it was sent.
+    pushed_sent: u32,
+    all_sent: bool,
+    succ_need: Option<Vec<u32>>,
+    need_sent: usize,
     bytes_by_multicast: u64,
     bytes_by_chain: u64,
 }
@@ -115,7 +153,7 @@ impl Broadcast {
     ///
     /// # Panics
     /// If `vrank >= size`, if `fragment_size` is 0 or above
-    /// [`datagram::MAX_PAYLOAD`], or if the message has more than `u32::MAX`
+    /// [`datagram::MAX_PAYLOAD`], or if the message has [`NEED`] or more
     /// fragments: the driver derives these from checked parameters.
     pub fn new(params: Params) -> Self {
         assert!(params.vrank < params.size, "vrank outside the communicator");
@@ -124,7 +162,9 @@ impl Broadcast {
             "fragment size outside 1..=MAX_PAYLOAD"
         );
         let fragments = u32::try_from(params.message_len.div_ceil(params.fragment_size))
-            .expect("fragment count fits the datagram's 32-bit index");
+            .ok()
+            .filter(|&n| n < NEED)
+            .expect("fragment count fits below the chain's markers");
         Broadcast {
             params,
             fragments,
@@ -132,11 +172,17 @@ impl Broadcast {
             owned: vec![0; (fragments as usize).div_ceil(64)],
             owned_count: 0,
             to_forward: VecDeque::new(),
-            chain_sent: 0,
-            chain_received: 0,
             started: None,
             next_multicast: 0,
             offered: false,
+            pushed_received: 0,
+            pred_all: false,
+            requested: None,
+            requested_received: 0,
+            pushed_sent: 0,
+            all_sent: false,
+            succ_need: None,
+            need_sent: 0,
             bytes_by_multicast: 0,
             bytes_by_chain: 0,
         }
@@ -248,19 +294,26 @@ impl Broadcast {
         Verdict::Useful
     }
 
-    /// Chain frames this rank must receive from its predecessor in total
-    /// (`fragments()` on every rank but the root, 0 on the root).
-    pub fn chain_frames_expected(&self) -> u32 {
-        if self.is_root() {
-            0
-        } else {
-            self.fragments
+    /// Frames from the predecessor that are certain to come and have not
+    /// been handed to [`Broadcast::on_chain`]: the driver may have that many
+    /// receives posted, and no more, since a receive beyond them could match
+    /// a frame of the next broadcast. Before `ALL` that is 1 (`ALL` itself;
+    /// how many frames precede it is unknown), after the reply the frames it
+    /// asked for.
+    pub fn chain_frames_certain(&self) -> u32 {
+        if !self.has_predecessor() || self.fragments == 0 {
+            return 0;
+        }
+        match (&self.requested, self.pred_all) {
+            (_, false) => 1,
+            (None, true) => 0,
+            (Some(asked), true) => (asked.len() - self.requested_received) as u32,
         }
     }
 
-    /// Chain frames received so far.
+    /// Frames received from the predecessor so far, `ALL` included.
     pub fn chain_frames_received(&self) -> u32 {
-        self.chain_received
+        self.pushed_received + u32::from(self.pred_all) + self.requested_received as u32
     }
 
     /// Largest chain frame of this broadcast, for sizing receive buffers.
@@ -268,55 +321,143 @@ impl Broadcast {
         CHAIN_HEADER_LEN + self.params.fragment_size.min(self.params.message_len)
     }
 
+    /// Largest reply of this broadcast: [`NEED`] and every fragment index.
+    pub fn max_reply(&self) -> usize {
+        4 + 4 * self.fragments as usize
+    }
+
+    /// Whether a reply will come from the successor (receive it from the start).
+    pub fn expects_reply(&self) -> bool {
+        self.has_successor() && self.fragments > 0
+    }
+
     /// A chain frame received from the predecessor.
     pub fn on_chain(&mut self, frame: &[u8]) -> Result<(), ChainError> {
-        if self.is_root() {
+        if !self.has_predecessor() || self.fragments == 0 {
             return Err(ChainError::Unexpected);
-        }
-        // An extra frame is wrong whatever it holds.
-        if self.chain_received >= self.fragments {
-            return Err(ChainError::TooMany);
         }
         if frame.len() < CHAIN_HEADER_LEN {
             return Err(ChainError::BadLength);
         }
         let (head, payload) = frame.split_at(CHAIN_HEADER_LEN);
         let k = u32::from_le_bytes([head[0], head[1], head[2], head[3]]);
+        if k == ALL {
+            if !payload.is_empty() {
+                return Err(ChainError::BadLength);
+            }
+            if self.pred_all {
+                return Err(ChainError::TooMany);
+            }
+            self.pred_all = true;
+            return Ok(());
+        }
         if k >= self.fragments {
             return Err(ChainError::BadFragment);
         }
         if payload.len() != self.range(k).len() {
             return Err(ChainError::BadLength);
         }
-        self.chain_received += 1;
+        if self.pred_all {
+            // After ALL only what the reply asked for, in its order.
+            let asked = self.requested.as_deref().unwrap_or(&[]);
+            match asked.get(self.requested_received) {
+                None => return Err(ChainError::TooMany),
+                Some(&want) if want != k => return Err(ChainError::BadFragment),
+                Some(_) => self.requested_received += 1,
+            }
+        } else {
+            // The predecessor hands on each fragment at most once.
+            if self.pushed_received >= self.fragments {
+                return Err(ChainError::TooMany);
+            }
+            self.pushed_received += 1;
+        }
         if !self.owns(k) {
             self.take(k, payload);
             self.bytes_by_chain += payload.len() as u64;
+            if self.has_successor() {
+                self.to_forward.push_back(k);
+            }
         }
         Ok(())
     }
 
-    /// The next chain frame for the successor, encoded into `out`: a fragment
-    /// this rank owns and has not yet handed on, in the order it came to own
-    /// them. `None` on the last rank, while the root is in stage 1, and when
-    /// nothing new is owned. Each fragment is handed out exactly once.
-    pub fn next_chain_send(&mut self, out: &mut Vec<u8>) -> Option<u32> {
-        if !self.has_successor() {
+    /// The next chain frame for the successor, encoded into `out`: fragments
+    /// that came by the chain, then `ALL` once this rank owns everything (the
+    /// root: once stage 1 is over), then what the successor's reply asks for.
+    /// `None` on the last rank and while there is nothing to send yet.
+    pub fn next_chain_send(&mut self, out: &mut Vec<u8>) -> Option<Frame> {
+        if !self.has_successor() || self.fragments == 0 {
             return None;
         }
-        let k = if self.is_root() {
-            if !self.stage1_done() || self.chain_sent >= self.fragments {
+        if !self.all_sent {
+            if let Some(k) = self.to_forward.pop_front() {
+                self.pushed_sent += 1;
+                self.encode_fragment(k, out);
+                return Some(Frame::Data(k));
+            }
+            if !self.is_complete() || !self.stage1_done() {
                 return None;
             }
-            self.chain_sent
-        } else {
-            self.to_forward.pop_front()?
-        };
+            self.all_sent = true;
+            out.clear();
+            out.extend_from_slice(&ALL.to_le_bytes());
+            return Some(Frame::All);
+        }
+        let k = *self.succ_need.as_ref()?.get(self.need_sent)?;
+        self.need_sent += 1;
+        self.encode_fragment(k, out);
+        Some(Frame::Data(k))
+    }
+
+    /// Whether the predecessor's `ALL` came and the reply is still to be made.
+    pub fn reply_due(&self) -> bool {
+        self.pred_all && self.requested.is_none()
+    }
+
+    /// The reply for the predecessor, encoded into `out`, once its `ALL` came:
+    /// [`NEED`] and the fragments this rank still lacks. Exactly once per
+    /// broadcast on every rank but the root; `false` when it is not due.
+    /// The driver should read waiting datagrams first, so that it does not
+    /// ask for what has already arrived.
+    pub fn next_reply(&mut self, out: &mut Vec<u8>) -> bool {
+        if !self.pred_all || self.requested.is_some() {
+            return false;
+        }
+        let missing: Vec<u32> = (0..self.fragments).filter(|&k| !self.owns(k)).collect();
         out.clear();
-        out.extend_from_slice(&k.to_le_bytes());
-        out.extend_from_slice(&self.data[self.range(k)]);
-        self.chain_sent += 1;
-        Some(k)
+        out.extend_from_slice(&NEED.to_le_bytes());
+        for k in &missing {
+            out.extend_from_slice(&k.to_le_bytes());
+        }
+        self.requested = Some(missing);
+        true
+    }
+
+    /// The successor's reply: the fragments to send it after `ALL`.
+    pub fn on_reply(&mut self, reply: &[u8]) -> Result<(), ChainError> {
+        if !self.expects_reply() || !self.all_sent {
+            return Err(ChainError::Unexpected);
+        }
+        if self.succ_need.is_some() {
+            return Err(ChainError::TooMany);
+        }
+        if reply.len() < 4 || reply.len() % 4 != 0 || reply.len() > self.max_reply() {
+            return Err(ChainError::BadLength);
+        }
+        let mut words = reply
+            .chunks_exact(4)
+            .map(|w| u32::from_le_bytes([w[0], w[1], w[2], w[3]]));
+        if words.next() != Some(NEED) {
+            return Err(ChainError::Unexpected);
+        }
+        let need: Vec<u32> = words.collect();
+        let ascending = need.windows(2).all(|w| w[0] < w[1]);
+        if !ascending || need.last().is_some_and(|&k| k >= self.fragments) {
+            return Err(ChainError::BadFragment);
+        }
+        self.succ_need = Some(need);
+        Ok(())
     }
 
     /// Whether this rank owns every fragment (the data is complete).
@@ -325,13 +466,21 @@ impl Broadcast {
     }
 
     /// Whether this rank's part of the broadcast is over: complete, every
-    /// chain frame received and every chain frame handed out. (The driver
-    /// still waits for its sends to finish.)
+    /// frame the predecessor sends received and replied to, and the
+    /// successor's reply received and served. (The driver still waits for
+    /// its sends to finish.)
     pub fn is_done(&self) -> bool {
-        self.is_complete()
-            && self.stage1_done()
-            && self.chain_received == self.chain_frames_expected()
-            && self.chain_sent == self.chain_frames_to_send()
+        if self.fragments == 0 {
+            return self.stage1_done();
+        }
+        let from_pred = !self.has_predecessor()
+            || (self.requested.is_some() && self.chain_frames_certain() == 0);
+        let to_succ = !self.has_successor()
+            || self
+                .succ_need
+                .as_ref()
+                .is_some_and(|need| self.need_sent == need.len());
+        self.is_complete() && self.stage1_done() && from_pred && to_succ
     }
 
     /// Payload bytes that first arrived by multicast, and by the chain.
@@ -348,16 +497,6 @@ impl Broadcast {
         k < self.fragments && self.owned[k as usize / 64] & (1 << (k % 64)) != 0
     }
 
-    /// Chain frames this rank sends to its successor in total: `fragments()`,
-    /// or 0 on the last rank.
-    pub fn chain_frames_to_send(&self) -> u32 {
-        if self.has_successor() {
-            self.fragments
-        } else {
-            0
-        }
-    }
-
     /// Root: when stage 1 may start (`start_root`'s `now` plus `root_wait`),
     /// so that the driver knows how long to sleep; `None` before `start_root`
     /// and on non-roots.
@@ -366,17 +505,27 @@ impl Broadcast {
             .map(|t| t.saturating_add(self.params.root_wait))
     }
 
-    /// Chain frames handed out by [`Broadcast::next_chain_send`] so far.
+    /// Data frames sent to the successor so far (`ALL` not counted).
     pub fn chain_frames_sent(&self) -> u32 {
-        self.chain_sent
+        self.pushed_sent + self.need_sent as u32
     }
 
     fn is_root(&self) -> bool {
         self.params.vrank == 0
     }
 
+    fn has_predecessor(&self) -> bool {
+        !self.is_root()
+    }
+
     fn has_successor(&self) -> bool {
         self.params.vrank + 1 < self.params.size
+    }
+
+    fn encode_fragment(&self, k: u32, out: &mut Vec<u8>) {
+        out.clear();
+        out.extend_from_slice(&k.to_le_bytes());
+        out.extend_from_slice(&self.data[self.range(k)]);
     }
 
     /// The bytes of fragment `k < fragments()` in the message.
@@ -389,15 +538,12 @@ impl Broadcast {
         start..end
     }
 
-    /// Makes fragment `k` (not yet owned) this rank's and queues it for the successor.
+    /// Makes fragment `k` (not yet owned) this rank's.
     fn take(&mut self, k: u32, payload: &[u8]) {
         let range = self.range(k);
         self.data[range].copy_from_slice(payload);
         self.owned[k as usize / 64] |= 1 << (k % 64);
         self.owned_count += 1;
-        if self.has_successor() {
-            self.to_forward.push_back(k);
-        }
     }
 }
 
@@ -460,6 +606,23 @@ mod tests {
         [&k.to_le_bytes()[..], payload].concat()
     }
 
+    fn all() -> Vec<u8> {
+        ALL.to_le_bytes().to_vec()
+    }
+
+    fn need(ks: &[u32]) -> Vec<u8> {
+        std::iter::once(NEED)
+            .chain(ks.iter().copied())
+            .flat_map(u32::to_le_bytes)
+            .collect()
+    }
+
+    /// Every frame `b` would send its successor now.
+    fn drain(b: &mut Broadcast) -> Vec<(Frame, Vec<u8>)> {
+        let mut out = Vec::new();
+        std::iter::from_fn(|| b.next_chain_send(&mut out).map(|f| (f, out.clone()))).collect()
+    }
+
     #[test]
     fn fragment_counts_and_frame_sizes() {
         for (len, fs, n, max_frame) in [
@@ -472,17 +635,18 @@ mod tests {
             let b = Broadcast::new(params(1, 3, len, fs));
             assert_eq!(b.fragments(), n, "{len} bytes");
             assert_eq!(b.max_chain_frame(), max_frame, "{len} bytes");
-            assert_eq!(b.chain_frames_expected(), n);
+            assert_eq!(b.max_reply(), 4 + 4 * n as usize);
+            assert_eq!(b.chain_frames_certain(), u32::from(n > 0), "ALL will come");
+            assert_eq!(b.expects_reply(), n > 0);
             assert_eq!(b.data().len(), len);
         }
-        assert_eq!(
-            Broadcast::new(params(0, 3, 1000, 256)).chain_frames_expected(),
-            0
-        );
+        let root = Broadcast::new(params(0, 3, 1000, 256));
+        assert_eq!(root.chain_frames_certain(), 0);
+        assert!(!Broadcast::new(params(2, 3, 1000, 256)).expects_reply());
     }
 
     #[test]
-    fn root_waits_multicasts_each_fragment_once_then_feeds_the_chain() {
+    fn root_waits_multicasts_each_fragment_once_then_sends_all() {
         let wait = Duration::from_micros(50);
         let mut b = root(4, 600, 256, wait);
         let t0 = Duration::from_millis(1);
@@ -506,18 +670,28 @@ mod tests {
             assert_eq!(d.header.message_len, 600);
             assert_eq!(d.payload, piece(&b, k));
             assert!(!b.stage1_done());
+            assert_eq!(
+                b.on_reply(&need(&[])),
+                Err(ChainError::Unexpected),
+                "reply before ALL"
+            );
             b.multicast_done();
         }
         assert!(b.stage1_done());
         assert_eq!(b.next_multicast(t0 + wait, &mut out), None);
-        for k in 0..3u32 {
-            assert!(!b.is_done());
-            assert_eq!(b.next_chain_send(&mut out), Some(k));
-            assert_eq!(&out[..4], &k.to_le_bytes());
-            assert_eq!(&out[4..], piece(&b, k));
-        }
-        assert_eq!(b.next_chain_send(&mut out), None);
+        assert_eq!(drain(&mut b), [(Frame::All, all())]);
+        assert!(!b.is_done(), "the successor's reply is due");
+        assert_eq!(b.on_reply(&need(&[0, 2])), Ok(()));
+        assert_eq!(
+            drain(&mut b),
+            [
+                (Frame::Data(0), frame(0, piece(&b, 0))),
+                (Frame::Data(2), frame(2, piece(&b, 2)))
+            ]
+        );
         assert!(b.is_done());
+        assert_eq!(b.chain_frames_sent(), 2);
+        assert_eq!(b.on_reply(&need(&[])), Err(ChainError::TooMany));
         assert_eq!((b.bytes_by_multicast(), b.bytes_by_chain()), (0, 0));
     }
 
@@ -670,26 +844,71 @@ mod tests {
             b.on_chain(&frame(3, &[0; 88])),
             Err(ChainError::BadFragment)
         );
-        assert_eq!(
-            b.on_chain(&frame(u32::MAX, &[])),
-            Err(ChainError::BadFragment)
-        );
+        assert_eq!(b.on_chain(&frame(NEED, &[])), Err(ChainError::BadFragment));
         assert_eq!(b.on_chain(&frame(0, &[0; 255])), Err(ChainError::BadLength));
         assert_eq!(b.on_chain(&frame(2, &[0; 256])), Err(ChainError::BadLength));
+        assert_eq!(b.on_chain(&frame(ALL, &[0])), Err(ChainError::BadLength));
         assert_eq!(b.chain_frames_received(), 0, "rejected frames do not count");
-        for k in 0..3 {
-            let len = if k == 2 { 88 } else { 256 };
-            assert_eq!(b.on_chain(&frame(k, &vec![k as u8 + 1; len])), Ok(()));
-        }
-        assert_eq!(b.chain_frames_received(), 3);
-        assert_eq!(b.on_chain(&frame(0, &[0; 256])), Err(ChainError::TooMany));
+        // Handed on before ALL: any fragment, each at most once in all.
+        assert_eq!(b.on_chain(&frame(1, &[1; 256])), Ok(()));
+        assert_eq!(b.on_chain(&all()), Ok(()));
+        assert_eq!(b.on_chain(&all()), Err(ChainError::TooMany));
+        assert_eq!(b.chain_frames_certain(), 0, "the reply is not made yet");
+        assert!(b.reply_due());
+        let mut out = Vec::new();
+        assert!(b.next_reply(&mut out));
+        assert_eq!(out, need(&[0, 2]));
+        assert!(!b.reply_due() && !b.next_reply(&mut out), "one reply only");
+        assert_eq!(b.chain_frames_certain(), 2);
+        // After ALL only what was asked for, in its order.
+        assert_eq!(
+            b.on_chain(&frame(2, &[3; 88])),
+            Err(ChainError::BadFragment)
+        );
+        assert_eq!(b.on_chain(&frame(0, &[2; 256])), Ok(()));
+        assert!(!b.is_done());
+        assert_eq!(b.on_chain(&frame(2, &[3; 88])), Ok(()));
+        assert_eq!(b.on_chain(&frame(2, &[3; 88])), Err(ChainError::TooMany));
+        assert_eq!(b.chain_frames_received(), 4);
         assert!(b.is_complete());
         assert_eq!((b.bytes_by_multicast(), b.bytes_by_chain()), (0, 600));
-        assert_eq!(b.data()[255..258], [1, 2, 2]);
+        assert_eq!(b.data()[255..258], [2, 1, 1]);
     }
 
     #[test]
-    fn a_chain_frame_for_an_owned_fragment_counts_but_changes_nothing() {
+    fn replies_are_checked() {
+        let mut b = Broadcast::new(params(1, 3, 600, 256));
+        let p = *b.params();
+        for k in 0..3 {
+            let len = if k == 2 { 88 } else { 256 };
+            b.on_datagram(&datagram_of(&p, k, &vec![5; len], |_| {}));
+        }
+        assert_eq!(b.on_reply(&need(&[])), Err(ChainError::Unexpected));
+        assert_eq!(drain(&mut b), [(Frame::All, all())]);
+        for (bad, want) in [
+            (vec![], ChainError::BadLength),
+            (need(&[1])[..6].to_vec(), ChainError::BadLength),
+            (need(&[0, 1, 2, 2]), ChainError::BadLength),
+            (all(), ChainError::Unexpected),
+            (need(&[3]), ChainError::BadFragment),
+            (need(&[1, 0]), ChainError::BadFragment),
+            (need(&[1, 1]), ChainError::BadFragment),
+        ] {
+            assert_eq!(b.on_reply(&bad), Err(want), "{bad:?}");
+        }
+        assert_eq!(b.on_reply(&need(&[0, 1, 2])), Ok(()));
+        let sent: Vec<Frame> = drain(&mut b).into_iter().map(|(f, _)| f).collect();
+        assert_eq!(sent, [Frame::Data(0), Frame::Data(1), Frame::Data(2)]);
+        assert!(!b.is_done(), "ALL from the predecessor not yet here");
+        b.on_chain(&all()).unwrap();
+        let mut out = Vec::new();
+        assert!(b.next_reply(&mut out));
+        assert_eq!(out, need(&[]));
+        assert!(b.is_done());
+    }
+
+    #[test]
+    fn a_chain_frame_for_an_owned_fragment_changes_nothing_and_goes_no_further() {
         let mut b = Broadcast::new(params(1, 3, 600, 256));
         let p = *b.params();
         assert_eq!(
@@ -699,34 +918,37 @@ mod tests {
         b.on_chain(&frame(1, &[9; 256])).unwrap();
         assert_eq!(b.chain_frames_received(), 1);
         assert!(b.data()[256..512].iter().all(|&x| x == 7));
-        let mut out = Vec::new();
-        assert_eq!(b.next_chain_send(&mut out), Some(1));
-        assert_eq!(b.next_chain_send(&mut out), None, "forwarded once only");
+        assert_eq!(drain(&mut b), [], "came by multicast: not handed on");
         assert_eq!((b.bytes_by_multicast(), b.bytes_by_chain()), (256, 0));
     }
 
     #[test]
-    fn fragments_are_forwarded_in_the_order_they_became_owned() {
+    fn fragments_that_came_by_the_chain_go_on_in_arrival_order_before_all() {
         let mut b = Broadcast::new(params(1, 3, 1000, 256));
         let p = *b.params();
-        let mut out = Vec::new();
         b.on_datagram(&datagram_of(&p, 2, &[2; 256], |_| {}));
-        b.on_chain(&frame(0, &[0; 256])).unwrap();
-        b.on_datagram(&datagram_of(&p, 3, &[3; 232], |_| {}));
-        assert_eq!(b.next_chain_send(&mut out), Some(2));
-        assert_eq!(out, frame(2, &[2; 256]));
-        b.on_chain(&frame(1, &[1; 256])).unwrap();
-        let order: Vec<u32> = std::iter::from_fn(|| b.next_chain_send(&mut out)).collect();
-        assert_eq!(order, [0, 3, 1]);
-        assert!(
-            b.is_complete() && !b.is_done(),
-            "chain frames 2 and 3 missing"
-        );
-        b.on_chain(&frame(2, &[2; 256])).unwrap();
         b.on_chain(&frame(3, &[3; 232])).unwrap();
+        b.on_chain(&frame(0, &[0; 256])).unwrap();
+        assert_eq!(
+            drain(&mut b),
+            [
+                (Frame::Data(3), frame(3, &[3; 232])),
+                (Frame::Data(0), frame(0, &[0; 256]))
+            ],
+            "no ALL while fragment 1 is missing"
+        );
+        b.on_chain(&frame(1, &[1; 256])).unwrap();
+        let sent: Vec<Frame> = drain(&mut b).into_iter().map(|(f, _)| f).collect();
+        assert_eq!(sent, [Frame::Data(1), Frame::All]);
+        b.on_chain(&all()).unwrap();
+        let mut out = Vec::new();
+        assert!(b.next_reply(&mut out));
+        assert_eq!(out, need(&[]));
+        assert!(!b.is_done(), "the successor's reply is due");
+        b.on_reply(&need(&[])).unwrap();
         assert!(b.is_done());
-        assert_eq!(b.chain_frames_sent(), 4);
-        assert_eq!((b.bytes_by_multicast(), b.bytes_by_chain()), (488, 512));
+        assert_eq!(b.chain_frames_sent(), 3);
+        assert_eq!((b.bytes_by_multicast(), b.bytes_by_chain()), (256, 744));
     }
 
     #[test]
@@ -737,10 +959,13 @@ mod tests {
         b.on_datagram(&datagram_of(&p, 0, &[1; 256], |_| {}));
         b.on_chain(&frame(1, &[1; 44])).unwrap();
         assert_eq!(b.next_chain_send(&mut out), None);
-        assert_eq!(b.chain_frames_to_send(), 0);
-        assert!(!b.is_done(), "chain frame 0 still expected");
-        b.on_chain(&frame(0, &[1; 256])).unwrap();
+        assert!(!b.expects_reply());
+        assert!(!b.is_done(), "ALL still expected");
+        b.on_chain(&all()).unwrap();
+        assert!(!b.is_done(), "the reply is not made yet");
+        assert!(b.next_reply(&mut out));
         assert!(b.is_done());
+        assert_eq!(b.on_reply(&need(&[])), Err(ChainError::Unexpected));
     }
 
     #[test]
@@ -751,7 +976,8 @@ mod tests {
         assert_eq!(b.fragments(), 0);
         assert!(b.is_complete() && b.is_done());
         assert_eq!(b.next_chain_send(&mut out), None);
-        assert_eq!(b.on_chain(&frame(0, &[])), Err(ChainError::TooMany));
+        assert_eq!(b.on_chain(&all()), Err(ChainError::Unexpected));
+        assert_eq!(b.chain_frames_certain(), 0);
         assert_eq!(
             b.on_datagram(&datagram_of(&p, 0, &[], |_| {})),
             Verdict::BadLength
@@ -760,6 +986,28 @@ mod tests {
         assert!(r.is_done());
         assert_eq!(r.next_multicast(Duration::from_secs(9), &mut out), None);
         assert_eq!(r.next_chain_send(&mut out), None);
+    }
+
+    /// Runs the chain of a ring until nothing moves; every frame and reply
+    /// is delivered at once.
+    fn settle(ranks: &mut [Broadcast]) {
+        let mut out = Vec::new();
+        loop {
+            let mut moved = false;
+            for v in 0..ranks.len() {
+                while v + 1 < ranks.len() && ranks[v].next_chain_send(&mut out).is_some() {
+                    ranks[v + 1].on_chain(&out).unwrap();
+                    moved = true;
+                }
+                if v > 0 && ranks[v].next_reply(&mut out) {
+                    ranks[v - 1].on_reply(&out).unwrap();
+                    moved = true;
+                }
+            }
+            if !moved {
+                return;
+            }
+        }
     }
 
     #[test]
@@ -773,15 +1021,36 @@ mod tests {
         while ranks[0].next_multicast(Duration::ZERO, &mut out).is_some() {
             ranks[0].multicast_done();
         }
-        for v in 0..2 {
-            while ranks[v].next_chain_send(&mut out).is_some() {
-                ranks[v + 1].on_chain(&out).unwrap();
-            }
-        }
+        settle(&mut ranks);
         assert!(ranks
             .iter()
             .all(|b| b.is_done() && b.data() == ranks[0].data()));
+        assert_eq!(ranks[1].bytes_by_chain(), 5000);
         assert_eq!(ranks[2].bytes_by_chain(), 5000);
+        // Rank 1 asked the root for everything and handed it all on, so rank
+        // 2's reply was empty.
+        assert_eq!(ranks[0].chain_frames_sent(), 20);
+        assert_eq!(ranks[1].chain_frames_sent(), 20);
+    }
+
+    #[test]
+    fn a_ring_with_every_datagram_delivered_moves_no_data_on_the_chain() {
+        let mut ranks: Vec<Broadcast> = (0..4)
+            .map(|v| Broadcast::new(params(v, 4, 5000, 256)))
+            .collect();
+        ranks[0].data_mut().fill(0xcd);
+        ranks[0].start_root(Duration::ZERO);
+        let mut out = Vec::new();
+        while ranks[0].next_multicast(Duration::ZERO, &mut out).is_some() {
+            for b in &mut ranks[1..] {
+                assert_eq!(b.on_datagram(&out), Verdict::Useful);
+            }
+            ranks[0].multicast_done();
+        }
+        settle(&mut ranks);
+        assert!(ranks
+            .iter()
+            .all(|b| b.is_done() && b.data() == ranks[0].data() && b.chain_frames_sent() == 0));
     }
 
     /// Random bytes and damaged datagrams: no panic, nothing taken.
@@ -815,6 +1084,7 @@ mod tests {
                 } else {
                     b.on_datagram(&input);
                     let _ = b.on_chain(&input);
+                    let _ = b.on_reply(&input);
                 }
             }
         }
