@@ -7,6 +7,9 @@
 #
 # Options (each may be given once, --loss-host several times):
 #   --rate RATE        limit every link to RATE in both directions (tc tbf, e.g. 100mbit)
+#   --burst BYTES      bytes a link may send at once above RATE (tbf burst; default 16kb).
+#                      A real link has none: 3kb (two full frames) keeps even small
+#                      messages at the link's speed
 #   --loss PCT         every host drops PCT % of the multicast UDP datagrams it receives (nftables)
 #   --loss-host K=PCT  host K (1..N) drops PCT % instead
 #   --no-multicast K   host K's interface has no MULTICAST flag
@@ -22,13 +25,14 @@
 # network namespace, and no address outside the cluster is ever used.
 set -euo pipefail
 
-usage() { echo "usage: $0 [--rate R] [--loss PCT] [--loss-host K=PCT] [--no-multicast K] [--slots S] N -- command [args...]" >&2; exit 2; }
-rate="" loss=0 slots=1 no_mcast=""
+usage() { echo "usage: $0 [--rate R] [--burst B] [--loss PCT] [--loss-host K=PCT] [--no-multicast K] [--slots S] N -- command [args...]" >&2; exit 2; }
+rate="" burst=16kb loss=0 slots=1 no_mcast=""
 declare -A host_loss=()
 pct() { [[ "$1" =~ ^[0-9]+$ ]] && [ "$1" -le 100 ] || usage; }
 while [ $# -gt 0 ]; do
     case "$1" in
         --rate) [ $# -ge 2 ] || usage; rate=$2; shift 2 ;;
+        --burst) [ $# -ge 2 ] || usage; burst=$2; shift 2 ;;
         --loss) [ $# -ge 2 ] || usage; pct "$2"; loss=$2; shift 2 ;;
         --loss-host) [ $# -ge 2 ] && [[ "$2" =~ ^[0-9]+=[0-9]+$ ]] || usage
                      pct "${2#*=}"; host_loss[${2%%=*}]=${2#*=}; shift 2 ;;
@@ -81,8 +85,8 @@ for i in $(seq 0 "$n"); do
     ip -n "$h" addr add "$net6$((i + 1))/64" dev eth0 nodad
     if [ -n "$rate" ]; then
         # Both directions of the link: the host's sending side and the switch port towards it.
-        ip netns exec "$h" tc qdisc add dev eth0 root tbf rate "$rate" burst 16kb latency 200ms
-        ip netns exec "$sw" tc qdisc add dev "p$i" root tbf rate "$rate" burst 16kb latency 200ms
+        ip netns exec "$h" tc qdisc add dev eth0 root tbf rate "$rate" burst "$burst" latency 200ms
+        ip netns exec "$sw" tc qdisc add dev "p$i" root tbf rate "$rate" burst "$burst" latency 200ms
     fi
     if [ "$i" -eq 0 ]; then continue; fi  # the launcher
     if [ "$slots" -gt 1 ]; then hosts+=("$h:$slots"); else hosts+=("$h"); fi

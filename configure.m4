@@ -1,0 +1,54 @@
+# -*- shell-script -*-
+#
+# Configure checks for ipmc inside an Open MPI source tree
+# (ompi/mca/coll/ipmc/). Read by Open MPI's autogen.pl/configure; the
+# standalone build against an installed Open MPI does not use it.
+
+# The Rust core is a static archive that only the component's own link
+# consumes. Built as a static component, it would have to reach every
+# application's link line too, so ipmc is always a DSO.
+AC_DEFUN([MCA_ompi_coll_ipmc_COMPILE_MODE], [
+    AC_MSG_CHECKING([for MCA component $2:$3 compile mode])
+    $4="dso"
+    AC_MSG_RESULT([$$4])
+])
+
+# MCA_ompi_coll_ipmc_CONFIG([action-if-can-compile],
+#                           [action-if-cant-compile])
+# ------------------------------------------------
+AC_DEFUN([MCA_ompi_coll_ipmc_CONFIG],[
+    AC_CONFIG_FILES([ompi/mca/coll/ipmc/Makefile])
+
+    AC_ARG_VAR([CARGO], [Rust's cargo, used to build the ipmc collective component])
+    AC_PATH_PROG([CARGO], [cargo], [no], [$PATH$PATH_SEPARATOR$HOME/.cargo/bin])
+    coll_ipmc_happy=yes
+    AS_IF([test "$CARGO" = "no"],
+          [AC_MSG_WARN([coll:ipmc needs cargo (Rust 1.74 or later); the component will not be built])
+           coll_ipmc_happy=no])
+
+    # Open MPI builds run without network access: the crates must already be
+    # in ompi/mca/coll/ipmc/vendor (cargo vendor) or in cargo's cache (cargo fetch).
+    AS_IF([test "$coll_ipmc_happy" = "yes"],
+          [AC_MSG_CHECKING([whether the crates of coll:ipmc are available offline])
+           coll_ipmc_dir="$srcdir/ompi/mca/coll/ipmc"
+           AS_IF([test -d "$coll_ipmc_dir/vendor"],
+                 [coll_ipmc_fetch=`cd "$coll_ipmc_dir" && "$CARGO" fetch --offline --locked \
+                      --config 'source.crates-io.replace-with="vendored-sources"' \
+                      --config 'source.vendored-sources.directory="vendor"' 2>&1`
+                  coll_ipmc_fetched=$?],
+                 [coll_ipmc_fetch=`cd "$coll_ipmc_dir" && "$CARGO" fetch --offline --locked 2>&1`
+                  coll_ipmc_fetched=$?])
+           AS_IF([test "$coll_ipmc_fetched" -eq 0],
+                 [AC_MSG_RESULT([yes])],
+                 [AC_MSG_RESULT([no])
+                  AC_MSG_WARN([cargo could not find the crates of coll:ipmc offline:])
+                  AC_MSG_WARN([$coll_ipmc_fetch])
+                  AC_MSG_WARN([run "cargo vendor --locked vendor" in ompi/mca/coll/ipmc first; the component will not be built])
+                  coll_ipmc_happy=no])])
+
+    # What `rustc --print native-static-libs` lists for a staticlib on Linux.
+    coll_ipmc_RUST_LIBS="-lgcc_s -lutil -lrt -lpthread -lm -ldl"
+    AC_SUBST([coll_ipmc_RUST_LIBS])
+
+    AS_IF([test "$coll_ipmc_happy" = "yes"], [$1], [$2])
+])dnl
