@@ -646,7 +646,7 @@ impl Sim {
             );
             check!(self, !was_done, "rank {r} sent after it was done");
             let rank = &mut self.ranks[r];
-            let ok = match frame {
+            match frame {
                 Frame::All => {
                     let ok = out == ALL.to_le_bytes()
                         && rank.b.is_complete()
@@ -658,15 +658,15 @@ impl Sim {
                         "rank {r}: ALL too early or malformed ({:?} not handed on)",
                         self.ranks[r].to_forward
                     );
-                    ok
                 }
                 Frame::Data(k) => {
                     rank.to_forward.retain(|&x| x != k);
                     let range = self.range(k);
-                    out[..4] == k.to_le_bytes() && out[4..] == self.ranks[r].b.data()[range]
+                    let ok =
+                        out[..4] == k.to_le_bytes() && out[4..] == self.ranks[r].b.data()[range];
+                    check!(self, ok, "rank {r}: chain frame {k} is malformed");
                 }
-            };
-            check!(self, ok, "rank {r}: chain frame {frame:?} is malformed");
+            }
             self.deliver(r, r + 1, std::mem::take(&mut out));
         }
     }
