@@ -12,6 +12,7 @@
 #include "ompi/request/request.h"
 #include "opal/datatype/opal_convertor.h"
 #include "opal/util/output.h"
+#include "opal/util/proc.h"
 #include "opal/util/show_help.h"
 #include "ompi/proc/proc.h"
 
@@ -78,6 +79,13 @@ int ipmc_comm_has_local_peer(struct ompi_communicator_t *comm)
         }
     }
     return 0;
+}
+
+const char *ipmc_comm_peer_host(struct ompi_communicator_t *comm, int peer)
+{
+    ompi_proc_t *proc = ompi_comm_peer_lookup(comm, peer);
+    const char *host = NULL == proc ? NULL : opal_get_proc_hostname(&proc->super);
+    return NULL == host ? "" : host;
 }
 
 size_t ipmc_dt_size(struct ompi_datatype_t *dt)

@@ -56,6 +56,9 @@ int ipmc_cancel(struct ompi_request_t *req);
 
 /* Whether another rank of the communicator runs on this node. */
 int ipmc_comm_has_local_peer(struct ompi_communicator_t *comm);
+/* The name of the host (node) that runs rank `peer` of the communicator, as
+   the runtime knows it (the same string on every rank); "" if unknown. */
+const char *ipmc_comm_peer_host(struct ompi_communicator_t *comm, int peer);
 
 /* Datatypes. */
 size_t ipmc_dt_size(struct ompi_datatype_t *dt);

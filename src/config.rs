@@ -69,6 +69,7 @@ pub struct Config {
     pub rcvbuf: usize,
     pub inject_loss_percent: u32,
     pub inject_seed: u64,
+    pub ranks_are_nodes: bool,
 }
 
 impl Default for Config {
@@ -93,6 +94,7 @@ impl Default for Config {
             rcvbuf: 4 << 20,
             inject_loss_percent: 0,
             inject_seed: 1,
+            ranks_are_nodes: false,
         }
     }
 }
@@ -115,15 +117,24 @@ impl Config {
         Ok(())
     }
 
-    /// The algorithm for a broadcast of `bytes` bytes on `comm_size` ranks
-    /// (thesis §3.5). Both inputs are equal on every rank by MPI's rules, so
-    /// every rank chooses the same.
-    pub fn choose(&self, bytes: usize, comm_size: usize) -> Algorithm {
+    /// Whether `coll_ipmc_bcast_algorithm` forces one of ipmc's own algorithms.
+    pub fn forces_own_algorithm(&self) -> bool {
+        matches!(
+            Algorithm::forced(self.bcast_algorithm),
+            Some(Algorithm::Linear | Algorithm::Chain | Algorithm::Multicast)
+        )
+    }
+
+    /// The algorithm for a broadcast of `bytes` bytes on a communicator that
+    /// spans `nodes` nodes (thesis §3.5, where each node ran one process). Both
+    /// inputs are equal on every rank (MPI's rules; [`crate::nodes`]), so every
+    /// rank chooses the same.
+    pub fn choose(&self, bytes: usize, nodes: usize) -> Algorithm {
         if let Some(forced) = Algorithm::forced(self.bcast_algorithm) {
             forced
         } else if bytes > self.crossover_size {
             Algorithm::Chain
-        } else if comm_size < self.crossover_nodes {
+        } else if nodes < self.crossover_nodes {
             Algorithm::Linear
         } else {
             Algorithm::Multicast

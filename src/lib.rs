@@ -20,6 +20,7 @@
 //! - [`entropy`]: the collector of the seed for that generator (thesis §3.3);
 //! - [`groups`]: the configured group and port ranges, and the draw of a
 //!   communicator's multicast group, port and instance id;
+//! - [`nodes`]: how a communicator's ranks spread over nodes;
 //! - [`interfaces`] and [`mcast_socket`]: the interface a communicator
 //!   multicasts on, and its sockets;
 //! - [`setup`]: the setup of a communicator's group, agreed by all ranks;
@@ -41,6 +42,7 @@ mod logging;
 pub mod mcast_socket;
 pub mod module;
 pub mod multicast;
+pub mod nodes;
 pub mod setup;
 pub mod stats;
 pub mod transport;

@@ -10,6 +10,7 @@ use crate::ffi::{self, BcastCall, Comm, Messages, PmlTransport};
 use crate::interfaces::{self, IfList};
 use crate::mcast_socket::{self, McastSocket};
 use crate::multicast::{Group, Ranks};
+use crate::nodes::Nodes;
 use crate::setup::{self, Announce};
 use crate::stats::Stats;
 use crate::transport::Transport;
@@ -32,6 +33,15 @@ pub fn decline_reason(cfg: &Config, is_inter: bool, size: usize) -> Option<&'sta
     }
 }
 
+/// Why ipmc declines a communicator whose ranks all share one node: Open
+/// MPI's own broadcast moves node-local data through shared memory, and no
+/// datagram should leave a node for node-local work. A forced algorithm of
+/// ipmc's (`coll_ipmc_bcast_algorithm`) still serves it.
+pub fn decline_node_local(cfg: &Config, nodes: &Nodes) -> Option<&'static str> {
+    (nodes.is_single() && !cfg.forces_own_algorithm())
+        .then_some("its processes share one node, where Open MPI's own broadcast is faster")
+}
+
 /// Where a communicator stands with its multicast group.
 enum Multicast {
     /// No multicast broadcast has been called yet: the group is set up by
@@ -48,6 +58,7 @@ pub struct Module {
     cfg: Config,
     rank: usize,
     size: usize,
+    nodes: Nodes,
     cid: u32,
     stats: Stats,
     reported: bool,
@@ -55,11 +66,12 @@ pub struct Module {
 }
 
 impl Module {
-    pub fn new(cfg: Config, comm: Comm) -> Self {
+    pub fn new(cfg: Config, comm: Comm, nodes: Nodes) -> Self {
         Module {
             cfg,
             rank: comm.rank(),
             size: comm.size(),
+            nodes,
             cid: comm.cid(),
             stats: Stats::default(),
             reported: false,
@@ -70,11 +82,13 @@ impl Module {
     /// Called once ipmc is installed on the communicator.
     pub fn enable(&mut self, comm: Comm) {
         info!(
-            "rank {} of {} enabled on communicator {} (cid {})",
+            "rank {} of {} enabled on communicator {} (cid {}): {} nodes, at most {} ranks on one",
             self.rank,
             self.size,
             comm.name(),
-            self.cid
+            self.cid,
+            self.nodes.count,
+            self.nodes.max_ranks
         );
     }
 
@@ -84,6 +98,7 @@ impl Module {
             crate::ffi::print_line(&self.stats.report(
                 self.rank,
                 self.size,
+                self.nodes.count,
                 self.cid,
                 &comm.name(),
             ));
@@ -100,7 +115,7 @@ impl Module {
             self.stats.empty += 1;
             return Ok(());
         }
-        let mut alg = self.cfg.choose(bytes, self.size);
+        let mut alg = self.cfg.choose(bytes, self.nodes.count);
         if alg == Algorithm::Multicast {
             if let Multicast::NotSetUp = self.multicast {
                 self.multicast = self.set_up(call.comm())?;
@@ -264,5 +279,18 @@ mod tests {
         assert!(decline_reason(&cfg, false, 1).is_some());
         cfg.priority = -1;
         assert!(decline_reason(&cfg, false, 8).is_some());
+    }
+
+    #[test]
+    fn declines_a_single_node_unless_an_algorithm_of_its_own_is_forced() {
+        let mut cfg = Config::default();
+        let one = Nodes::from_hosts(["h"; 8]);
+        let two = Nodes::from_hosts(["h", "h", "g"]);
+        assert!(decline_node_local(&cfg, &one).is_some());
+        assert_eq!(decline_node_local(&cfg, &two), None);
+        for (code, declined) in [(1, false), (2, false), (3, false), (4, true)] {
+            cfg.bcast_algorithm = code;
+            assert_eq!(decline_node_local(&cfg, &one).is_some(), declined, "{code}");
+        }
     }
 }

@@ -100,9 +100,16 @@ impl Stats {
 
     /// One line of `key=value` fields, easy to read and to parse:
     /// `ipmc stats: rank=1 size=4 cid=0 bcasts=9 empty=1 linear=3:300B ... comm="MPI_COMM_WORLD"`.
-    pub fn report(&self, rank: usize, size: usize, cid: u32, comm_name: &str) -> String {
+    pub fn report(
+        &self,
+        rank: usize,
+        size: usize,
+        nodes: usize,
+        cid: u32,
+        comm_name: &str,
+    ) -> String {
         let mut line = format!(
-            "ipmc stats: rank={rank} size={size} cid={cid} bcasts={} empty={}",
+            "ipmc stats: rank={rank} size={size} nodes={nodes} cid={cid} bcasts={} empty={}",
             self.total_calls(),
             self.empty
         );
@@ -142,8 +149,8 @@ mod tests {
         s.empty += 1;
         assert_eq!(s.total_calls(), 4);
         assert_eq!(
-            s.report(2, 8, 3, "MPI_COMM_WORLD"),
-            "ipmc stats: rank=2 size=8 cid=3 bcasts=4 empty=1 linear=2:15B chain=1:1048576B \
+            s.report(2, 8, 4, 3, "MPI_COMM_WORLD"),
+            "ipmc stats: rank=2 size=8 nodes=4 cid=3 bcasts=4 empty=1 linear=2:15B chain=1:1048576B \
              multicast=0:0B previous=0:0B setup=none sent=0 send_full=0 send_failed=0 recv=0 \
              injected=0 own=0 useful=0 dup=0 root_own=0 rej_comm=0 rej_stale=0 rej_future=0 \
              rej_length=0 rej_magic=0 rej_crc=0 mcast_bytes=0 chain_bytes=0 \

@@ -200,7 +200,9 @@ fn run_job(cmd: &mut Command) -> Run {
 
 /// Runs `program args` on `np` ranks of one host inside a private network
 /// namespace, with the MCA parameters `mca`. The namespace's loopback can
-/// multicast, and ipmc uses it unless `mca` chooses interfaces.
+/// multicast, and ipmc uses it unless `mca` chooses interfaces. Every rank
+/// counts as a node of its own (`coll_ipmc_ranks_are_nodes`) unless `mca`
+/// says otherwise, so that one host runs the multi-node algorithms.
 pub fn mpirun(np: usize, mca: &[(&str, &str)], program: &str, args: &[&str]) -> Run {
     mpirun_wrapped(np, mca, &[], program, args)
 }
@@ -216,6 +218,9 @@ pub fn mpirun_wrapped(
     let mut mca = mca.to_vec();
     if !mca.iter().any(|(k, _)| k.starts_with("coll_ipmc_if_")) {
         mca.push(("coll_ipmc_if_include", "lo"));
+    }
+    if !mca.iter().any(|(k, _)| *k == "coll_ipmc_ranks_are_nodes") {
+        mca.push(("coll_ipmc_ranks_are_nodes", "1"));
     }
     let script = format!(
         "ip link set lo up && ip link set lo multicast on && ip route add 224.0.0.0/4 dev lo && \

@@ -4,6 +4,7 @@
  * broadcasts it made so that a test can compare with ipmc's statistics.
  *
  *   bcast_check [--max-bytes N] [--large-above N] [--big N] [--burst N] [--skew MODE]
+ *               [--node-comm 1]
  *
  * --max-bytes    largest message of the size sweep (default 1048576 + 1)
  * --large-above  a message of more bytes than this counts as "large" (default 1048576)
@@ -15,6 +16,8 @@
  *                  last    the root enters last: it sleeps 2 ms before MPI_Bcast
  *                  random  every rank sleeps 0-10 ms, drawn from its MPI_COMM_WORLD rank and
  *                          its count of checked broadcasts, so a run is reproducible
+ * --node-comm    1: also check a communicator of the ranks that share this rank's node
+ *                (MPI_Comm_split_type with MPI_COMM_TYPE_SHARED), named "node"
  *
  * Prints "bcast_check: comm=NAME rank=R size=S bcasts=N empty=E large=L bytes=B large_bytes=LB" per
  * rank and communicator, and "bcast_check: PASS" on rank 0 of MPI_COMM_WORLD when every
@@ -37,6 +40,7 @@ enum skew { SKEW_NONE, SKEW_FIRST, SKEW_LAST, SKEW_RANDOM };
 static size_t max_bytes = 1048576 + 1, large_above = 1048576, big = 0;
 static int burst = 64;
 static enum skew skew = SKEW_NONE;
+static int node_comm = 0;
 static int world_rank;
 static long checked; /* checked broadcasts this process entered, all communicators */
 
@@ -259,6 +263,7 @@ int main(int argc, char **argv)
         else if (!strcmp(argv[i], "--large-above")) large_above = strtoull(argv[i + 1], NULL, 0);
         else if (!strcmp(argv[i], "--big")) big = strtoull(argv[i + 1], NULL, 0);
         else if (!strcmp(argv[i], "--burst")) burst = atoi(argv[i + 1]);
+        else if (!strcmp(argv[i], "--node-comm")) node_comm = atoi(argv[i + 1]);
         else if (!strcmp(argv[i], "--skew")) {
             const char *m = argv[i + 1];
             if (!strcmp(m, "none")) skew = SKEW_NONE;
@@ -286,6 +291,12 @@ int main(int argc, char **argv)
     MPI_Comm_split(MPI_COMM_WORLD, 0, wsize - wrank, &reversed);
     run_comm(reversed, "reversed");
     run_comm(MPI_COMM_SELF, "self");
+    if (node_comm) {
+        MPI_Comm node;
+        MPI_Comm_split_type(MPI_COMM_WORLD, MPI_COMM_TYPE_SHARED, wrank, MPI_INFO_NULL, &node);
+        run_comm(node, "node");
+        MPI_Comm_free(&node);
+    }
     if (wsize >= 2) {
         run_intercomm(wrank, wsize);
     }

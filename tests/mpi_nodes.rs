@@ -1,0 +1,145 @@
+//! Node awareness: ipmc counts the nodes a communicator spans, leaves
+//! node-local communicators to Open MPI's own broadcast without a word, and
+//! applies `crossover_nodes` to nodes, not processes.
+
+mod common;
+
+use common::{check_lines, mpirun, num, stats_lines, tally, Cluster, Run};
+
+/// Messages small enough that none takes the chain above `crossover_size`.
+const MAX_BYTES: &str = "70000";
+
+fn assert_passed(run: &Run) {
+    assert!(
+        run.ok && run.output.contains("bcast_check: PASS"),
+        "run failed:\n{}",
+        run.output
+    );
+}
+
+#[test]
+fn a_single_node_job_is_left_to_open_mpi_and_prints_nothing() {
+    let mca = [
+        ("coll_ipmc_ranks_are_nodes", "0"),
+        ("coll_ipmc_print_statistics", "1"),
+    ];
+    let args = ["--max-bytes", MAX_BYTES, "--node-comm", "1"];
+    let run = mpirun(8, &mca, "bcast_check", &args);
+    assert_passed(&run);
+    assert!(
+        stats_lines(&run.output).is_empty(),
+        "ipmc served a node-local communicator:\n{}",
+        run.output
+    );
+    assert!(
+        !run.output.contains("ipmc"),
+        "ipmc printed something at default verbosity:\n{}",
+        run.output
+    );
+
+    // The same job with ipmc's reasons shown: it was there and declined.
+    let mut verbose = mca.to_vec();
+    verbose.push(("coll_ipmc_verbose", "5"));
+    let run = mpirun(8, &verbose, "bcast_check", &args);
+    assert_passed(&run);
+    let declined = run
+        .output
+        .lines()
+        .filter(|l| {
+            l.contains("declines communicator MPI_COMM_WORLD (cid 0)")
+                && l.contains("share one node")
+        })
+        .count();
+    assert_eq!(declined, 8, "every rank declines world:\n{}", run.output);
+}
+
+#[test]
+fn a_forced_algorithm_still_serves_a_single_node() {
+    let mca = [
+        ("coll_ipmc_ranks_are_nodes", "0"),
+        ("coll_ipmc_print_statistics", "1"),
+        ("coll_ipmc_bcast_algorithm", "3"),
+    ];
+    let run = mpirun(4, &mca, "bcast_check", &["--max-bytes", MAX_BYTES]);
+    assert_passed(&run);
+    let world: Vec<_> = stats_lines(&run.output)
+        .into_iter()
+        .filter(|s| s["comm"] == "world")
+        .collect();
+    assert_eq!(world.len(), 4, "{}", run.output);
+    for s in &world {
+        assert_eq!(num(s, "nodes"), 1, "{s:?}");
+        assert!(tally(s, "multicast").0 > 0, "{s:?}");
+        assert_eq!(s["setup"], "ok", "{s:?}");
+    }
+}
+
+/// Runs `bcast_check` on `hosts` emulated hosts with `slots` ranks each and
+/// checks, per communicator and rank, the node count and that the thesis's
+/// rule picked the algorithm by nodes: linear below `crossover_nodes` (4),
+/// multicast from there on; the node-local communicator is left to Open MPI.
+fn nodes_decide(hosts: usize, slots: usize) {
+    let cluster = Cluster {
+        slots,
+        ..Cluster::hosts(hosts)
+    };
+    let run = cluster.mpirun(
+        &[("coll_ipmc_print_statistics", "1")],
+        "bcast_check",
+        &["--max-bytes", MAX_BYTES, "--node-comm", "1"],
+    );
+    assert_passed(&run);
+    let stats = stats_lines(&run.output);
+    let checks = check_lines(&run.output);
+    assert_eq!(
+        checks.iter().filter(|c| c["comm"] == "node").count(),
+        hosts * slots,
+        "{}",
+        run.output
+    );
+    let mut served = 0;
+    for check in checks.iter().filter(|c| c["comm"] != "self") {
+        let mine: Vec<_> = stats
+            .iter()
+            .filter(|s| s["comm"] == check["comm"] && s["rank"] == check["rank"])
+            .collect();
+        if check["comm"] == "node" {
+            assert!(
+                mine.is_empty(),
+                "node-local {check:?} served:\n{}",
+                run.output
+            );
+            continue;
+        }
+        assert_eq!(mine.len(), 1, "{check:?}:\n{}", run.output);
+        let s = mine[0];
+        let nodes = num(s, "nodes");
+        if check["comm"] == "world" {
+            assert_eq!(nodes, hosts as u64, "{s:?}");
+        }
+        let calls = (
+            num(check, "bcasts") - num(check, "empty"),
+            num(check, "bytes"),
+        );
+        let (want, other) = if nodes < 4 {
+            ("linear", "multicast")
+        } else {
+            ("multicast", "linear")
+        };
+        assert_eq!(tally(s, want), calls, "{want} on {check:?}: {s:?}");
+        assert_eq!(tally(s, other).0, 0, "{s:?}");
+        served += 1;
+    }
+    assert_eq!(served, 4 * hosts * slots, "{}", run.output);
+    common::assert_multicast_accounts_for_every_byte(&stats, &checks);
+}
+
+#[test]
+fn two_nodes_of_three_ranks_each_use_the_linear_broadcast() {
+    nodes_decide(2, 3);
+}
+
+#[test]
+fn four_nodes_of_two_ranks_each_multicast() {
+    nodes_decide(4, 2);
+}
