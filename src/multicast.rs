@@ -126,7 +126,7 @@ impl Group {
         let mut recvs: VecDeque<MsgId> = VecDeque::with_capacity(CHAIN_WINDOW);
         let mut sends: VecDeque<MsgId> = VecDeque::with_capacity(CHAIN_WINDOW);
         let mut spare: Vec<Vec<u8>> = Vec::new();
-        // The successor's one reply may come as soon as it has our ALL.
+        // The successor's one NEED may come at any time.
         let mut reply_recv = if b.expects_reply() {
             Some(msgs.recv(succ, b.max_reply())?)
         } else {
@@ -150,9 +150,9 @@ impl Group {
                     return Err(P2pError(OMPI_ERROR));
                 }
             }
-            if b.reply_due() {
-                // The predecessor's ALL is here: ask only for what has not
-                // arrived by then, datagrams still queued in the socket included.
+            if b.need_due() {
+                // Ask only for what has not arrived by then, datagrams still
+                // queued in the socket included.
                 while !b.is_complete() && self.receive(&mut b, stats) {}
                 let mut reply = spare.pop().unwrap_or_default();
                 b.next_reply(&mut reply);

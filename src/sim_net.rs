@@ -20,7 +20,7 @@ use rand_chacha::rand_core::{RngCore, SeedableRng};
 use rand_chacha::ChaCha8Rng;
 
 use crate::datagram::{self, Header};
-use crate::two_stage::{Broadcast, Frame, Params, Verdict, ALL};
+use crate::two_stage::{Broadcast, Frame, Params, Verdict, END};
 
 /// What the network does to multicast datagrams.
 #[derive(Clone, Copy, Debug, Default)]
@@ -126,6 +126,8 @@ impl Config {
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
 pub struct Report {
     pub steps: u64,
+    /// Per rank: the step at which it first owned the whole message.
+    pub complete_at: Vec<u64>,
     /// Per receiver: bytes by multicast and by chain.
     pub bytes: Vec<(u64, u64)>,
     /// Verdicts over all ranks, indexed by [`verdict_index`].
@@ -183,9 +185,9 @@ struct Rank {
     link_in: VecDeque<(u64, Vec<u8>)>,
     /// Replies from the successor, likewise.
     reply_in: VecDeque<(u64, Vec<u8>)>,
-    /// Fragments that came by the chain before the predecessor's `ALL`, to
-    /// check that the rank hands each of them on before its own `ALL`.
-    to_forward: Vec<u32>,
+    /// The successor's `NEED`, once it was sent: every fragment it lists must
+    /// come to the successor once, and nothing else.
+    succ_asked: Option<Vec<u32>>,
     useful: u32,
     useful_bytes: u64,
 }
@@ -290,7 +292,7 @@ impl Sim {
                 burst_left: 0,
                 link_in: VecDeque::new(),
                 reply_in: VecDeque::new(),
-                to_forward: Vec::new(),
+                succ_asked: None,
                 useful: 0,
                 useful_bytes: 0,
             })
@@ -307,14 +309,17 @@ impl Sim {
             multicast_confirmed: 0,
             pending_offer: None,
             blocked_streak: 0,
-            report: Report::default(),
+            report: Report {
+                complete_at: vec![u64::MAX; n + 1],
+                ..Report::default()
+            },
         }
     }
 
     /// A generous bound on the steps until every rank is done: the root
     /// enters, waits and multicasts (at worst one fragment per
     /// `MAX_BLOCKED_STEPS + 1` steps); then along every hop the handed-on
-    /// fragments, `ALL`, the reply and the fragments it asks for each arrive
+    /// fragments, `END`, the `NEED` and the fragments it asks for each arrive
     /// within the chain's latency and are read and sent at one per step.
     fn step_bound(&self) -> u64 {
         let c = &self.cfg;
@@ -367,6 +372,11 @@ impl Sim {
         for r in order {
             if self.step >= self.ranks[r].enter {
                 self.turn(r);
+            }
+        }
+        for (r, rank) in self.ranks.iter().enumerate() {
+            if rank.b.is_complete() && self.report.complete_at[r] == u64::MAX {
+                self.report.complete_at[r] = self.step;
             }
         }
         self.step += 1;
@@ -619,16 +629,12 @@ impl Sim {
             }
             let (_, frame) = rank.link_in.pop_front().expect("front exists");
             let k = u32::from_le_bytes([frame[0], frame[1], frame[2], frame[3]]);
-            let owned_before = rank.b.owns(k);
             let result = rank.b.on_chain(&frame);
             check!(
                 self,
                 result.is_ok(),
                 "rank {r}: chain frame {k}: {result:?}"
             );
-            if k != ALL && !owned_before && r < self.cfg.receivers {
-                self.ranks[r].to_forward.push(k);
-            }
         }
     }
 
@@ -645,26 +651,29 @@ impl Sim {
                 "the last rank sent on the chain"
             );
             check!(self, !was_done, "rank {r} sent after it was done");
-            let rank = &mut self.ranks[r];
+            let b = &self.ranks[r].b;
             match frame {
-                Frame::All => {
-                    let ok = out == ALL.to_le_bytes()
-                        && rank.b.is_complete()
-                        && rank.b.stage1_done()
-                        && rank.to_forward.is_empty();
-                    check!(
-                        self,
-                        ok,
-                        "rank {r}: ALL too early or malformed ({:?} not handed on)",
-                        self.ranks[r].to_forward
-                    );
+                Frame::End => {
+                    // END says the root multicast everything.
+                    let ok = out == END.to_le_bytes() && self.ranks[0].b.stage1_done();
+                    check!(self, ok, "rank {r}: END too early or malformed");
                 }
                 Frame::Data(k) => {
-                    rank.to_forward.retain(|&x| x != k);
                     let range = self.range(k);
-                    let ok =
-                        out[..4] == k.to_le_bytes() && out[4..] == self.ranks[r].b.data()[range];
+                    let ok = out[..4] == k.to_le_bytes()
+                        && b.owns(k)
+                        && out[4..] == self.ranks[0].b.data()[range];
                     check!(self, ok, "rank {r}: chain frame {k} is malformed");
+                    let asked = self.ranks[r + 1].b.requested();
+                    check!(
+                        self,
+                        asked.is_some_and(|a| a.contains(&k)),
+                        "rank {r}: sent fragment {k}, which the successor did not ask for"
+                    );
+                    let asked = self.ranks[r].succ_asked.as_mut().expect("asked");
+                    let at = asked.iter().position(|&x| x == k);
+                    check!(self, at.is_some(), "rank {r}: sent fragment {k} twice");
+                    asked.swap_remove(at.expect("checked"));
                 }
             }
             self.deliver(r, r + 1, std::mem::take(&mut out));
@@ -684,20 +693,29 @@ impl Sim {
 
     fn send_reply(&mut self, r: usize) {
         let mut out = Vec::new();
+        let b = &self.ranks[r].b;
+        let due = b.need_due();
+        let (complete, end) = (b.is_complete(), b.end_received());
         if !self.ranks[r].b.next_reply(&mut out) {
             return;
         }
-        check!(self, r > 0, "the root replied");
+        check!(self, r > 0 && due, "rank {r} replied when no NEED was due");
         let b = &self.ranks[r].b;
-        let missing: Vec<u8> = (0..b.fragments())
-            .filter(|&k| !b.owns(k))
-            .flat_map(u32::to_le_bytes)
-            .collect();
         check!(
             self,
-            out[..4] == crate::two_stage::NEED.to_le_bytes() && out[4..] == missing[..],
+            // Before its NEED nothing comes by the chain: owning the last
+            // fragment means its datagram came.
+            complete || end || b.owns(self.fragments - 1),
+            "rank {r}: NEED without cause"
+        );
+        let missing: Vec<u32> = (0..b.fragments()).filter(|&k| !b.owns(k)).collect();
+        let encoded: Vec<u8> = missing.iter().copied().flat_map(u32::to_le_bytes).collect();
+        check!(
+            self,
+            out[..4] == crate::two_stage::NEED.to_le_bytes() && out[4..] == encoded[..],
             "rank {r}: the reply is not what it lacks"
         );
+        self.ranks[r - 1].succ_asked = Some(missing);
         self.deliver(r, r - 1, out);
     }
 
@@ -749,16 +767,29 @@ impl Sim {
                 rank.link_in.is_empty() && rank.reply_in.is_empty(),
                 "frames left for rank {r}"
             );
+            check!(self, b.end_received() || f == 0, "rank {r}: END never came");
             check!(
                 self,
-                b.chain_frames_received() >= u32::from(f > 0),
-                "rank {r}: ALL never came"
+                b.requested().is_some() || f == 0,
+                "rank {r}: no NEED made"
             );
             check!(
                 self,
-                rank.to_forward.is_empty() || r == self.cfg.receivers,
-                "rank {r} did not hand on {:?}",
-                rank.to_forward
+                b.chain_frames_received() == 1 + b.requested().map_or(0, |a| a.len() as u32)
+                    || f == 0,
+                "rank {r}: received {} chain frames for END and {:?}",
+                b.chain_frames_received(),
+                b.requested()
+            );
+            check!(
+                self,
+                self.ranks[r - 1]
+                    .succ_asked
+                    .as_ref()
+                    .is_some_and(Vec::is_empty)
+                    || f == 0,
+                "rank {r}: asked-for fragments never came: {:?}",
+                self.ranks[r - 1].succ_asked
             );
             check!(
                 self,
@@ -1115,6 +1146,46 @@ mod tests {
     }
 
     /// Everything drawn at random: hundreds of seeds over all the knobs.
+    /// The slowest rank's completion and the step all ranks were done, as
+    /// medians over seeds, for `receivers` receivers at `loss_pct` loss.
+    fn median_steps(receivers: usize, loss_pct: u32) -> (u64, u64) {
+        let cfg = Config {
+            chain_delay: 2,
+            ..lossy(receivers, 16 * 256, loss_pct)
+        };
+        let mut complete = Vec::new();
+        let mut done = Vec::new();
+        for seed in seeds(9) {
+            let report = run(&cfg, seed);
+            complete.push(*report.complete_at.iter().max().expect("ranks"));
+            done.push(report.steps);
+        }
+        complete.sort_unstable();
+        done.sort_unstable();
+        (complete[complete.len() / 2], done[done.len() / 2])
+    }
+
+    #[test]
+    fn repairs_cost_about_the_same_on_a_ring_of_8_or_512() {
+        for loss in [1, 5] {
+            let (small_complete, small_done) = median_steps(8, loss);
+            let (big_complete, big_done) = median_steps(512, loss);
+            println!(
+                "loss {loss} %: complete {small_complete} -> {big_complete}, done {small_done} -> {big_done} steps"
+            );
+            // One chain hop is 2..=4 steps here; a ring walk would be thousands.
+            assert!(
+                big_complete <= small_complete + 40,
+                "loss {loss} %: slowest rank complete at {small_complete} steps with 8 \
+                 receivers, {big_complete} with 512"
+            );
+            assert!(
+                big_done <= small_done + 60,
+                "loss {loss} %: done at {small_done} steps with 8 receivers, {big_done} with 512"
+            );
+        }
+    }
+
     #[test]
     fn random_configurations() {
         for seed in seeds(2000) {

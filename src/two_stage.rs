@@ -11,24 +11,31 @@
 //! ring that starts at the root (virtual rank 0) repairs what multicast did
 //! not deliver. The thesis sends every fragment along the chain; that doubles
 //! the bytes on every link, so here the chain carries data only where it is
-//! missing:
+//! missing, and a repair never waits for anything but the fragment itself:
 //!
-//! - once a rank owns every fragment (the root: once stage 1 is over) it sends
-//!   its successor `ALL`;
-//! - a rank answers its predecessor's `ALL` with exactly one `NEED` listing
-//!   the fragments it still lacks (often none), and the predecessor, which
-//!   owns everything, sends those;
-//! - a rank hands on at once every fragment that reached it by the chain (it
-//!   was lost upstream, so it is likely lost downstream too): under total loss
-//!   the message streams along the ring as in the thesis.
+//! - `END` says "the root has multicast everything", so what is missing then
+//!   will not come by multicast. The root sends it to its successor once stage
+//!   1 is over; every other rank as soon as it knows: when `END` came, or the
+//!   last fragment's datagram (the root multicasts in order), so without loss
+//!   every rank sends it at once and it crosses one hop, not the ring;
+//! - every rank but the root sends its predecessor exactly one `NEED` listing
+//!   the fragments it lacks, as soon as it knows: when it owns everything (an
+//!   empty `NEED`), when the last fragment's datagram arrived (stage 1 is as
+//!   good as over), or when `END` came;
+//! - a rank sends its successor each fragment that `NEED` lists as soon as it
+//!   owns it, whether it came by multicast or by the chain. A fragment that
+//!   several consecutive ranks lack travels along them one hop at a time, so a
+//!   repair costs as many hops as the run of ranks that lost it: with
+//!   independent loss that is about one, whatever the length of the ring.
 //!
-//! Each rank receives a known number of frames from each neighbour, so
-//! nothing is left over for a later broadcast. Still no timeouts and no
-//! acknowledgement of multicast: `ALL` travels on the reliable channel behind
-//! the data, and every gap is filled by a neighbour that owns everything.
+//! Each rank receives a known number of frames from each neighbour (`END` and
+//! the fragments it asked for; one `NEED`), so nothing is left over for a
+//! later broadcast. Still no timeouts and no acknowledgement of multicast:
+//! `END` travels on the reliable channel, and every fragment a rank asks for
+//! reaches its predecessor by the same rule, the root owning everything.
 //!
 //! Chain frame (predecessor to successor): a little-endian `u32` fragment
-//! index and exactly that fragment's payload, or the index [`ALL`] alone.
+//! index and exactly that fragment's payload, or the index [`END`] alone.
 //! Reply (successor to predecessor): [`NEED`] and the missing fragment
 //! indices, ascending, each a little-endian `u32` (`docs/datagram.md`).
 
@@ -40,8 +47,8 @@ use crate::datagram::{self, Header, Reject};
 
 /// Bytes of a chain frame before the fragment's payload.
 pub const CHAIN_HEADER_LEN: usize = 4;
-/// The chain frame index that says "the sender owns every fragment".
-pub const ALL: u32 = u32::MAX;
+/// The chain frame index that says "the root has multicast every fragment".
+pub const END: u32 = u32::MAX;
 /// The first word of a reply.
 pub const NEED: u32 = u32::MAX - 1;
 
@@ -95,23 +102,51 @@ pub enum Verdict {
 pub enum ChainError {
     /// Shorter than its header, or its payload length is not the fragment's.
     BadLength,
-    /// Its fragment index is beyond the message, not the one asked for, or
-    /// not ascending in a reply.
+    /// Its fragment index is beyond the message, not one asked for, or not
+    /// ascending in a reply.
     BadFragment,
     /// More frames or replies than the protocol sends.
     TooMany,
     /// Nothing of this kind can come from that neighbour now (a frame to the
-    /// root, a reply before this rank sent `ALL`, a reply without [`NEED`]).
+    /// root, data before this rank's `NEED`, a reply without [`NEED`]).
     Unexpected,
 }
 
 /// What [`Broadcast::next_chain_send`] put into the frame.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Frame {
-    /// Fragment `k`, handed on because it came by the chain, or asked for.
+    /// Fragment `k`, which the successor asked for.
     Data(u32),
-    /// [`ALL`]: this rank owns every fragment.
-    All,
+    /// [`END`]: the root has multicast every fragment.
+    End,
+}
+
+/// A set of fragment indices, one bit each.
+#[derive(Clone, Debug, Default)]
+struct Bits(Vec<u64>);
+
+impl Bits {
+    fn new(n: u32) -> Self {
+        Bits(vec![0; (n as usize).div_ceil(64)])
+    }
+
+    fn get(&self, k: u32) -> bool {
+        self.0
+            .get(k as usize / 64)
+            .is_some_and(|w| w & (1 << (k % 64)) != 0)
+    }
+
+    fn set(&mut self, k: u32) {
+        self.0[k as usize / 64] |= 1 << (k % 64);
+    }
+
+    fn clear(&mut self, k: u32) {
+        self.0[k as usize / 64] &= !(1 << (k % 64));
+    }
+
+    fn fill(&mut self) {
+        self.0.fill(u64::MAX);
+    }
 }
 
 /// One rank's state in one two-stage broadcast.
@@ -119,30 +154,33 @@ pub struct Broadcast {
     params: Params,
     fragments: u32,
     data: Vec<u8>,
-    /// One bit per fragment: this rank holds the fragment's bytes.
-    owned: Vec<u64>,
+    /// This rank holds the fragment's bytes.
+    owned: Bits,
     owned_count: u32,
-    /// Fragments that came by the chain and go on to the successor before
-    /// `ALL`, in the order they arrived.
-    to_forward: VecDeque<u32>,
     /// Root: when the message was in place.
     started: Option<Duration>,
     /// Root: the fragment stage 1 multicasts next; those before it are done.
     next_multicast: u32,
     /// Root: `next_multicast` was offered and awaits `multicast_done`.
     offered: bool,
-    /// From the predecessor: frames before its `ALL`, whether `ALL` came, what
-    /// this rank's reply asked for (once sent) and how much of it arrived.
-    pushed_received: u32,
-    pred_all: bool,
+    /// The last fragment's datagram came: stage 1 is as good as over.
+    last_seen: bool,
+    /// From the predecessor: whether its `END` came, what this rank's `NEED`
+    /// asked for (once sent), and which of those fragments are still to come.
+    end_received: bool,
     requested: Option<Vec<u32>>,
-    requested_received: usize,
-    /// To the successor: data frames before `ALL`, whether `ALL` went, the
-    /// successor's reply and how much of it was sent.
-    pushed_sent: u32,
-    all_sent: bool,
-    succ_need: Option<Vec<u32>>,
-    need_sent: usize,
+    awaited: Bits,
+    awaited_count: usize,
+    /// To the successor: whether `END` went, whether its `NEED` came, the
+    /// fragments it asked for that this rank does not own yet, and those it
+    /// owns and has not sent yet (in the order they became sendable).
+    end_sent: bool,
+    succ_need: Option<usize>,
+    owed: Bits,
+    owed_count: usize,
+    ready: VecDeque<u32>,
+    data_sent: u32,
+    data_received: u32,
     bytes_by_multicast: u64,
     bytes_by_chain: u64,
 }
@@ -169,20 +207,23 @@ impl Broadcast {
             params,
             fragments,
             data: vec![0; params.message_len],
-            owned: vec![0; (fragments as usize).div_ceil(64)],
+            owned: Bits::new(fragments),
             owned_count: 0,
-            to_forward: VecDeque::new(),
             started: None,
             next_multicast: 0,
             offered: false,
-            pushed_received: 0,
-            pred_all: false,
+            last_seen: false,
+            end_received: false,
             requested: None,
-            requested_received: 0,
-            pushed_sent: 0,
-            all_sent: false,
+            awaited: Bits::new(fragments),
+            awaited_count: 0,
+            end_sent: false,
             succ_need: None,
-            need_sent: 0,
+            owed: Bits::new(fragments),
+            owed_count: 0,
+            ready: VecDeque::new(),
+            data_sent: 0,
+            data_received: 0,
             bytes_by_multicast: 0,
             bytes_by_chain: 0,
         }
@@ -214,8 +255,16 @@ impl Broadcast {
             return;
         }
         self.started = Some(now);
-        self.owned.fill(u64::MAX);
+        self.owned.fill();
         self.owned_count = self.fragments;
+        // A `NEED` cannot come before the root starts; were it here, all of it is sendable now.
+        for k in 0..self.fragments {
+            if self.owed.get(k) {
+                self.owed.clear(k);
+                self.ready.push_back(k);
+            }
+        }
+        self.owed_count = 0;
     }
 
     /// Root only: the next datagram of stage 1, encoded into `out`, or `None`
@@ -286,6 +335,9 @@ impl Broadcast {
         if self.is_root() {
             return Verdict::Own;
         }
+        if h.fragment + 1 == self.fragments {
+            self.last_seen = true;
+        }
         if self.owns(h.fragment) {
             return Verdict::Duplicate;
         }
@@ -297,23 +349,18 @@ impl Broadcast {
     /// Frames from the predecessor that are certain to come and have not
     /// been handed to [`Broadcast::on_chain`]: the driver may have that many
     /// receives posted, and no more, since a receive beyond them could match
-    /// a frame of the next broadcast. Before `ALL` that is 1 (`ALL` itself;
-    /// how many frames precede it is unknown), after the reply the frames it
-    /// asked for.
+    /// a frame of the next broadcast. That is `END` until it came, plus the
+    /// fragments this rank's `NEED` asked for that have not come.
     pub fn chain_frames_certain(&self) -> u32 {
         if !self.has_predecessor() || self.fragments == 0 {
             return 0;
         }
-        match (&self.requested, self.pred_all) {
-            (_, false) => 1,
-            (None, true) => 0,
-            (Some(asked), true) => (asked.len() - self.requested_received) as u32,
-        }
+        u32::from(!self.end_received) + self.awaited_count as u32
     }
 
-    /// Frames received from the predecessor so far, `ALL` included.
+    /// Frames received from the predecessor so far, `END` included.
     pub fn chain_frames_received(&self) -> u32 {
-        self.pushed_received + u32::from(self.pred_all) + self.requested_received as u32
+        u32::from(self.end_received) + self.data_received
     }
 
     /// Largest chain frame of this broadcast, for sizing receive buffers.
@@ -341,14 +388,14 @@ impl Broadcast {
         }
         let (head, payload) = frame.split_at(CHAIN_HEADER_LEN);
         let k = u32::from_le_bytes([head[0], head[1], head[2], head[3]]);
-        if k == ALL {
+        if k == END {
             if !payload.is_empty() {
                 return Err(ChainError::BadLength);
             }
-            if self.pred_all {
+            if self.end_received {
                 return Err(ChainError::TooMany);
             }
-            self.pred_all = true;
+            self.end_received = true;
             return Ok(());
         }
         if k >= self.fragments {
@@ -357,86 +404,78 @@ impl Broadcast {
         if payload.len() != self.range(k).len() {
             return Err(ChainError::BadLength);
         }
-        if self.pred_all {
-            // After ALL only what the reply asked for, in its order.
-            let asked = self.requested.as_deref().unwrap_or(&[]);
-            match asked.get(self.requested_received) {
-                None => return Err(ChainError::TooMany),
-                Some(&want) if want != k => return Err(ChainError::BadFragment),
-                Some(_) => self.requested_received += 1,
-            }
-        } else {
-            // The predecessor hands on each fragment at most once.
-            if self.pushed_received >= self.fragments {
-                return Err(ChainError::TooMany);
-            }
-            self.pushed_received += 1;
+        if self.requested.is_none() {
+            return Err(ChainError::Unexpected);
         }
+        if !self.awaited.get(k) {
+            return Err(ChainError::BadFragment);
+        }
+        self.awaited.clear(k);
+        self.awaited_count -= 1;
+        self.data_received += 1;
         if !self.owns(k) {
             self.take(k, payload);
             self.bytes_by_chain += payload.len() as u64;
-            if self.has_successor() {
-                self.to_forward.push_back(k);
-            }
         }
         Ok(())
     }
 
-    /// The next chain frame for the successor, encoded into `out`: fragments
-    /// that came by the chain, then `ALL` once this rank owns everything (the
-    /// root: once stage 1 is over), then what the successor's reply asks for.
-    /// `None` on the last rank and while there is nothing to send yet.
+    /// The next chain frame for the successor, encoded into `out`: `END` once
+    /// this rank knows stage 1 is over (see `end_due`), and each fragment the successor's `NEED`
+    /// asked for once this rank owns it. `None` on the last rank and while
+    /// there is nothing to send yet.
     pub fn next_chain_send(&mut self, out: &mut Vec<u8>) -> Option<Frame> {
         if !self.has_successor() || self.fragments == 0 {
             return None;
         }
-        if !self.all_sent {
-            if let Some(k) = self.to_forward.pop_front() {
-                self.pushed_sent += 1;
-                self.encode_fragment(k, out);
-                return Some(Frame::Data(k));
-            }
-            if !self.is_complete() || !self.stage1_done() {
-                return None;
-            }
-            self.all_sent = true;
+        if !self.end_sent && self.end_due() {
+            self.end_sent = true;
             out.clear();
-            out.extend_from_slice(&ALL.to_le_bytes());
-            return Some(Frame::All);
+            out.extend_from_slice(&END.to_le_bytes());
+            return Some(Frame::End);
         }
-        let k = *self.succ_need.as_ref()?.get(self.need_sent)?;
-        self.need_sent += 1;
-        self.encode_fragment(k, out);
+        let k = self.ready.pop_front()?;
+        self.data_sent += 1;
+        out.clear();
+        out.extend_from_slice(&k.to_le_bytes());
+        out.extend_from_slice(&self.data[self.range(k)]);
         Some(Frame::Data(k))
     }
 
-    /// Whether the predecessor's `ALL` came and the reply is still to be made.
-    pub fn reply_due(&self) -> bool {
-        self.pred_all && self.requested.is_none()
+    /// Whether this rank should now tell its predecessor what it lacks: it
+    /// owns everything, the last fragment's datagram came, or `END` came.
+    /// Exactly one `NEED` per broadcast goes from every rank but the root.
+    pub fn need_due(&self) -> bool {
+        self.has_predecessor()
+            && self.fragments > 0
+            && self.requested.is_none()
+            && (self.is_complete() || self.last_seen || self.end_received)
     }
 
-    /// The reply for the predecessor, encoded into `out`, once its `ALL` came:
-    /// [`NEED`] and the fragments this rank still lacks. Exactly once per
-    /// broadcast on every rank but the root; `false` when it is not due.
-    /// The driver should read waiting datagrams first, so that it does not
-    /// ask for what has already arrived.
+    /// The `NEED` for the predecessor, encoded into `out`, once it is due
+    /// ([`Broadcast::need_due`]): [`NEED`] and the fragments this rank still
+    /// lacks; `false` when it is not due. The driver should read waiting
+    /// datagrams first, so that it does not ask for what has already arrived.
     pub fn next_reply(&mut self, out: &mut Vec<u8>) -> bool {
-        if !self.pred_all || self.requested.is_some() {
+        if !self.need_due() {
             return false;
         }
         let missing: Vec<u32> = (0..self.fragments).filter(|&k| !self.owns(k)).collect();
         out.clear();
         out.extend_from_slice(&NEED.to_le_bytes());
-        for k in &missing {
+        for &k in &missing {
             out.extend_from_slice(&k.to_le_bytes());
+            self.awaited.set(k);
         }
+        self.awaited_count = missing.len();
         self.requested = Some(missing);
         true
     }
 
-    /// The successor's reply: the fragments to send it after `ALL`.
+    /// The successor's `NEED`: the fragments to send it, each once this rank
+    /// owns it.
     pub fn on_reply(&mut self, reply: &[u8]) -> Result<(), ChainError> {
-        if !self.expects_reply() || !self.all_sent {
+        if !self.expects_reply() {
             return Err(ChainError::Unexpected);
         }
         if self.succ_need.is_some() {
@@ -456,7 +495,15 @@ impl Broadcast {
         if !ascending || need.last().is_some_and(|&k| k >= self.fragments) {
             return Err(ChainError::BadFragment);
         }
-        self.succ_need = Some(need);
+        self.succ_need = Some(need.len());
+        for k in need {
+            if self.owns(k) {
+                self.ready.push_back(k);
+            } else {
+                self.owed.set(k);
+                self.owed_count += 1;
+            }
+        }
         Ok(())
     }
 
@@ -465,9 +512,9 @@ impl Broadcast {
         self.owned_count == self.fragments
     }
 
-    /// Whether this rank's part of the broadcast is over: complete, every
-    /// frame the predecessor sends received and replied to, and the
-    /// successor's reply received and served. (The driver still waits for
+    /// Whether this rank's part of the broadcast is over: complete, `END`
+    /// received and handed on, its `NEED` sent and answered, and the
+    /// successor's `NEED` received and served. (The driver still waits for
     /// its sends to finish.)
     pub fn is_done(&self) -> bool {
         if self.fragments == 0 {
@@ -476,10 +523,10 @@ impl Broadcast {
         let from_pred = !self.has_predecessor()
             || (self.requested.is_some() && self.chain_frames_certain() == 0);
         let to_succ = !self.has_successor()
-            || self
-                .succ_need
-                .as_ref()
-                .is_some_and(|need| self.need_sent == need.len());
+            || (self.end_sent
+                && self.succ_need.is_some()
+                && self.owed_count == 0
+                && self.ready.is_empty());
         self.is_complete() && self.stage1_done() && from_pred && to_succ
     }
 
@@ -494,7 +541,17 @@ impl Broadcast {
 
     /// Whether this rank holds fragment `k` (false for `k >= fragments()`).
     pub fn owns(&self, k: u32) -> bool {
-        k < self.fragments && self.owned[k as usize / 64] & (1 << (k % 64)) != 0
+        k < self.fragments && self.owned.get(k)
+    }
+
+    /// What this rank's `NEED` asked for, once it was made.
+    pub fn requested(&self) -> Option<&[u32]> {
+        self.requested.as_deref()
+    }
+
+    /// Whether the predecessor's `END` came (always false on the root).
+    pub fn end_received(&self) -> bool {
+        self.end_received
     }
 
     /// Root: when stage 1 may start (`start_root`'s `now` plus `root_wait`),
@@ -505,9 +562,9 @@ impl Broadcast {
             .map(|t| t.saturating_add(self.params.root_wait))
     }
 
-    /// Data frames sent to the successor so far (`ALL` not counted).
+    /// Data frames sent to the successor so far (`END` not counted).
     pub fn chain_frames_sent(&self) -> u32 {
-        self.pushed_sent + self.need_sent as u32
+        self.data_sent
     }
 
     fn is_root(&self) -> bool {
@@ -522,10 +579,17 @@ impl Broadcast {
         self.params.vrank + 1 < self.params.size
     }
 
-    fn encode_fragment(&self, k: u32, out: &mut Vec<u8>) {
-        out.clear();
-        out.extend_from_slice(&k.to_le_bytes());
-        out.extend_from_slice(&self.data[self.range(k)]);
+    /// Whether this rank knows that the root has multicast every fragment: the
+    /// root once it has; others once `END` came, or the last fragment's
+    /// datagram (the root multicasts in order), or once they are complete
+    /// (which, by the chain, needs one of those first). Ranks that got the last
+    /// datagram hand `END` on at once, so it rarely travels more than a hop.
+    fn end_due(&self) -> bool {
+        if self.is_root() {
+            self.started.is_some() && self.stage1_done()
+        } else {
+            self.end_received || self.last_seen || self.is_complete()
+        }
     }
 
     /// The bytes of fragment `k < fragments()` in the message.
@@ -538,12 +602,18 @@ impl Broadcast {
         start..end
     }
 
-    /// Makes fragment `k` (not yet owned) this rank's.
+    /// Makes fragment `k` (not yet owned) this rank's, and sendable to the
+    /// successor if it asked for it.
     fn take(&mut self, k: u32, payload: &[u8]) {
         let range = self.range(k);
         self.data[range].copy_from_slice(payload);
-        self.owned[k as usize / 64] |= 1 << (k % 64);
+        self.owned.set(k);
         self.owned_count += 1;
+        if self.owed.get(k) {
+            self.owed.clear(k);
+            self.owed_count -= 1;
+            self.ready.push_back(k);
+        }
     }
 }
 
@@ -606,8 +676,8 @@ mod tests {
         [&k.to_le_bytes()[..], payload].concat()
     }
 
-    fn all() -> Vec<u8> {
-        ALL.to_le_bytes().to_vec()
+    fn end() -> Vec<u8> {
+        END.to_le_bytes().to_vec()
     }
 
     fn need(ks: &[u32]) -> Vec<u8> {
@@ -636,7 +706,7 @@ mod tests {
             assert_eq!(b.fragments(), n, "{len} bytes");
             assert_eq!(b.max_chain_frame(), max_frame, "{len} bytes");
             assert_eq!(b.max_reply(), 4 + 4 * n as usize);
-            assert_eq!(b.chain_frames_certain(), u32::from(n > 0), "ALL will come");
+            assert_eq!(b.chain_frames_certain(), u32::from(n > 0), "END will come");
             assert_eq!(b.expects_reply(), n > 0);
             assert_eq!(b.data().len(), len);
         }
@@ -646,7 +716,7 @@ mod tests {
     }
 
     #[test]
-    fn root_waits_multicasts_each_fragment_once_then_sends_all() {
+    fn root_waits_multicasts_each_fragment_once_then_sends_end() {
         let wait = Duration::from_micros(50);
         let mut b = root(4, 600, 256, wait);
         let t0 = Duration::from_millis(1);
@@ -670,17 +740,13 @@ mod tests {
             assert_eq!(d.header.message_len, 600);
             assert_eq!(d.payload, piece(&b, k));
             assert!(!b.stage1_done());
-            assert_eq!(
-                b.on_reply(&need(&[])),
-                Err(ChainError::Unexpected),
-                "reply before ALL"
-            );
+            assert_eq!(b.next_chain_send(&mut out), None, "no END during stage 1");
             b.multicast_done();
         }
         assert!(b.stage1_done());
         assert_eq!(b.next_multicast(t0 + wait, &mut out), None);
-        assert_eq!(drain(&mut b), [(Frame::All, all())]);
-        assert!(!b.is_done(), "the successor's reply is due");
+        assert_eq!(drain(&mut b), [(Frame::End, end())]);
+        assert!(!b.is_done(), "the successor's NEED is due");
         assert_eq!(b.on_reply(&need(&[0, 2])), Ok(()));
         assert_eq!(
             drain(&mut b),
@@ -693,6 +759,22 @@ mod tests {
         assert_eq!(b.chain_frames_sent(), 2);
         assert_eq!(b.on_reply(&need(&[])), Err(ChainError::TooMany));
         assert_eq!((b.bytes_by_multicast(), b.bytes_by_chain()), (0, 0));
+    }
+
+    #[test]
+    fn the_root_serves_a_need_that_comes_during_stage_1() {
+        let mut b = root(3, 600, 256, Duration::ZERO);
+        let mut out = Vec::new();
+        let now = Duration::from_millis(1);
+        assert_eq!(b.next_multicast(now, &mut out), Some(0));
+        b.multicast_done();
+        assert_eq!(b.on_reply(&need(&[1])), Ok(()));
+        assert_eq!(drain(&mut b), [(Frame::Data(1), frame(1, piece(&b, 1)))]);
+        while b.next_multicast(now, &mut out).is_some() {
+            b.multicast_done();
+        }
+        assert_eq!(drain(&mut b), [(Frame::End, end())]);
+        assert!(b.is_done());
     }
 
     #[test]
@@ -839,6 +921,7 @@ mod tests {
             Err(ChainError::Unexpected)
         );
         let mut b = Broadcast::new(params(1, 3, 600, 256));
+        let p = *b.params();
         assert_eq!(b.on_chain(&[0, 0, 0]), Err(ChainError::BadLength));
         assert_eq!(
             b.on_chain(&frame(3, &[0; 88])),
@@ -847,32 +930,73 @@ mod tests {
         assert_eq!(b.on_chain(&frame(NEED, &[])), Err(ChainError::BadFragment));
         assert_eq!(b.on_chain(&frame(0, &[0; 255])), Err(ChainError::BadLength));
         assert_eq!(b.on_chain(&frame(2, &[0; 256])), Err(ChainError::BadLength));
-        assert_eq!(b.on_chain(&frame(ALL, &[0])), Err(ChainError::BadLength));
+        assert_eq!(b.on_chain(&frame(END, &[0])), Err(ChainError::BadLength));
+        assert_eq!(
+            b.on_chain(&frame(1, &[1; 256])),
+            Err(ChainError::Unexpected),
+            "data before this rank's NEED"
+        );
         assert_eq!(b.chain_frames_received(), 0, "rejected frames do not count");
-        // Handed on before ALL: any fragment, each at most once in all.
-        assert_eq!(b.on_chain(&frame(1, &[1; 256])), Ok(()));
-        assert_eq!(b.on_chain(&all()), Ok(()));
-        assert_eq!(b.on_chain(&all()), Err(ChainError::TooMany));
-        assert_eq!(b.chain_frames_certain(), 0, "the reply is not made yet");
-        assert!(b.reply_due());
+        assert!(!b.need_due());
+        b.on_datagram(&datagram_of(&p, 1, &[1; 256], |_| {}));
+        assert_eq!(b.on_chain(&end()), Ok(()));
+        assert_eq!(b.on_chain(&end()), Err(ChainError::TooMany));
+        assert_eq!(b.chain_frames_certain(), 0, "the NEED is not made yet");
+        assert!(b.need_due());
         let mut out = Vec::new();
         assert!(b.next_reply(&mut out));
         assert_eq!(out, need(&[0, 2]));
-        assert!(!b.reply_due() && !b.next_reply(&mut out), "one reply only");
+        assert_eq!(b.requested(), Some(&[0, 2][..]));
+        assert!(!b.need_due() && !b.next_reply(&mut out), "one NEED only");
         assert_eq!(b.chain_frames_certain(), 2);
-        // After ALL only what was asked for, in its order.
+        // Only what was asked for, each once, in any order.
+        assert_eq!(
+            b.on_chain(&frame(1, &[1; 256])),
+            Err(ChainError::BadFragment)
+        );
+        assert_eq!(b.on_chain(&frame(2, &[3; 88])), Ok(()));
+        assert!(!b.is_done());
         assert_eq!(
             b.on_chain(&frame(2, &[3; 88])),
             Err(ChainError::BadFragment)
         );
         assert_eq!(b.on_chain(&frame(0, &[2; 256])), Ok(()));
-        assert!(!b.is_done());
-        assert_eq!(b.on_chain(&frame(2, &[3; 88])), Ok(()));
-        assert_eq!(b.on_chain(&frame(2, &[3; 88])), Err(ChainError::TooMany));
-        assert_eq!(b.chain_frames_received(), 4);
+        assert_eq!(b.chain_frames_received(), 3);
+        assert_eq!(b.chain_frames_certain(), 0);
         assert!(b.is_complete());
-        assert_eq!((b.bytes_by_multicast(), b.bytes_by_chain()), (0, 600));
+        assert_eq!((b.bytes_by_multicast(), b.bytes_by_chain()), (256, 344));
         assert_eq!(b.data()[255..258], [2, 1, 1]);
+    }
+
+    #[test]
+    fn the_need_is_due_when_complete_when_the_last_datagram_came_or_at_end() {
+        let mut out = Vec::new();
+        // Complete by multicast: an empty NEED at once, before END.
+        let mut b = Broadcast::new(params(1, 3, 600, 256));
+        let p = *b.params();
+        for k in 0..3 {
+            assert!(!b.need_due());
+            let len = if k == 2 { 88 } else { 256 };
+            b.on_datagram(&datagram_of(&p, k, &vec![5; len], |_| {}));
+        }
+        assert!(b.next_reply(&mut out));
+        assert_eq!(out, need(&[]));
+        assert!(!b.is_done(), "END still to come");
+        b.on_chain(&end()).unwrap();
+        assert!(b.is_done() || b.expects_reply());
+        // The last fragment's datagram came, an earlier one was lost.
+        let mut b = Broadcast::new(params(1, 3, 600, 256));
+        b.on_datagram(&datagram_of(&p, 2, &[5; 88], |_| {}));
+        assert!(b.need_due());
+        assert!(b.next_reply(&mut out));
+        assert_eq!(out, need(&[0, 1]));
+        // Only END tells a rank that lost the last fragment.
+        let mut b = Broadcast::new(params(2, 3, 600, 256));
+        b.on_datagram(&datagram_of(&p, 0, &[5; 256], |_| {}));
+        assert!(!b.need_due());
+        b.on_chain(&end()).unwrap();
+        assert!(b.next_reply(&mut out));
+        assert_eq!(out, need(&[1, 2]));
     }
 
     #[test]
@@ -883,13 +1007,11 @@ mod tests {
             let len = if k == 2 { 88 } else { 256 };
             b.on_datagram(&datagram_of(&p, k, &vec![5; len], |_| {}));
         }
-        assert_eq!(b.on_reply(&need(&[])), Err(ChainError::Unexpected));
-        assert_eq!(drain(&mut b), [(Frame::All, all())]);
         for (bad, want) in [
             (vec![], ChainError::BadLength),
             (need(&[1])[..6].to_vec(), ChainError::BadLength),
             (need(&[0, 1, 2, 2]), ChainError::BadLength),
-            (all(), ChainError::Unexpected),
+            (end(), ChainError::Unexpected),
             (need(&[3]), ChainError::BadFragment),
             (need(&[1, 0]), ChainError::BadFragment),
             (need(&[1, 1]), ChainError::BadFragment),
@@ -898,9 +1020,15 @@ mod tests {
         }
         assert_eq!(b.on_reply(&need(&[0, 1, 2])), Ok(()));
         let sent: Vec<Frame> = drain(&mut b).into_iter().map(|(f, _)| f).collect();
-        assert_eq!(sent, [Frame::Data(0), Frame::Data(1), Frame::Data(2)]);
-        assert!(!b.is_done(), "ALL from the predecessor not yet here");
-        b.on_chain(&all()).unwrap();
+        assert_eq!(
+            sent,
+            [Frame::End, Frame::Data(0), Frame::Data(1), Frame::Data(2)],
+            "the last datagram came: END goes without waiting for the predecessor's"
+        );
+        assert_eq!(b.on_reply(&need(&[])), Err(ChainError::TooMany));
+        assert!(!b.is_done(), "END from the predecessor not yet here");
+        b.on_chain(&end()).unwrap();
+        assert_eq!(drain(&mut b), []);
         let mut out = Vec::new();
         assert!(b.next_reply(&mut out));
         assert_eq!(out, need(&[]));
@@ -908,46 +1036,53 @@ mod tests {
     }
 
     #[test]
-    fn a_chain_frame_for_an_owned_fragment_changes_nothing_and_goes_no_further() {
+    fn an_asked_fragment_that_came_by_multicast_meanwhile_changes_nothing() {
         let mut b = Broadcast::new(params(1, 3, 600, 256));
         let p = *b.params();
+        b.on_chain(&end()).unwrap();
+        let mut out = Vec::new();
+        assert!(b.next_reply(&mut out));
+        assert_eq!(out, need(&[0, 1, 2]));
         assert_eq!(
             b.on_datagram(&datagram_of(&p, 1, &[7; 256], |_| {})),
             Verdict::Useful
         );
         b.on_chain(&frame(1, &[9; 256])).unwrap();
-        assert_eq!(b.chain_frames_received(), 1);
+        assert_eq!(b.chain_frames_received(), 2);
+        assert_eq!(b.chain_frames_certain(), 2);
         assert!(b.data()[256..512].iter().all(|&x| x == 7));
-        assert_eq!(drain(&mut b), [], "came by multicast: not handed on");
         assert_eq!((b.bytes_by_multicast(), b.bytes_by_chain()), (256, 0));
     }
 
     #[test]
-    fn fragments_that_came_by_the_chain_go_on_in_arrival_order_before_all() {
+    fn an_asked_fragment_goes_on_as_soon_as_it_is_owned() {
         let mut b = Broadcast::new(params(1, 3, 1000, 256));
         let p = *b.params();
         b.on_datagram(&datagram_of(&p, 2, &[2; 256], |_| {}));
+        // The successor asks before this rank is complete, or even knows END.
+        b.on_reply(&need(&[0, 1, 2, 3])).unwrap();
+        let sent: Vec<Frame> = drain(&mut b).into_iter().map(|(f, _)| f).collect();
+        assert_eq!(sent, [Frame::Data(2)], "what it owns goes at once");
+        b.on_chain(&end()).unwrap();
+        let mut out = Vec::new();
+        assert!(b.next_reply(&mut out));
+        assert_eq!(out, need(&[0, 1, 3]));
         b.on_chain(&frame(3, &[3; 232])).unwrap();
         b.on_chain(&frame(0, &[0; 256])).unwrap();
         assert_eq!(
             drain(&mut b),
             [
+                (Frame::End, end()),
                 (Frame::Data(3), frame(3, &[3; 232])),
                 (Frame::Data(0), frame(0, &[0; 256]))
             ],
-            "no ALL while fragment 1 is missing"
+            "END first, then each fragment as it came"
         );
+        assert!(!b.is_done());
         b.on_chain(&frame(1, &[1; 256])).unwrap();
-        let sent: Vec<Frame> = drain(&mut b).into_iter().map(|(f, _)| f).collect();
-        assert_eq!(sent, [Frame::Data(1), Frame::All]);
-        b.on_chain(&all()).unwrap();
-        let mut out = Vec::new();
-        assert!(b.next_reply(&mut out));
-        assert_eq!(out, need(&[]));
-        assert!(!b.is_done(), "the successor's reply is due");
-        b.on_reply(&need(&[])).unwrap();
+        assert_eq!(drain(&mut b), [(Frame::Data(1), frame(1, &[1; 256]))]);
         assert!(b.is_done());
-        assert_eq!(b.chain_frames_sent(), 3);
+        assert_eq!(b.chain_frames_sent(), 4);
         assert_eq!((b.bytes_by_multicast(), b.bytes_by_chain()), (256, 744));
     }
 
@@ -957,13 +1092,15 @@ mod tests {
         let p = *b.params();
         let mut out = Vec::new();
         b.on_datagram(&datagram_of(&p, 0, &[1; 256], |_| {}));
-        b.on_chain(&frame(1, &[1; 44])).unwrap();
         assert_eq!(b.next_chain_send(&mut out), None);
         assert!(!b.expects_reply());
-        assert!(!b.is_done(), "ALL still expected");
-        b.on_chain(&all()).unwrap();
-        assert!(!b.is_done(), "the reply is not made yet");
+        b.on_chain(&end()).unwrap();
+        assert!(!b.is_done(), "the NEED is not made yet");
         assert!(b.next_reply(&mut out));
+        assert_eq!(out, need(&[1]));
+        assert!(!b.is_done(), "fragment 1 still to come");
+        b.on_chain(&frame(1, &[1; 44])).unwrap();
+        assert_eq!(b.next_chain_send(&mut out), None);
         assert!(b.is_done());
         assert_eq!(b.on_reply(&need(&[])), Err(ChainError::Unexpected));
     }
@@ -976,8 +1113,9 @@ mod tests {
         assert_eq!(b.fragments(), 0);
         assert!(b.is_complete() && b.is_done());
         assert_eq!(b.next_chain_send(&mut out), None);
-        assert_eq!(b.on_chain(&all()), Err(ChainError::Unexpected));
+        assert_eq!(b.on_chain(&end()), Err(ChainError::Unexpected));
         assert_eq!(b.chain_frames_certain(), 0);
+        assert!(!b.need_due());
         assert_eq!(
             b.on_datagram(&datagram_of(&p, 0, &[], |_| {})),
             Verdict::BadLength
@@ -1027,8 +1165,7 @@ mod tests {
             .all(|b| b.is_done() && b.data() == ranks[0].data()));
         assert_eq!(ranks[1].bytes_by_chain(), 5000);
         assert_eq!(ranks[2].bytes_by_chain(), 5000);
-        // Rank 1 asked the root for everything and handed it all on, so rank
-        // 2's reply was empty.
+        // Each rank asked its predecessor for everything.
         assert_eq!(ranks[0].chain_frames_sent(), 20);
         assert_eq!(ranks[1].chain_frames_sent(), 20);
     }
@@ -1051,6 +1188,42 @@ mod tests {
         assert!(ranks
             .iter()
             .all(|b| b.is_done() && b.data() == ranks[0].data() && b.chain_frames_sent() == 0));
+    }
+
+    #[test]
+    fn a_repair_does_not_wait_for_the_predecessor_to_be_complete() {
+        let mut ranks: Vec<Broadcast> = (0..4)
+            .map(|v| Broadcast::new(params(v, 4, 1000, 256)))
+            .collect();
+        ranks[0].data_mut().fill(0x5a);
+        ranks[0].start_root(Duration::ZERO);
+        let mut out = Vec::new();
+        // Rank 1 loses fragment 0, rank 2 loses fragment 1.
+        while let Some(k) = ranks[0].next_multicast(Duration::ZERO, &mut out) {
+            for (v, b) in ranks.iter_mut().enumerate().skip(1) {
+                if (v, k) != (1, 0) && (v, k) != (2, 1) {
+                    b.on_datagram(&out);
+                }
+            }
+            ranks[0].multicast_done();
+        }
+        // Rank 2's NEED reaches rank 1 before rank 1 hears from the root.
+        assert!(ranks[2].next_reply(&mut out));
+        assert_eq!(out, need(&[1]));
+        ranks[1].on_reply(&out).unwrap();
+        assert!(!ranks[1].is_complete());
+        for (f, bytes) in drain(&mut ranks[1]) {
+            assert!(matches!(f, Frame::End | Frame::Data(1)), "{f:?}");
+            ranks[2].on_chain(&bytes).unwrap();
+        }
+        assert!(
+            ranks[2].is_complete(),
+            "repaired by an incomplete neighbour"
+        );
+        settle(&mut ranks);
+        assert!(ranks
+            .iter()
+            .all(|b| b.is_done() && b.data() == ranks[0].data()));
     }
 
     /// Random bytes and damaged datagrams: no panic, nothing taken.
