@@ -98,6 +98,7 @@ static int ipmc_open(void)
 
 static int ipmc_close(void)
 {
+    ipmc_progress_unregister();
     if (mca_coll_ipmc_output >= 0) {
         opal_output_close(mca_coll_ipmc_output);
         mca_coll_ipmc_output = -1;

@@ -11,6 +11,7 @@
 #include "ompi/mca/pml/pml.h"
 #include "ompi/request/request.h"
 #include "opal/datatype/opal_convertor.h"
+#include "opal/runtime/opal_progress.h"
 #include "opal/util/output.h"
 #include "opal/util/proc.h"
 #include "opal/util/show_help.h"
@@ -67,7 +68,64 @@ int ipmc_wait(struct ompi_request_t **req, size_t *count)
     return rc;
 }
 
+int ipmc_look(struct ompi_request_t **req, int *done, size_t *count)
+{
+    int rc;
+    if (!REQUEST_COMPLETE(*req)) {
+        *done = 0;
+        return OMPI_SUCCESS;
+    }
+    rc = (*req)->req_status.MPI_ERROR;
+    *count = (*req)->req_status._ucount;
+    *done = 1;
+    (void) ompi_request_free(req);
+    return rc;
+}
+
+static bool ipmc_progress_registered = false;
+
+static int ipmc_progress(void) { return ipmc_rs_progress(); }
+
+void ipmc_progress_register(void)
+{
+    if (!ipmc_progress_registered && OPAL_SUCCESS == opal_progress_register(ipmc_progress)) {
+        ipmc_progress_registered = true;
+    }
+}
+
+void ipmc_progress_unregister(void)
+{
+    if (ipmc_progress_registered) {
+        (void) opal_progress_unregister(ipmc_progress);
+        ipmc_progress_registered = false;
+    }
+}
+
+static int ipmc_self_keyval = MPI_KEYVAL_INVALID;
+
+static int ipmc_at_finalize(MPI_Comm comm, int keyval, void *value, void *extra)
+{
+    (void) comm;
+    (void) keyval;
+    (void) value;
+    (void) extra;
+    ipmc_rs_finish_all();
+    return MPI_SUCCESS;
+}
+
+void ipmc_finish_at_finalize(void)
+{
+    if (MPI_KEYVAL_INVALID == ipmc_self_keyval
+        && MPI_SUCCESS == PMPI_Comm_create_keyval(MPI_COMM_NULL_COPY_FN, ipmc_at_finalize,
+                                                  &ipmc_self_keyval, NULL)) {
+        (void) PMPI_Comm_set_attr(MPI_COMM_SELF, ipmc_self_keyval, NULL);
+    }
+}
+
 int ipmc_cancel(struct ompi_request_t *req) { return ompi_request_cancel(req); }
+
+void ipmc_comm_retain(struct ompi_communicator_t *comm) { OBJ_RETAIN(comm); }
+void ipmc_comm_release(struct ompi_communicator_t *comm) { OBJ_RELEASE(comm); }
 
 int ipmc_comm_has_local_peer(struct ompi_communicator_t *comm)
 {

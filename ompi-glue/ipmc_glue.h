@@ -51,8 +51,16 @@ int ipmc_wait_all(size_t n, struct ompi_request_t **reqs);
 int ipmc_test(struct ompi_request_t **req, int *done, size_t *count);
 /* Waits for a request as ipmc_test would find it done. */
 int ipmc_wait(struct ompi_request_t **req, size_t *count);
+/* As ipmc_test, but only looks at the request, without driving Open MPI's
+   progress engine: for use from inside it. */
+int ipmc_look(struct ompi_request_t **req, int *done, size_t *count);
 /* Asks Open MPI to cancel a pending receive (then wait for it). */
 int ipmc_cancel(struct ompi_request_t *req);
+
+/* Keeps the communicator alive (a reference) while a broadcast finishes in
+   the background, and lets it go; the release may destroy it. */
+void ipmc_comm_retain(struct ompi_communicator_t *comm);
+void ipmc_comm_release(struct ompi_communicator_t *comm);
 
 /* Whether another rank of the communicator runs on this node. */
 int ipmc_comm_has_local_peer(struct ompi_communicator_t *comm);
@@ -78,6 +86,14 @@ void ipmc_print(const char *line);
 /* Open MPI's help message "no multicast", printed by the calling process. */
 void ipmc_show_no_multicast(const char *host, int rank, const char *comm, const char *reason);
 
+/* Registers ipmc's callback with Open MPI's progress engine (once), and
+   removes it (at component close). */
+void ipmc_progress_register(void);
+void ipmc_progress_unregister(void);
+/* Makes MPI_Finalize call ipmc_rs_finish_all first (an attribute of
+   MPI_COMM_SELF, whose deletion MPI_Finalize begins with); once. */
+void ipmc_finish_at_finalize(void);
+
 /* ---- implemented in Rust, called by C ----------------------------------- */
 
 /* Once per process; returns an OMPI error code. When a parameter's value is
@@ -90,6 +106,10 @@ int ipmc_rs_module_enable(void *state, struct mca_coll_base_module_2_3_0_t *modu
 /* Called when the communicator is freed (maybe more than once); no MPI calls. */
 void ipmc_rs_module_disable(void *state, struct ompi_communicator_t *comm);
 void ipmc_rs_module_destroy(void *state);
+/* One turn of the broadcasts finishing in the background; returns how many finished. */
+int ipmc_rs_progress(void);
+/* Finishes every broadcast still in the background (at MPI_Finalize). */
+void ipmc_rs_finish_all(void);
 int ipmc_rs_bcast(void *state, void *buf, int count, struct ompi_datatype_t *dt, int root,
                   struct ompi_communicator_t *comm, struct mca_coll_base_module_2_3_0_t *module);
 

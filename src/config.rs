@@ -70,6 +70,7 @@ pub struct Config {
     pub inject_loss_percent: u32,
     pub inject_seed: u64,
     pub ranks_are_nodes: bool,
+    pub background_limit: usize,
 }
 
 impl Default for Config {
@@ -95,6 +96,7 @@ impl Default for Config {
             inject_loss_percent: 0,
             inject_seed: 1,
             ranks_are_nodes: false,
+            background_limit: 16 << 20,
         }
     }
 }

@@ -49,6 +49,8 @@ same_signature!(
     sys::ipmc_rs_module_disable = ipmc_rs_module_disable,
     sys::ipmc_rs_module_destroy = ipmc_rs_module_destroy,
     sys::ipmc_rs_bcast = ipmc_rs_bcast,
+    sys::ipmc_rs_progress = ipmc_rs_progress,
+    sys::ipmc_rs_finish_all = ipmc_rs_finish_all,
 );
 
 impl From<&sys::ipmc_config_t> for Config {
@@ -72,6 +74,7 @@ impl From<&sys::ipmc_config_t> for Config {
             rcvbuf: c.rcvbuf,
             inject_loss_percent: u32::try_from(c.inject_loss).unwrap_or(0),
             inject_seed: u64::try_from(c.inject_seed).unwrap_or(0),
+            background_limit: c.background_limit,
             ranks_are_nodes: c.ranks_are_nodes,
         }
     }
@@ -506,6 +509,31 @@ pub unsafe extern "C" fn ipmc_rs_bcast(
     }
 }
 
+/// Open MPI's progress engine calls this (once registered) on every turn.
+#[no_mangle]
+pub extern "C" fn ipmc_rs_progress() -> c_int {
+    c_int::try_from(crate::background::progress()).unwrap_or(c_int::MAX)
+}
+
+/// `MPI_Finalize` calls this first (see [`register_progress`]).
+#[no_mangle]
+pub extern "C" fn ipmc_rs_finish_all() {
+    crate::background::finish_all();
+}
+
+/// Registers [`ipmc_rs_progress`] with Open MPI's progress engine, and
+/// [`ipmc_rs_finish_all`] with `MPI_Finalize`, once.
+pub fn register_progress() {
+    static ONCE: std::sync::Once = std::sync::Once::new();
+    // SAFETY: the glue registers callbacks that live as long as the
+    // component's library, which is never unloaded (`-z nodelete`); this runs
+    // inside an MPI call, between MPI_Init and MPI_Finalize.
+    ONCE.call_once(|| unsafe {
+        sys::ipmc_progress_register();
+        sys::ipmc_finish_at_finalize();
+    });
+}
+
 /// One address of one network interface, as `getifaddrs(3)` lists it.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct IfAddr {
@@ -656,6 +684,11 @@ impl Messages {
         }))
     }
 
+    /// The communicator the messages travel on.
+    pub fn comm(&self) -> Comm {
+        self.comm
+    }
+
     /// Starts sending `data` to `peer`.
     pub fn send(&mut self, peer: usize, data: Vec<u8>) -> P2pResult<MsgId> {
         self.start(data, peer, false)
@@ -674,6 +707,20 @@ impl Messages {
         let (mut done, mut count) = (0, 0);
         // SAFETY: `slot.req` is the live request of this slot.
         let rc = unsafe { sys::ipmc_test(&mut slot.req, &mut done, &mut count) };
+        if rc != OMPI_SUCCESS {
+            return Err(P2pError(rc));
+        }
+        Ok((done != 0).then(|| self.finish(id, count)))
+    }
+
+    /// As [`Self::test`], but only looks at the request, without entering
+    /// Open MPI's progress engine: for use from inside it.
+    pub fn look(&mut self, id: MsgId) -> P2pResult<Option<Vec<u8>>> {
+        let slot = &mut self.slots[id.0];
+        assert!(!slot.req.is_null(), "message {id:?} already completed");
+        let (mut done, mut count) = (0, 0);
+        // SAFETY: `slot.req` is the live request of this slot.
+        let rc = unsafe { sys::ipmc_look(&mut slot.req, &mut done, &mut count) };
         if rc != OMPI_SUCCESS {
             return Err(P2pError(rc));
         }
@@ -705,6 +752,12 @@ impl Messages {
     }
 }
 
+// SAFETY: a `Messages` holds handles of Open MPI requests and a communicator,
+// and the buffers they use, which it owns. Open MPI lets any thread test or
+// wait for a request, and ipmc touches a `Messages` only under the lock of its
+// broadcast (see `crate::background`), never from two threads at once.
+unsafe impl Send for Messages {}
+
 impl Drop for Messages {
     fn drop(&mut self) {
         // Only a broadcast that stopped on an error leaves messages behind:
@@ -728,6 +781,22 @@ impl Drop for Messages {
 }
 
 impl Comm {
+    /// Takes a reference on the communicator, so that freeing it (which MPI
+    /// allows while operations on it are pending) does not destroy it.
+    pub fn retain(self) {
+        // SAFETY: as in `rank`.
+        unsafe { sys::ipmc_comm_retain(self.0) }
+    }
+
+    /// Gives back a reference taken by [`Comm::retain`]. The communicator is
+    /// destroyed if that was the last one (and with it ipmc's module, whose
+    /// `disable` and destructor then run): call this with no lock held and
+    /// nothing of the module borrowed.
+    pub fn release(self) {
+        // SAFETY: the caller holds a reference from `retain`, given back once.
+        unsafe { sys::ipmc_comm_release(self.0) }
+    }
+
     /// Whether another rank of the communicator runs on this node.
     pub fn has_local_peer(self) -> bool {
         // SAFETY: as in `rank`.

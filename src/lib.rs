@@ -26,9 +26,12 @@
 //! - [`setup`]: the setup of a communicator's group, agreed by all ranks;
 //! - [`multicast`]: the two-stage broadcast driven by real sockets and
 //!   Open MPI point-to-point;
+//! - [`background`]: broadcasts that returned but still owe their
+//!   neighbours frames, finished from Open MPI's progress engine;
 //! - [`module`]: the per-communicator state and the broadcast entry point;
 //! - [`ffi`]: the Open MPI boundary, the only place with `unsafe`.
 
+pub mod background;
 pub mod bbs;
 pub mod chain;
 pub mod config;

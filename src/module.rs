@@ -104,6 +104,16 @@ impl Module {
             ));
         }
         self.reported = true;
+        if let Multicast::Ready(group) = &mut self.multicast {
+            // The neighbours may still wait for frames of the last broadcast.
+            if let Err(e) = group.finish() {
+                warn!(
+                    "rank {}: the last broadcast on {} failed: {e}",
+                    self.rank,
+                    comm.name()
+                );
+            }
+        }
         // Leaves the group and closes the sockets.
         self.multicast = Multicast::Failed;
     }
@@ -114,6 +124,12 @@ impl Module {
         if bytes == 0 {
             self.stats.empty += 1;
             return Ok(());
+        }
+        if let Multicast::Ready(group) = &mut self.multicast {
+            // Every algorithm (and the replaced component's) uses the
+            // broadcast tag: the last multicast broadcast's frames must not
+            // meet this call's messages.
+            group.finish().map_err(|e| e.0)?;
         }
         let mut alg = self.cfg.choose(bytes, self.nodes.count);
         if alg == Algorithm::Multicast {
@@ -168,10 +184,10 @@ impl Module {
             size: self.size,
             root: call.root(),
         };
-        let mut msgs = Messages::new(call.comm());
+        let comm = call.comm();
         let stats = &mut self.stats.datagrams;
         on_message_bytes(call, self.rank, bytes, |buf| {
-            group.bcast(&mut msgs, at, buf, stats).map_err(|e| e.0)
+            group.bcast(comm, at, buf, stats).map_err(|e| e.0)
         })
     }
 
@@ -210,6 +226,7 @@ impl Module {
                     cfg.use_crc_checking,
                     Duration::from_micros(cfg.root_wait_time_us),
                     (cfg.inject_loss_percent, seed),
+                    cfg.background_limit,
                 ))))
             }
             (verdict, _, _) => {

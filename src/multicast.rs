@@ -9,12 +9,147 @@ use log::{debug, warn};
 use rand_chacha::rand_core::{RngCore, SeedableRng};
 use rand_chacha::ChaCha8Rng;
 
+use crate::background::Pending;
 use crate::datagram;
-use crate::ffi::{Messages, MsgId};
+use crate::ffi::{Comm, Messages, MsgId};
 use crate::mcast_socket::McastSocket;
 use crate::stats::Datagrams;
 use crate::transport::{P2pError, P2pResult};
 use crate::two_stage::{Broadcast, Params, Verdict};
+
+/// How [`Run::turn`] asks whether a message completed.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Wait {
+    /// Through Open MPI's test, which drives its progress engine: for the
+    /// broadcast call itself.
+    Progress,
+    /// By looking at the request only: from inside Open MPI's progress
+    /// engine, which must not be entered again.
+    Look,
+}
+
+/// One broadcast's chain on this rank: the protocol state and the
+/// point-to-point messages it has in flight, which own their buffers, so a
+/// run can outlive the call that started it.
+pub struct Run {
+    b: Broadcast,
+    msgs: Messages,
+    pred: usize,
+    succ: usize,
+    recvs: VecDeque<MsgId>,
+    sends: VecDeque<MsgId>,
+    spare: Vec<Vec<u8>>,
+    reply_recv: Option<MsgId>,
+    reply_send: Option<MsgId>,
+}
+
+impl Run {
+    fn new(b: Broadcast, mut msgs: Messages, rank: usize, size: usize) -> P2pResult<Self> {
+        let succ = (rank + 1) % size;
+        // The successor's one NEED may come at any time.
+        let reply_recv = if b.expects_reply() {
+            Some(msgs.recv(succ, b.max_reply())?)
+        } else {
+            None
+        };
+        Ok(Run {
+            b,
+            msgs,
+            pred: (rank + size - 1) % size,
+            succ,
+            recvs: VecDeque::with_capacity(CHAIN_WINDOW),
+            sends: VecDeque::with_capacity(CHAIN_WINDOW),
+            spare: Vec::new(),
+            reply_recv,
+            reply_send: None,
+        })
+    }
+
+    fn test(&mut self, id: MsgId, wait: Wait) -> P2pResult<Option<Vec<u8>>> {
+        match wait {
+            Wait::Progress => self.msgs.test(id),
+            Wait::Look => self.msgs.look(id),
+        }
+    }
+
+    /// One turn of the chain: posts the receives certain to come, hands
+    /// what arrived to the protocol, and sends what it offers.
+    pub fn turn(&mut self, wait: Wait) -> P2pResult<()> {
+        let (pred, succ) = (self.pred, self.succ);
+        while self.recvs.len() < self.b.chain_frames_certain() as usize
+            && self.recvs.len() < CHAIN_WINDOW
+        {
+            let id = self.msgs.recv(pred, self.b.max_chain_frame())?;
+            self.recvs.push_back(id);
+        }
+        // Frames from one peer complete in the order they were posted.
+        while let Some(&id) = self.recvs.front() {
+            let Some(frame) = self.test(id, wait)? else {
+                break;
+            };
+            self.recvs.pop_front();
+            if let Err(e) = self.b.on_chain(&frame) {
+                warn!("chain frame from rank {pred} refused: {e:?}");
+                return Err(P2pError(OMPI_ERROR));
+            }
+        }
+        if self.b.need_due() {
+            let mut reply = self.spare.pop().unwrap_or_default();
+            self.b.next_reply(&mut reply);
+            self.reply_send = Some(self.msgs.send(pred, reply)?);
+        }
+        if let Some(id) = self.reply_recv {
+            if let Some(reply) = self.test(id, wait)? {
+                self.reply_recv = None;
+                if let Err(e) = self.b.on_reply(&reply) {
+                    warn!("NEED from rank {succ} refused: {e:?}");
+                    return Err(P2pError(OMPI_ERROR));
+                }
+            }
+        }
+        while self.sends.len() < CHAIN_WINDOW {
+            let mut frame = self.spare.pop().unwrap_or_default();
+            if self.b.next_chain_send(&mut frame).is_none() {
+                self.spare.push(frame);
+                break;
+            }
+            self.sends.push_back(self.msgs.send(succ, frame)?);
+        }
+        while let Some(&id) = self.sends.front() {
+            let Some(buf) = self.test(id, wait)? else {
+                break;
+            };
+            self.sends.pop_front();
+            self.spare.push(buf);
+        }
+        if let Some(id) = self.reply_send {
+            if let Some(buf) = self.test(id, wait)? {
+                self.reply_send = None;
+                self.spare.push(buf);
+            }
+        }
+        Ok(())
+    }
+
+    /// The communicator the broadcast runs on.
+    pub fn comm(&self) -> Comm {
+        self.msgs.comm()
+    }
+
+    /// Whether this rank's part of the broadcast is over, sends included.
+    pub fn is_done(&self) -> bool {
+        self.b.is_done() && self.sends.is_empty() && self.reply_send.is_none()
+    }
+
+    /// Whether the broadcast call may return and leave the rest to the
+    /// background: the message is complete (the root: every datagram went to
+    /// the socket) and the predecessor has been told what was missing.
+    fn may_return(&self) -> bool {
+        let told =
+            self.b.params().vrank == 0 || self.b.fragments() == 0 || self.b.requested().is_some();
+        self.b.is_complete() && self.b.stage1_done() && told
+    }
+}
 
 /// Chain frames a rank keeps in flight in each direction.
 const CHAIN_WINDOW: usize = 16;
@@ -46,6 +181,10 @@ pub struct Group {
     stash: VecDeque<Vec<u8>>,
     stash_bytes: usize,
     told_send_error: bool,
+    /// Largest message whose broadcast may finish in the background.
+    background_limit: usize,
+    /// The last broadcast, while it still owes its neighbours frames.
+    pending: Pending,
 }
 
 /// One broadcast's place in the communicator.
@@ -66,6 +205,7 @@ impl Group {
         with_crc: bool,
         root_wait: Duration,
         inject: (u32, u64),
+        background_limit: usize,
     ) -> Self {
         let (percent, seed) = inject;
         Group {
@@ -84,22 +224,29 @@ impl Group {
             stash: VecDeque::new(),
             stash_bytes: 0,
             told_send_error: false,
+            background_limit,
+            pending: Pending::default(),
         }
     }
 
     /// One two-stage broadcast of `data` (the root's message; filled in on
-    /// the other ranks).
+    /// the other ranks). It returns once this rank owns the message (the
+    /// root: once every datagram is handed to the socket) and has told its
+    /// predecessor what it lacked; what it still owes its neighbours is
+    /// finished in the background ([`crate::background`]) when the message
+    /// is at most `background_limit` bytes, else before it returns. The
+    /// previous broadcast's background part is finished first, so the chain
+    /// frames of consecutive broadcasts never cross.
     pub fn bcast(
         &mut self,
-        msgs: &mut Messages,
+        comm: Comm,
         at: Ranks,
         data: &mut [u8],
         stats: &mut Datagrams,
     ) -> P2pResult<()> {
+        self.pending.finish()?;
         let Ranks { rank, size, root } = at;
         let vrank = (rank + size - root) % size;
-        let pred = (rank + size - 1) % size;
-        let succ = (rank + 1) % size;
         let mut b = Broadcast::new(Params {
             comm_id: self.comm_id,
             bcast: self.next_bcast,
@@ -121,88 +268,49 @@ impl Group {
             std::thread::sleep(b.stage1_start().unwrap_or_default());
         }
         self.replay_stash(&mut b, stats);
-
+        let mut run = Run::new(b, Messages::new(comm), rank, size)?;
+        let in_background = data.len() <= self.background_limit;
         let mut datagram = Vec::new();
-        let mut recvs: VecDeque<MsgId> = VecDeque::with_capacity(CHAIN_WINDOW);
-        let mut sends: VecDeque<MsgId> = VecDeque::with_capacity(CHAIN_WINDOW);
-        let mut spare: Vec<Vec<u8>> = Vec::new();
-        // The successor's one NEED may come at any time.
-        let mut reply_recv = if b.expects_reply() {
-            Some(msgs.recv(succ, b.max_reply())?)
-        } else {
-            None
-        };
-        let mut reply_send = None;
         loop {
-            self.multicast(&mut b, start.elapsed(), &mut datagram, stats);
+            let b = &mut run.b;
+            self.multicast(b, start.elapsed(), &mut datagram, stats);
             if !b.is_complete() {
-                self.receive(&mut b, stats);
-            }
-            while recvs.len() < b.chain_frames_certain() as usize && recvs.len() < CHAIN_WINDOW {
-                recvs.push_back(msgs.recv(pred, b.max_chain_frame())?);
-            }
-            // Frames from one peer complete in the order they were posted.
-            while let Some(&id) = recvs.front() {
-                let Some(frame) = msgs.test(id)? else { break };
-                recvs.pop_front();
-                if let Err(e) = b.on_chain(&frame) {
-                    warn!("chain frame from rank {pred} refused: {e:?}");
-                    return Err(P2pError(OMPI_ERROR));
-                }
+                self.receive(b, stats);
             }
             if b.need_due() {
                 // Ask only for what has not arrived by then, datagrams still
                 // queued in the socket included.
-                while !b.is_complete() && self.receive(&mut b, stats) {}
-                let mut reply = spare.pop().unwrap_or_default();
-                b.next_reply(&mut reply);
-                reply_send = Some(msgs.send(pred, reply)?);
+                while !b.is_complete() && self.receive(b, stats) {}
             }
-            if let Some(id) = reply_recv {
-                if let Some(reply) = msgs.test(id)? {
-                    reply_recv = None;
-                    if let Err(e) = b.on_reply(&reply) {
-                        warn!("reply from rank {succ} refused: {e:?}");
-                        return Err(P2pError(OMPI_ERROR));
-                    }
-                }
-            }
-            while sends.len() < CHAIN_WINDOW {
-                let mut frame = spare.pop().unwrap_or_default();
-                if b.next_chain_send(&mut frame).is_none() {
-                    spare.push(frame);
-                    break;
-                }
-                sends.push_back(msgs.send(succ, frame)?);
-            }
-            while let Some(&id) = sends.front() {
-                let Some(buf) = msgs.test(id)? else { break };
-                sends.pop_front();
-                spare.push(buf);
-            }
-            if let Some(id) = reply_send {
-                if let Some(buf) = msgs.test(id)? {
-                    reply_send = None;
-                    spare.push(buf);
-                }
-            }
-            if b.is_done() && sends.is_empty() && reply_send.is_none() {
+            run.turn(Wait::Progress)?;
+            if run.is_done() || (in_background && run.may_return()) {
                 break;
             }
         }
+        let b = &run.b;
         if vrank != 0 {
             data.copy_from_slice(b.data());
         }
         stats.bytes_multicast += b.bytes_by_multicast();
         stats.bytes_chain += b.bytes_by_chain();
         debug!(
-            "bcast {} of {} bytes done on vrank {vrank}: {} by multicast, {} by chain",
+            "bcast {} of {} bytes {} on vrank {vrank}: {} by multicast, {} by chain",
             b.params().bcast,
             data.len(),
+            if run.is_done() { "done" } else { "returns" },
             b.bytes_by_multicast(),
             b.bytes_by_chain()
         );
+        if !run.is_done() {
+            self.pending.put(run);
+        }
         Ok(())
+    }
+
+    /// Finishes what the last broadcast still owes its neighbours; for when
+    /// the communicator is freed.
+    pub fn finish(&mut self) -> P2pResult<()> {
+        self.pending.finish()
     }
 
     /// Stage 1 on the root: as many datagrams as the socket takes now.

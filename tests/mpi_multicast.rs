@@ -181,3 +181,28 @@ fn the_benchmark_measures_every_rank() {
         assert!(max >= min, "{}", run.output);
     }
 }
+
+/// The root broadcasts and then sends to rank 1, which waits for that message
+/// before it enters the broadcast: Open MPI's own broadcast completes this for
+/// eager sizes, and so must ipmc's multicast, up to `crossover_size`. The root
+/// also overwrites its buffer at once, and communicators are freed while
+/// their last broadcast may still be finishing in the background.
+#[test]
+fn the_root_returns_without_waiting_for_the_others() {
+    let mca = [("coll_ipmc_print_statistics", "1")];
+    let run = mpirun(4, &mca, "early_return", &["--max-bytes", "1048576"]);
+    assert!(
+        run.ok && run.output.contains("early_return: PASS"),
+        "run failed:\n{}",
+        run.output
+    );
+    let stats = common::stats_lines(&run.output);
+    for comm in ["world", "freed"] {
+        let lines: Vec<_> = stats.iter().filter(|s| s["comm"] == comm).collect();
+        assert!(lines.len() >= 4, "{comm}:\n{}", run.output);
+        for s in lines {
+            assert!(common::tally(s, "multicast").0 > 0, "{s:?}");
+            assert_eq!(s["setup"], "ok", "{s:?}");
+        }
+    }
+}

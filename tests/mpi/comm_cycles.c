@@ -13,7 +13,9 @@
  * group); neither may have grown. MPI_COMM_WORLD itself never broadcasts.
  *
  * The same counts while the last communicator still lives show that they
- * see what ipmc opens.
+ * see what ipmc opens. MPI lets a freed communicator live on until its
+ * pending operations end (ipmc may finish a broadcast in the background), so
+ * every count is taken after every rank has driven MPI's progress a while.
  *
  * Prints "comm_cycles: fds=A->B memberships=C->D live_fds=E live_memberships=F
  * rank=R" per rank and
@@ -92,6 +94,21 @@ static void check_bcast(MPI_Comm comm, long cycle, int k, int root, size_t n, un
     }
 }
 
+/* Every rank drives MPI's progress for a while between two barriers, so that
+   broadcasts finishing in the background (and their freed communicators)
+   end everywhere before a count. */
+static void settle(void)
+{
+    int flag;
+    double until;
+    MPI_Barrier(MPI_COMM_WORLD);
+    until = MPI_Wtime() + 0.2;
+    while (MPI_Wtime() < until) {
+        MPI_Iprobe(MPI_ANY_SOURCE, MPI_ANY_TAG, MPI_COMM_WORLD, &flag, MPI_STATUS_IGNORE);
+    }
+    MPI_Barrier(MPI_COMM_WORLD);
+}
+
 int main(int argc, char **argv)
 {
     static const size_t sizes[] = {1, 4096, 102400};
@@ -130,13 +147,13 @@ int main(int argc, char **argv)
         MPI_Comm_free(&dup);
         if (c + 1 == WARMUP) {
             /* Every rank of the namespace has freed its communicator. */
-            MPI_Barrier(MPI_COMM_WORLD);
+            settle();
             fds0 = open_fds();
             mem0 = memberships();
             MPI_Barrier(MPI_COMM_WORLD);
         }
     }
-    MPI_Barrier(MPI_COMM_WORLD);
+    settle();
     fds1 = open_fds();
     mem1 = memberships();
     MPI_Barrier(MPI_COMM_WORLD);
