@@ -18,6 +18,8 @@
 #                      comma-separated list of K (1..N)
 #   --no-ula HOSTS     these hosts get no unique-local IPv6 address, only the automatic
 #                      link-local one (fe80::/64); "all" or a list as for --no-ipv4
+#   --dad              hosts run duplicate address detection as real ones do: their
+#                      link-local addresses are unusable (tentative) for a second or two
 #
 # The command runs inside the launcher namespace with these variables set:
 #   CLUSTER_HOSTS   comma-separated host names (for mpirun --host)
@@ -31,8 +33,8 @@
 # network namespace, and no address outside the cluster is ever used.
 set -euo pipefail
 
-usage() { echo "usage: $0 [--rate R] [--burst B] [--loss PCT] [--loss-host K=PCT] [--no-multicast K] [--slots S] [--no-ipv4 HOSTS] [--no-ula HOSTS] N -- command [args...]" >&2; exit 2; }
-rate="" burst=16kb loss=0 slots=1 no_mcast="" no_ipv4="" no_ula=""
+usage() { echo "usage: $0 [--rate R] [--burst B] [--loss PCT] [--loss-host K=PCT] [--no-multicast K] [--slots S] [--no-ipv4 HOSTS] [--no-ula HOSTS] [--dad] N -- command [args...]" >&2; exit 2; }
+rate="" burst=16kb loss=0 slots=1 no_mcast="" no_ipv4="" no_ula="" dad=0
 hosts_arg() { [[ "$1" =~ ^(all|[0-9]+(,[0-9]+)*)$ ]] || usage; }
 # Whether host $2 is in the list $1 ("all" names the launcher, 0, too).
 listed() { [ "$1" = all ] || [[ ",$1," == *",$2,"* ]]; }
@@ -49,6 +51,7 @@ while [ $# -gt 0 ]; do
         --slots) [ $# -ge 2 ] && [[ "$2" =~ ^[0-9]+$ ]] || usage; slots=$2; shift 2 ;;
         --no-ipv4) [ $# -ge 2 ] || usage; hosts_arg "$2"; no_ipv4=$2; shift 2 ;;
         --no-ula) [ $# -ge 2 ] || usage; hosts_arg "$2"; no_ula=$2; shift 2 ;;
+        --dad) dad=1; shift ;;
         *) break ;;
     esac
 done
@@ -85,7 +88,9 @@ for i in $(seq 0 "$n"); do
     h="${id}h$i"
     ip netns add "$h"; created+=("$h")
     # Addresses usable at once: no duplicate address detection on a private bridge.
-    ip netns exec "$h" sysctl -qw net.ipv6.conf.all.accept_dad=0 net.ipv6.conf.default.accept_dad=0
+    if [ "$dad" = 0 ]; then
+        ip netns exec "$h" sysctl -qw net.ipv6.conf.all.accept_dad=0 net.ipv6.conf.default.accept_dad=0
+    fi
     ip link add eth0 netns "$h" type veth peer name "p$i" netns "$sw"
     ip -n "$sw" link set "p$i" master br0
     ip -n "$sw" link set "p$i" up
