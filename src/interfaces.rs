@@ -90,7 +90,8 @@ fn in_subnet(addr: IpAddr, net: IpAddr, len: u8) -> bool {
 pub struct Chosen {
     pub name: String,
     pub index: u32,
-    /// An address of the group's family on that interface.
+    /// An address of the group's family on that interface; for an IPv6
+    /// group the caller puts the source [`ipv6_source`] picks here.
     pub addr: IpAddr,
 }
 
