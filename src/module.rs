@@ -166,16 +166,10 @@ impl Module {
     fn set_up(&mut self, comm: Comm) -> Result<Multicast, i32> {
         let cfg = &self.cfg;
         let mut msgs = Messages::new(comm);
-        let range = || {
-            let range = setup::group_range(cfg, || interface_families(cfg));
-            if range != cfg.group_range {
-                info!("no IPv4 address on the interface: groups from {range}");
-            }
-            range
-        };
+        let families = || interface_families(cfg);
         let open = |a: &Announce| open_socket(cfg, comm, a);
         let (announce, local, verdict) =
-            setup::agree(&mut msgs, self.rank, self.size, cfg, range, open).map_err(|e| e.0)?;
+            setup::agree(&mut msgs, self.rank, self.size, cfg, families, open).map_err(|e| e.0)?;
         let name = comm.name();
         if let Err(why) = &local {
             warn!("rank {} cannot multicast on {name}: {why}", self.rank);
@@ -263,10 +257,10 @@ fn open_socket(cfg: &Config, comm: Comm, a: &Announce) -> Result<McastSocket, St
         if v6 || interfaces::choose(&addrs, &include, &exclude, true).is_err() {
             return e;
         }
-        // Rank 0 has IPv4 and drew from the IPv4 range; this host has only IPv6.
+        // An IPv4 range was set, and this host has only IPv6.
         format!(
-            "{e}; the group {} is IPv4, and this host has only IPv6: an IPv6 group range \
-             works on every host, for example coll_ipmc_group_range={}",
+            "{e}; the group {} is IPv4, and this host has only IPv6: where every host \
+             has IPv6, an IPv6 group range works, for example coll_ipmc_group_range={}",
             a.group.ip(),
             crate::groups::IPV6_DEFAULT_GROUPS
         )
@@ -290,7 +284,7 @@ fn interface_families(cfg: &Config) -> (bool, bool) {
         IfList::parse(&cfg.if_exclude),
         ffi::interface_addresses(),
     ) else {
-        return (true, false); // keep the configured range; opening will tell
+        return (true, true); // no say in the family; opening will tell
     };
     let has = |v6| interfaces::choose(&addrs, &include, &exclude, v6).is_ok();
     (has(false), has(true))

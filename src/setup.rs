@@ -112,10 +112,11 @@ impl Announce {
 }
 
 /// The groups rank 0 draws from: `coll_ipmc_group_range`, except that the
-/// IPv4 default gives way to [`groups::IPV6_DEFAULT_GROUPS`] when rank 0's
-/// interface has IPv6 but no IPv4 (`has_ipv4_and_ipv6` tells, only asked
-/// then). Only rank 0 decides, and the group it announces carries the
-/// family, so every rank uses the same one.
+/// IPv4 default gives way to [`groups::IPV6_DEFAULT_GROUPS`] when some rank's
+/// interface has no IPv4 address and every rank's has IPv6
+/// (`has_ipv4_and_ipv6` tells, for all ranks together; only asked then).
+/// Rank 0 decides, and the group it announces carries the family, so every
+/// rank uses the same.
 pub fn group_range(cfg: &Config, has_ipv4_and_ipv6: impl FnOnce() -> (bool, bool)) -> String {
     if cfg.group_range == groups::DEFAULT_GROUPS && has_ipv4_and_ipv6() == (false, true) {
         groups::IPV6_DEFAULT_GROUPS.to_string()
@@ -148,8 +149,9 @@ pub enum Verdict {
     Failed { first: usize },
 }
 
-/// Runs the agreement on this rank. Rank 0 draws from the range `range`
-/// returns; `open` opens and joins this rank's
+/// Runs the agreement on this rank. With the default group range, every
+/// rank first tells rank 0 which address families its interface has
+/// (`families`: IPv4, IPv6), for [`group_range`]. `open` opens and joins this rank's
 /// socket for the announced group; its error says why it could not. Returns
 /// the announcement, this rank's socket (if it opened one) and the verdict;
 /// on `Failed` the caller drops the socket.
@@ -158,12 +160,38 @@ pub fn agree<S>(
     rank: usize,
     size: usize,
     cfg: &Config,
-    range: impl FnOnce() -> String,
+    families: impl FnOnce() -> (bool, bool),
     open: impl FnOnce(&Announce) -> Result<S, String>,
 ) -> P2pResult<(Option<Announce>, Result<S, String>, Verdict)> {
+    // Round 0, only for the default range (the same on every rank): which
+    // families every rank has, so that a cluster without IPv4 anywhere, or
+    // on some hosts, gets IPv6 groups.
+    let mut all = (true, true);
+    if cfg.group_range == groups::DEFAULT_GROUPS {
+        let (v4, v6) = families();
+        let byte = u8::from(v4) | (u8::from(v6) << 1);
+        if rank == 0 {
+            let recvs = (1..size)
+                .map(|r| msgs.recv(r, 1))
+                .collect::<P2pResult<Vec<_>>>()?;
+            let mut bits = byte;
+            for id in recvs {
+                bits &= msgs.wait(id)?.first().copied().unwrap_or(0);
+            }
+            all = (bits & 1 != 0, bits & 2 != 0);
+        } else {
+            let id = msgs.send(0, vec![byte])?;
+            msgs.wait(id)?;
+        }
+    }
+
     // Round 1: rank 0 announces (or announces that it could not draw).
     let announce = if rank == 0 {
-        let a = Announce::draw(cfg, &range());
+        let range = group_range(cfg, || all);
+        if range != cfg.group_range {
+            log::info!("not every rank's interface has IPv4: groups from {range}");
+        }
+        let a = Announce::draw(cfg, &range);
         let bytes = a.as_ref().map(Announce::encode).unwrap_or_default();
         let sends = (1..size)
             .map(|r| msgs.send(r, bytes.clone()))

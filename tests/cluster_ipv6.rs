@@ -1,13 +1,14 @@
 //! IPv6 on the emulated cluster (`tests/cluster/cluster.sh`): hosts whose
 //! only IPv6 address is the automatic link-local one, with and without
 //! duplicate address detection; a cluster without IPv4, where Open MPI's own
-//! traffic runs over IPv6 too and ipmc uses its defaults; and the mixed
-//! cases where some hosts lack the address the group needs, which must fall
-//! back on every rank with one message.
+//! traffic runs over IPv6 too and ipmc uses its defaults; hosts with and
+//! without IPv4 mixed, which agree on IPv6 under the default range; and the
+//! cases where some hosts lack the address a chosen group needs, which must
+//! fall back on every rank with one message.
 
 mod common;
 
-use common::{num, print_stats, sum, tally, world_stats, Cluster, Line, Run};
+use common::{num, print_stats, stats_lines, sum, tally, world_stats, Cluster, Line, Run};
 
 /// `bcast_check` on `cluster` with multicast forced and statistics on, plus `mca`.
 fn run(cluster: &Cluster, mca: &[(&'static str, &'static str)]) -> Run {
@@ -175,15 +176,30 @@ fn a_host_without_a_site_scope_address_makes_all_fall_back_once() {
 }
 
 #[test]
-fn a_host_without_ipv4_under_the_ipv4_default_makes_all_fall_back_once() {
-    // Rank 0 has IPv4 and draws from the IPv4 default; host 3 has only IPv6.
+fn a_host_without_ipv4_takes_every_rank_to_ipv6_under_the_default_range() {
+    // Rank 0 has IPv4, host 3 has only IPv6: every communicator that holds
+    // host 3 agrees on ff12::, whichever rank is its rank 0.
     let cluster = Cluster {
         no_ipv4: Some("3"),
         ..Cluster::hosts(4)
     };
-    let run = run(&cluster, &[]);
+    let run = run(&cluster, &[("coll_ipmc_verbose", "5")]);
+    assert_multicast_carried_the_data("host 3 IPv6 only, defaults", &cluster, &run);
+    assert!(world_group(&run).starts_with("[ff12::"), "{}", run.output);
+    for s in stats_lines(&run.output) {
+        assert_ne!(s["setup"], "failed", "{s:?}");
+    }
+}
+
+#[test]
+fn a_host_without_ipv4_under_a_chosen_ipv4_range_makes_all_fall_back_once() {
+    let cluster = Cluster {
+        no_ipv4: Some("3"),
+        ..Cluster::hosts(4)
+    };
+    let run = run(&cluster, &[("coll_ipmc_group_range", "239.192.0.0/16")]);
     assert_agreed_fallback(
-        "host 3 IPv6 only, defaults",
+        "host 3 IPv6 only, IPv4 range",
         &cluster,
         &run,
         &[
@@ -193,4 +209,18 @@ fn a_host_without_ipv4_under_the_ipv4_default_makes_all_fall_back_once() {
             "coll_ipmc_group_range=ff12::/96",
         ],
     );
+}
+
+#[test]
+fn when_rank_0_has_only_ipv6_every_rank_follows_it_to_ipv6() {
+    // World's rank 0 (host 1) has no IPv4: every communicator that holds it
+    // multicasts on ff12::, also those whose rank 0 is a dual-stack host; the
+    // dual-stack hosts join on their link-local addresses.
+    let cluster = Cluster {
+        no_ipv4: Some("1"),
+        ..Cluster::hosts(4)
+    };
+    let run = run(&cluster, &[("coll_ipmc_verbose", "5")]);
+    assert_multicast_carried_the_data("rank 0 IPv6 only, defaults", &cluster, &run);
+    assert!(world_group(&run).starts_with("[ff12::"), "{}", run.output);
 }
