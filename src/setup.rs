@@ -4,9 +4,11 @@
 //! Rank 0 draws the group, the port and the communicator id and announces
 //! them with the parameters the protocol depends on. Every rank then opens
 //! and joins, and reports to rank 0, which tells everyone the verdict: if any
-//! rank failed, all of them fall back for this communicator. Only
-//! point-to-point messages of the communicator itself are used (three
-//! rounds through rank 0), never a collective.
+//! rank failed, all of them fall back for this communicator. With the
+//! default group range a first round tells rank 0 every rank's address
+//! families ([`group_range`]). Only point-to-point messages of the
+//! communicator itself are used (three or four rounds through rank 0), never
+//! a collective.
 
 use std::net::{IpAddr, Ipv6Addr, SocketAddr};
 
