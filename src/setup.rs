@@ -4,11 +4,10 @@
 //! Rank 0 draws the group, the port and the communicator id and announces
 //! them with the parameters the protocol depends on. Every rank then opens
 //! and joins, and reports to rank 0, which tells everyone the verdict: if any
-//! rank failed, all of them fall back for this communicator. With the
-//! default group range a first round tells rank 0 every rank's address
-//! families ([`group_range`]). Only point-to-point messages of the
-//! communicator itself are used (three or four rounds through rank 0), never
-//! a collective.
+//! rank failed, all of them fall back for this communicator. A first round
+//! tells rank 0 every rank's address families ([`group_range`]). Only
+//! point-to-point messages of the communicator itself are used (four rounds
+//! through rank 0), never a collective.
 
 use std::net::{IpAddr, Ipv6Addr, SocketAddr};
 
@@ -151,9 +150,9 @@ pub enum Verdict {
     Failed { first: usize },
 }
 
-/// Runs the agreement on this rank. With the default group range, every
-/// rank first tells rank 0 which address families its interface has
-/// (`families`: IPv4, IPv6), for [`group_range`]. `open` opens and joins this rank's
+/// Runs the agreement on this rank. Every rank first tells rank 0 which
+/// address families its interface has (`families`: IPv4, IPv6), for
+/// [`group_range`]. `open` opens and joins this rank's
 /// socket for the announced group; its error says why it could not. Returns
 /// the announcement, this rank's socket (if it opened one) and the verdict;
 /// on `Failed` the caller drops the socket.
@@ -165,27 +164,26 @@ pub fn agree<S>(
     families: impl FnOnce() -> (bool, bool),
     open: impl FnOnce(&Announce) -> Result<S, String>,
 ) -> P2pResult<(Option<Announce>, Result<S, String>, Verdict)> {
-    // Round 0, only for the default range (the same on every rank): which
-    // families every rank has, so that a cluster without IPv4 anywhere, or
-    // on some hosts, gets IPv6 groups.
-    let mut all = (true, true);
-    if cfg.group_range == groups::DEFAULT_GROUPS {
-        let (v4, v6) = families();
-        let byte = u8::from(v4) | (u8::from(v6) << 1);
-        if rank == 0 {
-            let recvs = (1..size)
-                .map(|r| msgs.recv(r, 1))
-                .collect::<P2pResult<Vec<_>>>()?;
-            let mut bits = byte;
-            for id in recvs {
-                bits &= msgs.wait(id)?.first().copied().unwrap_or(0);
-            }
-            all = (bits & 1 != 0, bits & 2 != 0);
-        } else {
-            let id = msgs.send(0, vec![byte])?;
-            msgs.wait(id)?;
+    // Round 0: which address families every rank has, so that under the
+    // default range a cluster without IPv4 anywhere, or on some hosts, gets
+    // IPv6 groups. Always run, so that ranks that disagree on the range
+    // still exchange the same messages.
+    let (v4, v6) = families();
+    let byte = u8::from(v4) | (u8::from(v6) << 1);
+    let all = if rank == 0 {
+        let recvs = (1..size)
+            .map(|r| msgs.recv(r, 1))
+            .collect::<P2pResult<Vec<_>>>()?;
+        let mut bits = byte;
+        for id in recvs {
+            bits &= msgs.wait(id)?.first().copied().unwrap_or(0);
         }
-    }
+        (bits & 1 != 0, bits & 2 != 0)
+    } else {
+        let id = msgs.send(0, vec![byte])?;
+        msgs.wait(id)?;
+        (v4, v6)
+    };
 
     // Round 1: rank 0 announces (or announces that it could not draw).
     let announce = if rank == 0 {
