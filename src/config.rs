@@ -87,7 +87,7 @@ impl Default for Config {
             chain_segment_size: 65536,
             bcast_algorithm: 0,
             verbose: 0,
-            group_range: "239.192.0.0/14".into(),
+            group_range: crate::groups::DEFAULT_GROUPS.into(),
             port_range: "5000-32767".into(),
             if_include: String::new(),
             if_exclude: String::new(),

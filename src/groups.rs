@@ -34,6 +34,12 @@ pub const DEFAULT_PORTS: &str = "5000-32767";
 /// address (33:33 + low 32 bits), so no two groups share a MAC.
 pub const IPV6_EXAMPLE_GROUPS: &str = "ff18::/96";
 
+/// The groups that replace [`DEFAULT_GROUPS`] when rank 0's interface has no
+/// IPv4 address: link-local scope, which every IPv6 interface can send to
+/// from its automatic link-local address, and which like the default TTL of
+/// 1 stays on the local network.
+pub const IPV6_DEFAULT_GROUPS: &str = "ff12::/96";
+
 /// An address family.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 pub enum Family {

@@ -7,10 +7,14 @@
 //! include list names (when given) or the exclude list does not name. With
 //! both lists empty, loopback interfaces are skipped. Join and send both use
 //! the chosen interface explicitly, so routes do not matter.
+//!
+//! For an IPv6 group, [`ipv6_source`] then picks the address to send from:
+//! one whose scope covers the group's (RFC 4007: a link-local source never
+//! leaves the link), that duplicate address detection has cleared.
 
 use std::collections::BTreeMap;
 use std::fmt;
-use std::net::IpAddr;
+use std::net::{IpAddr, Ipv6Addr};
 
 use crate::ffi::IfAddr;
 
@@ -86,7 +90,8 @@ fn in_subnet(addr: IpAddr, net: IpAddr, len: u8) -> bool {
 pub struct Chosen {
     pub name: String,
     pub index: u32,
-    /// An address of the group's family on that interface.
+    /// An address of the group's family on that interface; for an IPv6
+    /// group the caller puts the source [`ipv6_source`] picks here.
     pub addr: IpAddr,
 }
 
@@ -179,6 +184,154 @@ pub fn choose(
     ))
 }
 
+/// One IPv6 address of an interface with the kernel's flags
+/// (`/proc/net/if_inet6`, which unlike getifaddrs tells the flags).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct V6Addr {
+    pub addr: Ipv6Addr,
+    pub index: u32,
+    pub flags: u32,
+}
+
+// Address flags of <linux/if_addr.h>.
+const IFA_F_OPTIMISTIC: u32 = 0x04;
+const IFA_F_DADFAILED: u32 = 0x08;
+const IFA_F_DEPRECATED: u32 = 0x20;
+const IFA_F_TENTATIVE: u32 = 0x40;
+
+/// Parses `/proc/net/if_inet6`: per line the address (32 hex digits), the
+/// interface index, prefix length, scope and flags (hex), and the name.
+/// Lines it cannot read are skipped.
+pub fn parse_if_inet6(text: &str) -> Vec<V6Addr> {
+    text.lines()
+        .filter_map(|line| {
+            let f: Vec<&str> = line.split_whitespace().collect();
+            if f.len() < 6 || f[0].len() != 32 {
+                return None;
+            }
+            Some(V6Addr {
+                addr: Ipv6Addr::from(u128::from_str_radix(f[0], 16).ok()?),
+                index: u32::from_str_radix(f[1], 16).ok()?,
+                flags: u32::from_str_radix(f[4], 16).ok()?,
+            })
+        })
+        .collect()
+}
+
+/// What an address is, and the widest multicast scope it may send to
+/// (RFC 4291 §2.7 scope values; unique-local addresses have global scope,
+/// RFC 4193 §3.3).
+fn kind(a: Ipv6Addr) -> (&'static str, u8) {
+    let s = a.segments()[0];
+    if a.is_loopback() {
+        ("loopback", 1)
+    } else if s & 0xffc0 == 0xfe80 {
+        ("link-local", 2)
+    } else if s & 0xffc0 == 0xfec0 {
+        ("site-local", 5)
+    } else if s & 0xfe00 == 0xfc00 {
+        ("unique-local", 14)
+    } else {
+        ("global", 14)
+    }
+}
+
+/// The scope of a multicast group (its fourth nibble).
+pub fn group_scope(g: Ipv6Addr) -> u8 {
+    (g.segments()[0] & 0xf) as u8
+}
+
+fn scope_name(scope: u8) -> String {
+    match scope {
+        1 => "interface-local".into(),
+        2 => "link-local".into(),
+        3 => "realm-local".into(),
+        4 => "admin-local".into(),
+        5 => "site-local".into(),
+        8 => "organization-local".into(),
+        14 => "global".into(),
+        s => format!("scope-{s:x}"),
+    }
+}
+
+/// Why the kernel will not send from an address yet, or ever.
+fn unusable(v: &V6Addr) -> Option<&'static str> {
+    if v.flags & IFA_F_DADFAILED != 0 {
+        Some("duplicate: another host on the link has it")
+    } else if v.flags & IFA_F_TENTATIVE != 0 && v.flags & IFA_F_OPTIMISTIC == 0 {
+        Some("tentative: duplicate address detection has not finished")
+    } else {
+        None
+    }
+}
+
+/// Why no address of `iface` can send to an IPv6 group.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct NoSource {
+    pub why: String,
+    /// An address that would do is still in duplicate address detection,
+    /// so trying again in a moment may succeed.
+    pub pending: bool,
+}
+
+/// The address of `iface` to send to `group` from: among the addresses
+/// duplicate address detection has cleared, one of the narrowest scope that
+/// covers the group's (so a link-local group is sent from the link-local
+/// address), not deprecated if possible. `addrs` may hold other interfaces'
+/// addresses too.
+pub fn ipv6_source(
+    iface: &Chosen,
+    addrs: &[V6Addr],
+    group: Ipv6Addr,
+) -> Result<Ipv6Addr, NoSource> {
+    let own: Vec<&V6Addr> = addrs.iter().filter(|v| v.index == iface.index).collect();
+    let needed = group_scope(group);
+    let best = own
+        .iter()
+        .filter(|v| unusable(v).is_none() && kind(v.addr).1 >= needed)
+        .min_by_key(|v| (kind(v.addr).1, v.flags & IFA_F_DEPRECATED != 0));
+    if let Some(v) = best {
+        return Ok(v.addr);
+    }
+    let pending = own.iter().any(|v| {
+        v.flags & IFA_F_DADFAILED == 0 && unusable(v).is_some() && kind(v.addr).1 >= needed
+    });
+    let has = if own.is_empty() {
+        "none".to_string()
+    } else {
+        own.iter()
+            .map(|v| match unusable(v) {
+                Some(why) => format!("{} {} ({why})", kind(v.addr).0, v.addr),
+                None => format!("{} {}", kind(v.addr).0, v.addr),
+            })
+            .collect::<Vec<_>>()
+            .join(", ")
+    };
+    let widest = own
+        .iter()
+        .filter(|v| unusable(v).is_none())
+        .map(|v| kind(v.addr).1)
+        .filter(|&s| s >= 2)
+        .max();
+    let instead = match widest {
+        Some(w) => format!(
+            "; groups of {} scope would work: coll_ipmc_group_range=ff1{:x}::/96",
+            scope_name(w),
+            w.min(14)
+        ),
+        None => String::new(),
+    };
+    Err(NoSource {
+        why: format!(
+            "the group {group} has {} scope, and {} has no IPv6 address of that scope or wider \
+             that the kernel may send from (its IPv6 addresses: {has}){instead}",
+            scope_name(needed),
+            iface.name
+        ),
+        pending,
+    })
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -267,6 +420,105 @@ mod tests {
             assert!(err.contains(bad), "{bad}: {err}");
         }
         assert!(IfList::parse(" , ").unwrap().is_empty());
+    }
+
+    fn v6(text: &str) -> Vec<V6Addr> {
+        parse_if_inet6(text)
+    }
+
+    fn eth0() -> Chosen {
+        Chosen {
+            name: "eth0".into(),
+            index: 4,
+            addr: "fe80::1".parse().unwrap(),
+        }
+    }
+
+    const LINK_LOCAL_ONLY: &str = "\
+fe800000000000000000000000000001 04 40 20 80     eth0
+00000000000000000000000000000001 01 80 10 80       lo
+fd000000000000000000000000000009 05 40 00 80     eth1
+";
+
+    #[test]
+    fn if_inet6_lines_are_read() {
+        let a = v6(LINK_LOCAL_ONLY);
+        assert_eq!(a.len(), 3);
+        assert_eq!(
+            a[0],
+            V6Addr {
+                addr: "fe80::1".parse().unwrap(),
+                index: 4,
+                flags: 0x80
+            }
+        );
+        assert_eq!(a[2].index, 5);
+        assert!(v6("garbage\n\nfe80 1 2 3 4 x\n").is_empty());
+    }
+
+    fn source(text: &str, group: &str) -> Result<Ipv6Addr, NoSource> {
+        ipv6_source(&eth0(), &v6(text), group.parse().unwrap())
+    }
+
+    #[test]
+    fn link_local_groups_are_sent_from_the_link_local_address() {
+        for g in ["ff12::1", "ff02::1:3"] {
+            assert_eq!(source(LINK_LOCAL_ONLY, g).unwrap().to_string(), "fe80::1");
+        }
+        let with_ula =
+            format!("{LINK_LOCAL_ONLY}fd000000000000000000000000000002 04 40 00 80 eth0\n");
+        assert_eq!(source(&with_ula, "ff12::1").unwrap().to_string(), "fe80::1");
+        assert_eq!(source(&with_ula, "ff15::1").unwrap().to_string(), "fd00::2");
+        assert_eq!(source(&with_ula, "ff1e::1").unwrap().to_string(), "fd00::2");
+    }
+
+    #[test]
+    fn wider_scopes_need_a_wider_address_and_say_what_would_work() {
+        for (g, scope) in [("ff15::1", "site-local"), ("ff18::1", "organization-local")] {
+            let e = source(LINK_LOCAL_ONLY, g).unwrap_err();
+            assert!(!e.pending);
+            assert!(
+                e.why.contains(&format!("{g} has {scope} scope")),
+                "{}",
+                e.why
+            );
+            assert!(
+                e.why.contains("addresses: link-local fe80::1)"),
+                "{}",
+                e.why
+            );
+            assert!(
+                e.why
+                    .contains("link-local scope would work: coll_ipmc_group_range=ff12::/96"),
+                "{}",
+                e.why
+            );
+        }
+        let site = "fec00000000000000000000000000001 04 40 40 80 eth0\n";
+        assert_eq!(source(site, "ff15::1").unwrap().to_string(), "fec0::1");
+        let e = source(site, "ff18::1").unwrap_err();
+        assert!(
+            e.why.contains("coll_ipmc_group_range=ff15::/96"),
+            "{}",
+            e.why
+        );
+    }
+
+    #[test]
+    fn addresses_in_duplicate_address_detection_are_not_used() {
+        let tentative = "fe800000000000000000000000000001 04 40 20 c0 eth0\n";
+        let e = source(tentative, "ff12::1").unwrap_err();
+        assert!(e.pending);
+        assert!(e.why.contains("fe80::1 (tentative"), "{}", e.why);
+        assert!(!e.why.contains("would work"), "{}", e.why);
+        let optimistic = "fe800000000000000000000000000001 04 40 20 c4 eth0\n";
+        assert!(source(optimistic, "ff12::1").is_ok());
+        let failed = "fe800000000000000000000000000001 04 40 20 c8 eth0\n";
+        let e = source(failed, "ff12::1").unwrap_err();
+        assert!(!e.pending);
+        assert!(e.why.contains("duplicate: another host"), "{}", e.why);
+        let e = source("", "ff12::1").unwrap_err();
+        assert!(e.why.contains("addresses: none"), "{}", e.why);
     }
 
     #[test]

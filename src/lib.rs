@@ -22,7 +22,7 @@
 //!   communicator's multicast group, port and instance id;
 //! - [`nodes`]: how a communicator's ranks spread over nodes;
 //! - [`interfaces`] and [`mcast_socket`]: the interface a communicator
-//!   multicasts on, and its sockets;
+//!   multicasts on (and its IPv6 source address, `docs/ipv6.md`), and its sockets;
 //! - [`setup`]: the setup of a communicator's group, agreed by all ranks;
 //! - [`multicast`]: the two-stage broadcast driven by real sockets and
 //!   Open MPI point-to-point;

@@ -9,7 +9,7 @@
 //! non-blocking: a full buffer never stalls Open MPI's progress.
 
 use std::io;
-use std::net::{IpAddr, SocketAddr, UdpSocket};
+use std::net::{IpAddr, SocketAddr, SocketAddrV6, UdpSocket};
 
 use socket2::{Domain, InterfaceIndexOrAddress, Protocol, Socket, Type};
 
@@ -43,7 +43,8 @@ fn doing<T>(what: &str, r: io::Result<T>) -> Result<T, String> {
 }
 
 impl McastSocket {
-    /// Joins `group` on `iface` and prepares sending to it.
+    /// Joins `group` on `iface` and prepares sending to it, for IPv6 from
+    /// `iface.addr` (see [`crate::interfaces::ipv6_source`]).
     pub fn open(group: SocketAddr, iface: &Chosen, opts: Options) -> Result<Self, String> {
         if !group.ip().is_multicast() {
             return Err(format!("{} is not a multicast address", group.ip()));
@@ -106,10 +107,22 @@ impl McastSocket {
                     send.set_multicast_loop_v4(opts.loopback),
                 )?;
             }
-            (IpAddr::V6(_), IpAddr::V6(_)) => {
+            (IpAddr::V6(_), IpAddr::V6(a)) => {
                 doing(
                     "choosing the send interface",
                     send.set_multicast_if_v6(iface.index),
+                )?;
+                // The source the caller chose for the group's scope; a
+                // link-local one is only valid with the interface as scope.
+                let scope = if a.segments()[0] & 0xffc0 == 0xfe80 {
+                    iface.index
+                } else {
+                    0
+                };
+                let source = SocketAddrV6::new(a, 0, 0, scope);
+                doing(
+                    &format!("binding the send socket to {source}"),
+                    send.bind(&SocketAddr::V6(source).into()),
                 )?;
                 doing(
                     "setting the hop limit",

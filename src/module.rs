@@ -1,7 +1,8 @@
 //! The state ipmc keeps for one communicator, and its broadcast entry point.
 
+use std::net::{IpAddr, Ipv6Addr};
 use std::sync::atomic::{AtomicBool, Ordering};
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use log::{debug, info, warn};
 
@@ -196,17 +197,25 @@ impl Module {
     fn set_up(&mut self, comm: Comm) -> Result<Multicast, i32> {
         let cfg = &self.cfg;
         let mut msgs = Messages::new(comm);
+        let families = || interface_families(cfg);
         let open = |a: &Announce| open_socket(cfg, comm, a);
         let (announce, local, verdict) =
-            setup::agree(&mut msgs, self.rank, self.size, cfg, open).map_err(|e| e.0)?;
+            setup::agree(&mut msgs, self.rank, self.size, cfg, families, open).map_err(|e| e.0)?;
         let name = comm.name();
         if let Err(why) = &local {
-            // Once per process: the reason is usually the same for every communicator.
-            static TOLD: AtomicBool = AtomicBool::new(false);
-            if !TOLD.swap(true, Ordering::Relaxed) {
+            warn!("rank {} cannot multicast on {name}: {why}", self.rank);
+        }
+        // Once per job, by the first rank that failed: the reason is usually
+        // the same on every rank and for every communicator, and every rank
+        // of a failed communicator stays quiet from then on.
+        static TOLD: AtomicBool = AtomicBool::new(false);
+        if let (setup::Verdict::Failed { first }, Err(why)) = (&verdict, &local) {
+            if *first == self.rank && !TOLD.load(Ordering::Relaxed) {
                 ffi::show_no_multicast(&crate::entropy::hostname(), self.rank, &name, why);
             }
-            warn!("rank {} cannot multicast on {name}: {why}", self.rank);
+        }
+        if matches!(verdict, setup::Verdict::Failed { .. }) {
+            TOLD.store(true, Ordering::Relaxed);
         }
         match (verdict, local, announce) {
             (setup::Verdict::Ready, Ok(socket), Some(a)) => {
@@ -275,13 +284,63 @@ fn open_socket(cfg: &Config, comm: Comm, a: &Announce) -> Result<McastSocket, St
     let include = IfList::parse(&cfg.if_include)?;
     let exclude = IfList::parse(&cfg.if_exclude)?;
     let addrs = ffi::interface_addresses().map_err(|e| format!("listing interfaces: {e}"))?;
-    let iface = interfaces::choose(&addrs, &include, &exclude, a.group.is_ipv6())?;
+    let v6 = a.group.is_ipv6();
+    let mut iface = interfaces::choose(&addrs, &include, &exclude, v6).map_err(|e| {
+        if v6 || interfaces::choose(&addrs, &include, &exclude, true).is_err() {
+            return e;
+        }
+        // An IPv4 range was set, and this host has only IPv6.
+        format!(
+            "{e}; the group {} is IPv4, and this host has only IPv6: where every host \
+             has IPv6, an IPv6 group range works, for example coll_ipmc_group_range={}",
+            a.group.ip(),
+            crate::groups::IPV6_DEFAULT_GROUPS
+        )
+    })?;
+    if let IpAddr::V6(group) = a.group.ip() {
+        iface.addr = IpAddr::V6(ipv6_source(&iface, group)?);
+    }
     let opts = mcast_socket::Options {
         ttl: cfg.ttl,
         loopback: comm.has_local_peer(),
         rcvbuf: cfg.rcvbuf,
     };
     McastSocket::open(a.group, &iface, opts)
+}
+
+/// Whether the interface ipmc would choose for IPv4 and for IPv6 groups
+/// exists, i.e. has an address of that family.
+fn interface_families(cfg: &Config) -> (bool, bool) {
+    let (Ok(include), Ok(exclude), Ok(addrs)) = (
+        IfList::parse(&cfg.if_include),
+        IfList::parse(&cfg.if_exclude),
+        ffi::interface_addresses(),
+    ) else {
+        return (true, true); // no say in the family; opening will tell
+    };
+    let has = |v6| interfaces::choose(&addrs, &include, &exclude, v6).is_ok();
+    (has(false), has(true))
+}
+
+/// How long setup waits for duplicate address detection to clear the
+/// address it needs (Linux takes about a second after a link comes up).
+const DAD_WAIT: Duration = Duration::from_secs(3);
+
+/// The address to send to an IPv6 group from, waiting for one that is still
+/// in duplicate address detection.
+fn ipv6_source(iface: &interfaces::Chosen, group: Ipv6Addr) -> Result<Ipv6Addr, String> {
+    let started = Instant::now();
+    loop {
+        // Without IPv6 the file does not exist: no address, and the error says so.
+        let text = std::fs::read_to_string("/proc/net/if_inet6").unwrap_or_default();
+        match interfaces::ipv6_source(iface, &interfaces::parse_if_inet6(&text), group) {
+            Ok(a) => return Ok(a),
+            Err(e) if e.pending && started.elapsed() < DAD_WAIT => {
+                std::thread::sleep(Duration::from_millis(50));
+            }
+            Err(e) => return Err(e.why),
+        }
+    }
 }
 
 #[cfg(test)]

@@ -4,9 +4,10 @@
 //! Rank 0 draws the group, the port and the communicator id and announces
 //! them with the parameters the protocol depends on. Every rank then opens
 //! and joins, and reports to rank 0, which tells everyone the verdict: if any
-//! rank failed, all of them fall back for this communicator. Only
-//! point-to-point messages of the communicator itself are used (three
-//! rounds through rank 0), never a collective.
+//! rank failed, all of them fall back for this communicator. A first round
+//! tells rank 0 every rank's address families ([`group_range`]). Only
+//! point-to-point messages of the communicator itself are used (four rounds
+//! through rank 0), never a collective.
 
 use std::net::{IpAddr, Ipv6Addr, SocketAddr};
 
@@ -32,10 +33,11 @@ pub struct Announce {
 }
 
 impl Announce {
-    /// Rank 0's draw (thesis §3.3–§3.4): collected entropy, stretched by
-    /// Blum-Blum-Shub into the seed of the generator that draws.
-    pub fn draw(cfg: &Config) -> Result<Self, String> {
-        let ranges = GroupRanges::parse(&cfg.group_range)?;
+    /// Rank 0's draw (thesis §3.3–§3.4) from `group_range` (see
+    /// [`group_range`]): collected entropy, stretched by Blum-Blum-Shub
+    /// into the seed of the generator that draws.
+    pub fn draw(cfg: &Config, group_range: &str) -> Result<Self, String> {
+        let ranges = GroupRanges::parse(group_range)?;
         let ports = PortRange::parse(&cfg.port_range)?;
         let mut rng = groups::generator(crate::entropy::collect());
         Ok(Announce {
@@ -110,6 +112,20 @@ impl Announce {
     }
 }
 
+/// The groups rank 0 draws from: `coll_ipmc_group_range`, except that the
+/// IPv4 default gives way to [`groups::IPV6_DEFAULT_GROUPS`] when some rank's
+/// interface has no IPv4 address and every rank's has IPv6
+/// (`has_ipv4_and_ipv6` tells, for all ranks together; only asked then).
+/// Rank 0 decides, and the group it announces carries the family, so every
+/// rank uses the same.
+pub fn group_range(cfg: &Config, has_ipv4_and_ipv6: impl FnOnce() -> (bool, bool)) -> String {
+    if cfg.group_range == groups::DEFAULT_GROUPS && has_ipv4_and_ipv6() == (false, true) {
+        groups::IPV6_DEFAULT_GROUPS.to_string()
+    } else {
+        cfg.group_range.clone()
+    }
+}
+
 /// A digest of the parameters that decide each call's algorithm, which
 /// must be equal on every rank or ranks would choose differently.
 fn fingerprint(cfg: &Config) -> u64 {
@@ -134,7 +150,9 @@ pub enum Verdict {
     Failed { first: usize },
 }
 
-/// Runs the agreement on this rank. `open` opens and joins this rank's
+/// Runs the agreement on this rank. Every rank first tells rank 0 which
+/// address families its interface has (`families`: IPv4, IPv6), for
+/// [`group_range`]. `open` opens and joins this rank's
 /// socket for the announced group; its error says why it could not. Returns
 /// the announcement, this rank's socket (if it opened one) and the verdict;
 /// on `Failed` the caller drops the socket.
@@ -143,11 +161,37 @@ pub fn agree<S>(
     rank: usize,
     size: usize,
     cfg: &Config,
+    families: impl FnOnce() -> (bool, bool),
     open: impl FnOnce(&Announce) -> Result<S, String>,
 ) -> P2pResult<(Option<Announce>, Result<S, String>, Verdict)> {
+    // Round 0: which address families every rank has, so that under the
+    // default range a cluster without IPv4 anywhere, or on some hosts, gets
+    // IPv6 groups. Always run, so that ranks that disagree on the range
+    // still exchange the same messages.
+    let (v4, v6) = families();
+    let byte = u8::from(v4) | (u8::from(v6) << 1);
+    let all = if rank == 0 {
+        let recvs = (1..size)
+            .map(|r| msgs.recv(r, 1))
+            .collect::<P2pResult<Vec<_>>>()?;
+        let mut bits = byte;
+        for id in recvs {
+            bits &= msgs.wait(id)?.first().copied().unwrap_or(0);
+        }
+        (bits & 1 != 0, bits & 2 != 0)
+    } else {
+        let id = msgs.send(0, vec![byte])?;
+        msgs.wait(id)?;
+        (v4, v6)
+    };
+
     // Round 1: rank 0 announces (or announces that it could not draw).
     let announce = if rank == 0 {
-        let a = Announce::draw(cfg);
+        let range = group_range(cfg, || all);
+        if range != cfg.group_range {
+            log::info!("not every rank's interface has IPv4: groups from {range}");
+        }
+        let a = Announce::draw(cfg, &range);
         let bytes = a.as_ref().map(Announce::encode).unwrap_or_default();
         let sends = (1..size)
             .map(|r| msgs.send(r, bytes.clone()))
@@ -233,7 +277,7 @@ mod tests {
     #[test]
     fn rank_zeros_draw_is_in_range_and_checked_against_local_parameters() {
         let cfg = Config::default();
-        let a = Announce::draw(&cfg).unwrap();
+        let a = Announce::draw(&cfg, &cfg.group_range).unwrap();
         match a.group.ip() {
             IpAddr::V4(ip) => assert_eq!(ip.octets()[0..2], [239, 192 | (ip.octets()[1] & 3)]),
             other => panic!("IPv6 group {other} from the IPv4 default"),
@@ -250,6 +294,35 @@ mod tests {
             ..Config::default()
         };
         assert!(a.mismatch(&other).unwrap().contains("crossover_nodes"));
-        assert_ne!(Announce::draw(&cfg).unwrap(), a, "two draws should differ");
+        assert_ne!(
+            Announce::draw(&cfg, &cfg.group_range).unwrap(),
+            a,
+            "two draws should differ"
+        );
+    }
+
+    #[test]
+    fn the_ipv4_default_gives_way_to_ipv6_only_without_ipv4() {
+        let cfg = Config::default();
+        assert_eq!(group_range(&cfg, || (true, true)), groups::DEFAULT_GROUPS);
+        assert_eq!(group_range(&cfg, || (false, false)), groups::DEFAULT_GROUPS);
+        assert_eq!(group_range(&cfg, || (false, true)), "ff12::/96");
+        let a = Announce::draw(&cfg, &group_range(&cfg, || (false, true))).unwrap();
+        assert_eq!(
+            u128::from(match a.group.ip() {
+                IpAddr::V6(g) => g,
+                v4 => panic!("{v4} drawn for an IPv6-only interface"),
+            }) >> 32,
+            0xff12 << 80
+        );
+        // A range the user chose is kept, whatever the interface has.
+        let mine = Config {
+            group_range: "239.1.0.0/16".into(),
+            ..Config::default()
+        };
+        assert_eq!(
+            group_range(&mine, || panic!("not asked for a chosen range")),
+            "239.1.0.0/16"
+        );
     }
 }

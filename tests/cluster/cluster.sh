@@ -14,19 +14,30 @@
 #   --loss-host K=PCT  host K (1..N) drops PCT % instead
 #   --no-multicast K   host K's interface has no MULTICAST flag
 #   --slots S          CLUSTER_HOSTS offers S slots per host (S ranks per host)
+#   --no-ipv4 HOSTS    these hosts get no IPv4 address: "all" (the launcher too) or a
+#                      comma-separated list of K (1..N)
+#   --no-ula HOSTS     these hosts get no unique-local IPv6 address, only the automatic
+#                      link-local one (fe80::/64); "all" or a list as for --no-ipv4
+#   --dad              hosts run duplicate address detection as real ones do: their
+#                      link-local addresses are unusable (tentative) for a second or two
 #
 # The command runs inside the launcher namespace with these variables set:
 #   CLUSTER_HOSTS   comma-separated host names (for mpirun --host)
 #   CLUSTER_SUBNET  the hosts' IPv4 subnet in CIDR form
 #   CLUSTER_SUBNET6 the hosts' IPv6 subnet (unique local addresses) in CIDR form
-#   CLUSTER_MPIRUN  mpirun options that launch through the namespaces
+#   CLUSTER_MPIRUN  mpirun options that launch through the namespaces; with
+#                   --no-ipv4 they name the interface (eth0) instead of the IPv4
+#                   subnet, so that Open MPI's own traffic runs over IPv6
 # Names and subnet are unique per run; every namespace is deleted when the run
 # ends, fails or is interrupted. Nothing is created in the machine's own
 # network namespace, and no address outside the cluster is ever used.
 set -euo pipefail
 
-usage() { echo "usage: $0 [--rate R] [--burst B] [--loss PCT] [--loss-host K=PCT] [--no-multicast K] [--slots S] N -- command [args...]" >&2; exit 2; }
-rate="" burst=16kb loss=0 slots=1 no_mcast=""
+usage() { echo "usage: $0 [--rate R] [--burst B] [--loss PCT] [--loss-host K=PCT] [--no-multicast K] [--slots S] [--no-ipv4 HOSTS] [--no-ula HOSTS] [--dad] N -- command [args...]" >&2; exit 2; }
+rate="" burst=16kb loss=0 slots=1 no_mcast="" no_ipv4="" no_ula="" dad=0
+hosts_arg() { [[ "$1" =~ ^(all|[0-9]+(,[0-9]+)*)$ ]] || usage; }
+# Whether host $2 is in the list $1 ("all" names the launcher, 0, too).
+listed() { [ "$1" = all ] || [[ ",$1," == *",$2,"* ]]; }
 declare -A host_loss=()
 pct() { [[ "$1" =~ ^[0-9]+$ ]] && [ "$1" -le 100 ] || usage; }
 while [ $# -gt 0 ]; do
@@ -38,6 +49,9 @@ while [ $# -gt 0 ]; do
                      pct "${2#*=}"; host_loss[${2%%=*}]=${2#*=}; shift 2 ;;
         --no-multicast) [ $# -ge 2 ] && [[ "$2" =~ ^[0-9]+$ ]] || usage; no_mcast=$2; shift 2 ;;
         --slots) [ $# -ge 2 ] && [[ "$2" =~ ^[0-9]+$ ]] || usage; slots=$2; shift 2 ;;
+        --no-ipv4) [ $# -ge 2 ] || usage; hosts_arg "$2"; no_ipv4=$2; shift 2 ;;
+        --no-ula) [ $# -ge 2 ] || usage; hosts_arg "$2"; no_ula=$2; shift 2 ;;
+        --dad) dad=1; shift ;;
         *) break ;;
     esac
 done
@@ -74,15 +88,19 @@ for i in $(seq 0 "$n"); do
     h="${id}h$i"
     ip netns add "$h"; created+=("$h")
     # Addresses usable at once: no duplicate address detection on a private bridge.
-    ip netns exec "$h" sysctl -qw net.ipv6.conf.all.accept_dad=0 net.ipv6.conf.default.accept_dad=0
+    if [ "$dad" = 0 ]; then
+        ip netns exec "$h" sysctl -qw net.ipv6.conf.all.accept_dad=0 net.ipv6.conf.default.accept_dad=0
+    fi
     ip link add eth0 netns "$h" type veth peer name "p$i" netns "$sw"
     ip -n "$sw" link set "p$i" master br0
     ip -n "$sw" link set "p$i" up
     ip -n "$h" link set lo up
     ip -n "$h" link set eth0 up
-    ip -n "$h" addr add "$net.$((i + 1))/24" dev eth0
-    ip -n "$h" route add 224.0.0.0/4 dev eth0
-    ip -n "$h" addr add "$net6$((i + 1))/64" dev eth0 nodad
+    if ! listed "$no_ipv4" "$i"; then
+        ip -n "$h" addr add "$net.$((i + 1))/24" dev eth0
+        ip -n "$h" route add 224.0.0.0/4 dev eth0
+    fi
+    if ! listed "$no_ula" "$i"; then ip -n "$h" addr add "$net6$((i + 1))/64" dev eth0 nodad; fi
     if [ -n "$rate" ]; then
         # Both directions of the link: the host's sending side and the switch port towards it.
         ip netns exec "$h" tc qdisc add dev eth0 root tbf rate "$rate" burst "$burst" latency 200ms
@@ -119,5 +137,7 @@ export CLUSTER_HOSTS
 CLUSTER_HOSTS=$(IFS=,; echo "${hosts[*]}")
 export CLUSTER_SUBNET="$net.0/24"
 export CLUSTER_SUBNET6="$net6/64"
-export CLUSTER_MPIRUN="--mca plm_rsh_agent $work/rsh --mca btl tcp,self --mca btl_tcp_if_include $CLUSTER_SUBNET --mca oob_tcp_if_include $CLUSTER_SUBNET"
+nets=$CLUSTER_SUBNET
+if [ -n "$no_ipv4" ]; then nets=eth0; fi
+export CLUSTER_MPIRUN="--mca plm_rsh_agent $work/rsh --mca btl tcp,self --mca btl_tcp_if_include $nets --mca oob_tcp_if_include $nets"
 ip netns exec "${id}h0" unshare --uts sh -c 'hostname launcher; exec "$@"' sh "$@"

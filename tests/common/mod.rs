@@ -254,6 +254,12 @@ pub struct Cluster {
     pub loss_host: Vec<(usize, u32)>,
     /// A host (1..=N) whose interface cannot multicast.
     pub no_multicast: Option<usize>,
+    /// Hosts without an IPv4 address: `"all"` (launcher included) or `"2,3"`.
+    pub no_ipv4: Option<&'static str>,
+    /// Hosts whose only IPv6 address is link-local, as for `no_ipv4`.
+    pub no_ula: Option<&'static str>,
+    /// Duplicate address detection on: link-local addresses start tentative.
+    pub dad: bool,
 }
 
 impl Cluster {
@@ -283,6 +289,15 @@ impl Cluster {
         }
         if let Some(h) = self.no_multicast {
             o.extend(["--no-multicast".into(), h.to_string()]);
+        }
+        if let Some(h) = self.no_ipv4 {
+            o.extend(["--no-ipv4".into(), h.into()]);
+        }
+        if let Some(h) = self.no_ula {
+            o.extend(["--no-ula".into(), h.into()]);
+        }
+        if self.dad {
+            o.push("--dad".into());
         }
         o
     }
