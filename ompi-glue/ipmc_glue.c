@@ -45,6 +45,25 @@ int ipmc_wait_all(size_t n, struct ompi_request_t **reqs)
     return rc;
 }
 
+int ipmc_wait_all_counts(size_t n, struct ompi_request_t **reqs, size_t *counts)
+{
+    ompi_status_public_t *st = malloc(n * sizeof(*st));
+    int rc;
+    if (NULL == st) {
+        return OMPI_ERR_OUT_OF_RESOURCE;
+    }
+    rc = ompi_request_wait_all(n, reqs, st);
+    if (OMPI_SUCCESS == rc) {
+        for (size_t i = 0; i < n; ++i) {
+            counts[i] = st[i]._ucount;
+        }
+    } else {
+        ompi_coll_base_free_reqs(reqs, (int) n);
+    }
+    free(st);
+    return rc;
+}
+
 /* The return code carries a request's error; MPI leaves status.MPI_ERROR unset. */
 int ipmc_test(struct ompi_request_t **req, int *done, size_t *count)
 {

@@ -46,6 +46,10 @@ int ipmc_irecv_bytes(void *buf, size_t len, int src, struct ompi_communicator_t 
 /* Waits for and frees the requests; every entry is MPI_REQUEST_NULL afterwards. */
 int ipmc_wait_all(size_t n, struct ompi_request_t **reqs);
 
+/* As ipmc_wait_all, and stores in counts[i] the bytes request i received
+   (for a send, what it sent). */
+int ipmc_wait_all_counts(size_t n, struct ompi_request_t **reqs, size_t *counts);
+
 /* Tests a request; when it completed, frees it (*req becomes MPI_REQUEST_NULL),
    sets *done and stores the bytes received in *count. */
 int ipmc_test(struct ompi_request_t **req, int *done, size_t *count);

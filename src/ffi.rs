@@ -252,6 +252,8 @@ pub struct PmlTransport<'a> {
     base: *mut u8,
     len: usize,
     reqs: Vec<*mut ompi_request_t>,
+    /// For each request: the bytes a receive must get (`None` for a send).
+    expect: Vec<Option<usize>>,
     _buf: PhantomData<&'a mut [u8]>,
 }
 
@@ -268,6 +270,7 @@ impl<'a> PmlTransport<'a> {
             base: buf.as_mut_ptr(),
             len: buf.len(),
             reqs: Vec::new(),
+            expect: Vec::new(),
             _buf: PhantomData,
         }
     }
@@ -286,11 +289,17 @@ impl<'a> PmlTransport<'a> {
         c_int::try_from(peer).expect("ranks fit in an int")
     }
 
-    fn started(&mut self, rc: c_int, req: *mut ompi_request_t) -> P2pResult<ReqId> {
+    fn started(
+        &mut self,
+        rc: c_int,
+        req: *mut ompi_request_t,
+        expect: Option<usize>,
+    ) -> P2pResult<ReqId> {
         if rc != OMPI_SUCCESS {
             return Err(P2pError(rc));
         }
         self.reqs.push(req);
+        self.expect.push(expect);
         Ok(ReqId(self.reqs.len() - 1))
     }
 }
@@ -316,7 +325,7 @@ impl Transport for PmlTransport<'_> {
         // latest in `drop`); `req` is a valid out-pointer.
         let rc =
             unsafe { sys::ipmc_isend_bytes(data.cast(), range.len(), peer, self.comm.0, &mut req) };
-        self.started(rc, req)
+        self.started(rc, req, None)
     }
 
     fn irecv(&mut self, range: Range<usize>, peer: usize) -> P2pResult<ReqId> {
@@ -326,29 +335,66 @@ impl Transport for PmlTransport<'_> {
         // else reads it while the receive writes.
         let rc =
             unsafe { sys::ipmc_irecv_bytes(data.cast(), range.len(), peer, self.comm.0, &mut req) };
-        self.started(rc, req)
+        self.started(rc, req, Some(range.len()))
     }
 
     fn wait_all(&mut self, ids: &[ReqId]) -> P2pResult<()> {
-        let mut pending: Vec<*mut ompi_request_t> = ids
+        let (mut pending, expect): (Vec<*mut ompi_request_t>, Vec<Option<usize>>) = ids
             .iter()
-            .map(|&ReqId(i)| std::mem::replace(&mut self.reqs[i], ptr::null_mut()))
-            .filter(|r| !r.is_null())
-            .collect();
+            .map(|&ReqId(i)| {
+                let req = std::mem::replace(&mut self.reqs[i], ptr::null_mut());
+                (req, self.expect[i])
+            })
+            .filter(|(r, _)| !r.is_null())
+            .unzip();
         if pending.is_empty() {
             return Ok(());
         }
+        let mut counts = vec![0usize; pending.len()];
         // SAFETY: every entry is a live request started by this transport and
-        // not yet waited for; the glue completes and frees all of them.
-        let rc = unsafe { sys::ipmc_wait_all(pending.len(), pending.as_mut_ptr()) };
-        ok(rc).map_err(P2pError)
+        // not yet waited for; the glue completes and frees all of them and
+        // writes one count per request into `counts`, which is as long.
+        let rc = unsafe {
+            sys::ipmc_wait_all_counts(pending.len(), pending.as_mut_ptr(), counts.as_mut_ptr())
+        };
+        ok(rc).map_err(P2pError)?;
+        check_counts(&expect, &counts)
     }
+}
+
+/// MPI's error class for a message that does not fit its receive.
+const MPI_ERR_TRUNCATE: c_int = 15;
+
+/// Every receive got exactly the bytes it was posted for: a shorter message
+/// (a rank that called `MPI_Bcast` with fewer bytes than this one) would
+/// otherwise leave the rest of the buffer silently unchanged.
+fn check_counts(expect: &[Option<usize>], counts: &[usize]) -> P2pResult<()> {
+    for (want, &got) in expect.iter().zip(counts) {
+        if let Some(want) = *want {
+            if got != want {
+                log::warn!(
+                    "received {got} bytes where the broadcast expects {want}: the ranks' \
+                     counts or datatypes differ"
+                );
+                return Err(P2pError(MPI_ERR_TRUNCATE));
+            }
+        }
+    }
+    Ok(())
 }
 
 impl Drop for PmlTransport<'_> {
     fn drop(&mut self) {
         // Only an algorithm that stopped on an error leaves requests behind:
         // they must finish before the buffer they point into is released.
+        // Receives are cancelled: their messages may never come.
+        for (&req, expect) in self.reqs.iter().zip(&self.expect) {
+            if !req.is_null() && expect.is_some() {
+                // SAFETY: `req` is a live receive of this transport, waited
+                // for just below.
+                unsafe { sys::ipmc_cancel(req) };
+            }
+        }
         let ids: Vec<ReqId> = (0..self.reqs.len()).map(ReqId).collect();
         let _ = self.wait_all(&ids);
     }

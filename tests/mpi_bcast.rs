@@ -259,3 +259,36 @@ fn verbose_output_names_each_broadcasts_algorithm() {
         run.output
     );
 }
+
+/// A root that broadcasts fewer bytes than the other ranks expect: linear
+/// and chain fail the receivers' call with `MPI_ERR_TRUNCATE` rather than
+/// return with part of their buffer never written.
+#[test]
+fn a_short_message_is_an_mpi_error() {
+    for (alg, name) in [("1", "linear"), ("2", "chain")] {
+        let mca = [
+            ("coll_ipmc_bcast_algorithm", alg),
+            ("coll_ipmc_chain_segment_size", "256"),
+        ];
+        let run = mpirun(4, &mca, "short_bcast", &["1000", "1300"]);
+        let lines: Vec<&str> = run
+            .output
+            .lines()
+            .filter(|l| l.starts_with("short_bcast: rank"))
+            .collect();
+        println!("{name}: {lines:?}");
+        assert!(!run.ok, "{name}: the job passed:\n{}", run.output);
+        assert!(
+            lines.iter().any(|l| l.ends_with("rc=15 truncate")),
+            "{name}: no receiver saw MPI_ERR_TRUNCATE:\n{}",
+            run.output
+        );
+        assert!(
+            !lines
+                .iter()
+                .any(|l| l.ends_with("rc=0") && !l.contains("rank 0 ")),
+            "{name}: a receiver returned success:\n{}",
+            run.output
+        );
+    }
+}
