@@ -57,6 +57,8 @@ pub struct Config {
     pub fragment_size: usize,
     pub root_wait_time_us: u64,
     pub use_crc_checking: bool,
+    /// `coll_ipmc_authenticate`: 0 off, 1 tag, 2 tag and encryption.
+    pub authenticate: i32,
     pub print_statistics: bool,
     pub chain_segment_size: usize,
     pub bcast_algorithm: i32,
@@ -81,6 +83,7 @@ impl Default for Config {
             fragment_size: 4096,
             root_wait_time_us: 0,
             use_crc_checking: true,
+            authenticate: 1,
             print_statistics: false,
             chain_segment_size: 65536,
             bcast_algorithm: 0,

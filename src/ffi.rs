@@ -59,6 +59,7 @@ impl From<&sys::ipmc_config_t> for Config {
             fragment_size: c.fragment_size,
             root_wait_time_us: u64::try_from(c.root_wait_time).unwrap_or(0),
             use_crc_checking: c.use_crc_checking,
+            authenticate: c.authenticate,
             print_statistics: c.print_statistics,
             chain_segment_size: c.chain_segment_size,
             bcast_algorithm: c.bcast_algorithm,
@@ -760,6 +761,38 @@ impl Comm {
         // SAFETY: as in `rank`.
         unsafe { sys::ipmc_comm_has_local_peer(self.0) != 0 }
     }
+}
+
+/// Fills `buf` from the operating system's CSPRNG (`getrandom(2)`, which
+/// needs no file descriptor), for secret keys.
+pub fn os_random(buf: &mut [u8]) -> std::io::Result<()> {
+    let mut done = 0;
+    while done < buf.len() {
+        let rest = &mut buf[done..];
+        // SAFETY: `rest` is a valid writable region of `rest.len()` bytes.
+        let n = unsafe { libc::getrandom(rest.as_mut_ptr().cast(), rest.len(), 0) };
+        if n < 0 {
+            let e = std::io::Error::last_os_error();
+            if e.kind() != std::io::ErrorKind::Interrupted {
+                return Err(e);
+            }
+        } else {
+            done += n as usize;
+        }
+    }
+    Ok(())
+}
+
+/// CPU time of the calling thread, for cost figures that other processes
+/// on a shared machine do not inflate.
+pub fn thread_cpu_time() -> std::time::Duration {
+    let mut ts = libc::timespec {
+        tv_sec: 0,
+        tv_nsec: 0,
+    };
+    // SAFETY: `ts` is a valid out-pointer; this clock exists on every Linux.
+    unsafe { libc::clock_gettime(libc::CLOCK_THREAD_CPUTIME_ID, &mut ts) };
+    std::time::Duration::new(ts.tv_sec as u64, ts.tv_nsec as u32)
 }
 
 /// Open MPI's help message for a rank that cannot set up multicast.

@@ -192,7 +192,7 @@ impl Module {
                     socket,
                     a.comm_id,
                     cfg.fragment_size,
-                    cfg.use_crc_checking,
+                    a.auth,
                     Duration::from_micros(cfg.root_wait_time_us),
                     (cfg.inject_loss_percent, seed),
                 ))))

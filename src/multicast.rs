@@ -9,7 +9,7 @@ use log::{debug, warn};
 use rand_chacha::rand_core::{RngCore, SeedableRng};
 use rand_chacha::ChaCha8Rng;
 
-use crate::datagram;
+use crate::datagram::{self, Auth};
 use crate::ffi::{Messages, MsgId};
 use crate::mcast_socket::McastSocket;
 use crate::stats::Datagrams;
@@ -38,7 +38,7 @@ pub struct Group {
     comm_id: u64,
     next_bcast: u64,
     fragment_size: usize,
-    with_crc: bool,
+    auth: Auth,
     root_wait: Duration,
     inject: Option<LossInjector>,
     recv_buf: Vec<u8>,
@@ -63,7 +63,7 @@ impl Group {
         socket: McastSocket,
         comm_id: u64,
         fragment_size: usize,
-        with_crc: bool,
+        auth: Auth,
         root_wait: Duration,
         inject: (u32, u64),
     ) -> Self {
@@ -73,14 +73,14 @@ impl Group {
             comm_id,
             next_bcast: 0,
             fragment_size,
-            with_crc,
+            auth,
             root_wait,
             inject: (percent > 0).then(|| LossInjector {
                 percent,
                 rng: ChaCha8Rng::seed_from_u64(seed),
             }),
             // One byte more than the longest valid datagram shows overlong ones.
-            recv_buf: vec![0; datagram::HEADER_LEN + fragment_size + datagram::CRC_LEN + 1],
+            recv_buf: vec![0; datagram::HEADER_LEN + fragment_size + datagram::TAG_LEN + 1],
             stash: VecDeque::new(),
             stash_bytes: 0,
             told_send_error: false,
@@ -107,7 +107,7 @@ impl Group {
             vrank,
             message_len: data.len(),
             fragment_size: self.fragment_size,
-            with_crc: self.with_crc,
+            auth: self.auth,
             root_wait: self.root_wait,
         });
         self.next_bcast += 1;

@@ -11,13 +11,14 @@
 use std::net::{IpAddr, Ipv6Addr, SocketAddr};
 
 use crate::config::Config;
+use crate::datagram::{Auth, Key, KEY_LEN};
 use crate::ffi::Messages;
 use crate::groups::{self, GroupRanges, PortRange};
 use crate::transport::P2pResult;
 
 /// Layout version of the setup messages.
-const VERSION: u8 = 1;
-const ANNOUNCE_LEN: usize = 1 + 1 + 16 + 2 + 8 + 8 + 1 + 8;
+const VERSION: u8 = 2;
+const ANNOUNCE_LEN: usize = 1 + 1 + 16 + 2 + 8 + 8 + 1 + 8 + KEY_LEN;
 const VERDICT_LEN: usize = 1 + 4;
 
 /// What rank 0 tells every rank before they open their sockets.
@@ -26,23 +27,31 @@ pub struct Announce {
     pub group: SocketAddr,
     pub comm_id: u64,
     pub fragment_size: u64,
-    pub with_crc: bool,
+    /// The datagrams' protection, with the communicator's secret key.
+    pub auth: Auth,
     /// The other parameters every rank must share (see [`fingerprint`]).
     pub fingerprint: u64,
 }
 
 impl Announce {
     /// Rank 0's draw (thesis §3.3–§3.4): collected entropy, stretched by
-    /// Blum-Blum-Shub into the seed of the generator that draws.
+    /// Blum-Blum-Shub into the seed of the generator that draws. The secret
+    /// key comes from the operating system's CSPRNG instead: that generator
+    /// is statistical, not cryptographic.
     pub fn draw(cfg: &Config) -> Result<Self, String> {
         let ranges = GroupRanges::parse(&cfg.group_range)?;
         let ports = PortRange::parse(&cfg.port_range)?;
         let mut rng = groups::generator(crate::entropy::collect());
+        let mut key = [0u8; KEY_LEN];
+        if cfg.authenticate != 0 {
+            crate::ffi::os_random(&mut key)
+                .map_err(|e| format!("cannot draw a secret key (getrandom): {e}"))?;
+        }
         Ok(Announce {
             group: groups::draw(&mut rng, &ranges, &ports),
             comm_id: groups::draw_comm_id(&mut rng),
             fragment_size: cfg.fragment_size as u64,
-            with_crc: cfg.use_crc_checking,
+            auth: auth_of(cfg, Key(key)),
             fingerprint: fingerprint(cfg),
         })
     }
@@ -64,8 +73,14 @@ impl Announce {
         out.extend_from_slice(&self.group.port().to_be_bytes());
         out.extend_from_slice(&self.comm_id.to_be_bytes());
         out.extend_from_slice(&self.fragment_size.to_be_bytes());
-        out.push(u8::from(self.with_crc));
+        let (mode, key) = match self.auth {
+            Auth::Off { crc } => (u8::from(crc), Key([0; KEY_LEN])),
+            Auth::Tag(k) => (2, k),
+            Auth::Encrypt(k) => (3, k),
+        };
+        out.push(mode);
         out.extend_from_slice(&self.fingerprint.to_be_bytes());
+        out.extend_from_slice(&key.0);
         debug_assert_eq!(out.len(), ANNOUNCE_LEN);
         out
     }
@@ -85,18 +100,36 @@ impl Announce {
             group: SocketAddr::new(ip, u16::from_be_bytes([b[18], b[19]])),
             comm_id: u64_at(20),
             fragment_size: u64_at(28),
-            with_crc: b[36] != 0,
+            auth: {
+                let key = Key(b[45..45 + KEY_LEN].try_into().expect("KEY_LEN bytes"));
+                match b[36] {
+                    0 => Auth::crc(false),
+                    1 => Auth::crc(true),
+                    2 => Auth::Tag(key),
+                    3 => Auth::Encrypt(key),
+                    _ => return None,
+                }
+            },
             fingerprint: u64_at(37),
         })
     }
 
     /// Why this rank cannot take part with its own parameters, if it cannot.
     pub fn mismatch(&self, cfg: &Config) -> Option<String> {
-        if self.fragment_size != cfg.fragment_size as u64 || self.with_crc != cfg.use_crc_checking {
+        // The same protection with rank 0's key: only the mode is compared.
+        let key = match self.auth {
+            Auth::Tag(k) | Auth::Encrypt(k) => k,
+            Auth::Off { .. } => Key([0; KEY_LEN]),
+        };
+        if self.fragment_size != cfg.fragment_size as u64 || self.auth != auth_of(cfg, key) {
             Some(format!(
-                "coll_ipmc_fragment_size or coll_ipmc_use_crc_checking differ from rank 0's \
-                 ({} and {} here, {} and {} on rank 0)",
-                cfg.fragment_size, cfg.use_crc_checking, self.fragment_size, self.with_crc
+                "coll_ipmc_fragment_size, coll_ipmc_authenticate or coll_ipmc_use_crc_checking \
+                 differ from rank 0's ({}, {} and {} here; rank 0: {}, {:?})",
+                cfg.fragment_size,
+                cfg.authenticate,
+                cfg.use_crc_checking,
+                self.fragment_size,
+                self.auth
             ))
         } else if self.fingerprint != fingerprint(cfg) {
             Some(
@@ -107,6 +140,15 @@ impl Announce {
         } else {
             None
         }
+    }
+}
+
+/// The protection `cfg` asks for, with `key`.
+pub fn auth_of(cfg: &Config, key: Key) -> Auth {
+    match cfg.authenticate {
+        0 => Auth::crc(cfg.use_crc_checking),
+        1 => Auth::Tag(key),
+        _ => Auth::Encrypt(key),
     }
 }
 
@@ -221,10 +263,18 @@ mod tests {
                 group: group.parse().unwrap(),
                 comm_id: 0xdead_beef_0123_4567,
                 fragment_size: 4096,
-                with_crc: true,
+                auth: Auth::Tag(Key([7; KEY_LEN])),
                 fingerprint: 99,
             };
             assert_eq!(Announce::decode(&a.encode()), Some(a));
+            for auth in [
+                Auth::crc(true),
+                Auth::crc(false),
+                Auth::Encrypt(Key([8; KEY_LEN])),
+            ] {
+                let b = Announce { auth, ..a };
+                assert_eq!(Announce::decode(&b.encode()), Some(b));
+            }
         }
         assert_eq!(Announce::decode(&[]), None);
         assert_eq!(Announce::decode(&[2; ANNOUNCE_LEN]), None);
@@ -250,6 +300,19 @@ mod tests {
             ..Config::default()
         };
         assert!(a.mismatch(&other).unwrap().contains("crossover_nodes"));
-        assert_ne!(Announce::draw(&cfg).unwrap(), a, "two draws should differ");
+        for authenticate in [0, 2] {
+            let other = Config {
+                authenticate,
+                ..Config::default()
+            };
+            assert!(a.mismatch(&other).unwrap().contains("authenticate"));
+        }
+        let Auth::Tag(key) = a.auth else {
+            panic!("authentication is on by default: {:?}", a.auth)
+        };
+        let b = Announce::draw(&cfg).unwrap();
+        assert_ne!(b, a, "two draws should differ");
+        assert_ne!(b.auth, Auth::Tag(key), "two keys should differ");
+        assert_ne!(key, Key([0; KEY_LEN]));
     }
 }

@@ -81,17 +81,31 @@ fn small_communicators_multicast_when_forced() {
     }
 }
 
+/// Every protection (`authenticate` 1: tag, 2: encrypted, 0: the thesis's
+/// CRC on or off) with small and large fragments.
 #[test]
-fn any_fragment_size_with_and_without_crc() {
-    for (fragment, crc) in [("256", "1"), ("1000", "0"), ("65024", "1")] {
+fn any_fragment_size_under_every_protection() {
+    for (fragment, auth, crc) in [
+        ("256", "1", "1"),
+        ("65024", "1", "1"),
+        ("1000", "2", "1"),
+        ("65024", "2", "1"),
+        ("256", "0", "1"),
+        ("1000", "0", "0"),
+        ("65024", "0", "1"),
+    ] {
         let mca = [
             ("coll_ipmc_print_statistics", "1"),
             ("coll_ipmc_fragment_size", fragment),
+            ("coll_ipmc_authenticate", auth),
             ("coll_ipmc_use_crc_checking", crc),
         ];
         let run = mpirun(4, &mca, "bcast_check", &["--max-bytes", "300000"]);
         let world = world_stats(&run, 4);
         assert!(sum(&world, "mcast_bytes") > 0, "{}", run.output);
+        for key in ["rej_auth", "rej_crc"] {
+            assert_eq!(sum(&world, key), 0, "{key}: {}", run.output);
+        }
     }
 }
 
