@@ -14,6 +14,7 @@
 #include "opal/util/output.h"
 #include "opal/util/show_help.h"
 #include "ompi/proc/proc.h"
+#include "opal/mca/pmix/pmix.h"
 
 #include "coll_ipmc.h"
 
@@ -180,4 +181,36 @@ void ipmc_show_no_multicast(const char *host, int rank, const char *comm, const 
         opal_output(0, "%s", msg);
         free(msg);
     }
+}
+
+/* The modex key of ipmc's configuration digest. */
+#define IPMC_MODEX_KEY "coll.ipmc.config"
+
+int ipmc_modex_publish(uint64_t digest)
+{
+    int rc;
+    OPAL_MODEX_SEND_VALUE(rc, OPAL_PMIX_GLOBAL, IPMC_MODEX_KEY, &digest, OPAL_UINT64);
+    return rc;
+}
+
+int ipmc_modex_member_digest(struct ompi_communicator_t *comm, int rank, uint64_t *digest)
+{
+    ompi_proc_t *proc = ompi_comm_peer_lookup(comm, rank);
+    uint64_t value = 0, *ptr = &value;
+    int rc;
+    if (NULL == proc) {
+        return 0;
+    }
+    OPAL_MODEX_RECV_VALUE_OPTIONAL(rc, IPMC_MODEX_KEY, &proc->super.proc_name, &ptr, OPAL_UINT64);
+    if (OPAL_SUCCESS != rc) {
+        return 0;
+    }
+    *digest = value;
+    return 1;
+}
+
+const char *ipmc_comm_member_host(struct ompi_communicator_t *comm, int rank)
+{
+    ompi_proc_t *proc = ompi_comm_peer_lookup(comm, rank);
+    return NULL == proc ? "unknown" : opal_get_proc_hostname(&proc->super);
 }

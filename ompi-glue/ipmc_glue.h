@@ -79,11 +79,24 @@ void ipmc_print(const char *line);
 /* Open MPI's help message "no multicast", printed by the calling process. */
 void ipmc_show_no_multicast(const char *host, int rank, const char *comm, const char *reason);
 
+/* The modex (Open MPI's per-process data, exchanged once at MPI_Init): this
+   process's ipmc configuration digest (0: ipmc will not run here), published
+   from the component's open, and a member's published digest: 1 and
+   *digest if it published one, 0 if not (ipmc not installed or not loaded
+   there). Reading needs no message: the data came with MPI_Init's fence. */
+int ipmc_modex_publish(uint64_t digest);
+int ipmc_modex_member_digest(struct ompi_communicator_t *comm, int rank, uint64_t *digest);
+/* The host name of a member of the communicator ("unknown" if not known). */
+const char *ipmc_comm_member_host(struct ompi_communicator_t *comm, int rank);
+
 /* ---- implemented in Rust, called by C ----------------------------------- */
 
 /* Once per process; returns an OMPI error code. When a parameter's value is
    invalid, writes what is wrong (NUL-terminated) into err[0..err_len). */
 int ipmc_rs_init_query(const ipmc_config_t *cfg, char *err, size_t err_len);
+/* The digest of every parameter that must be equal on all ranks (never 0),
+   or 0 if ipmc will not run with these values (disabled or invalid). */
+uint64_t ipmc_rs_config_digest(const ipmc_config_t *cfg);
 /* NULL declines the communicator; otherwise the per-communicator state. */
 void *ipmc_rs_comm_query(struct ompi_communicator_t *comm, const ipmc_config_t *cfg, int *priority);
 int ipmc_rs_module_enable(void *state, struct mca_coll_base_module_2_3_0_t *module,

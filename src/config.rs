@@ -118,6 +118,37 @@ impl Config {
         Ok(())
     }
 
+    /// A digest of every parameter that must be equal on all ranks of a
+    /// communicator (scope `ALL_EQ` in the table, but the priority): what
+    /// goes on the wire, which algorithm serves a call, how the group is
+    /// drawn; and of the datagram format. Never 0, which stands for "ipmc
+    /// does not run here" in the modex.
+    pub fn digest(&self) -> u64 {
+        let text = format!(
+            "ipmc {} datagram {} crossover_nodes={} crossover_size={} fragment_size={} \
+             root_wait_time={} use_crc_checking={} authenticate={} chain_segment_size={} \
+             bcast_algorithm={} group_range={} port_range={} ttl={}",
+            env!("CARGO_PKG_VERSION"),
+            crate::datagram::VERSION,
+            self.crossover_nodes,
+            self.crossover_size,
+            self.fragment_size,
+            self.root_wait_time_us,
+            self.use_crc_checking,
+            self.authenticate,
+            self.chain_segment_size,
+            self.bcast_algorithm,
+            self.group_range,
+            self.port_range,
+            self.ttl
+        );
+        // FNV-1a: stable across builds and processes, unlike std's hasher.
+        let h = text.bytes().fold(0xcbf2_9ce4_8422_2325u64, |h, b| {
+            (h ^ u64::from(b)).wrapping_mul(0x0100_0000_01b3)
+        });
+        h.max(1)
+    }
+
     /// The algorithm for a broadcast of `bytes` bytes on `comm_size` ranks
     /// (thesis §3.5). Both inputs are equal on every rank by MPI's rules, so
     /// every rank chooses the same.
@@ -185,6 +216,71 @@ mod tests {
         for (what, cfg) in cases {
             let err = cfg.validate().unwrap_err();
             assert!(err.contains(what), "{what}: {err}");
+        }
+    }
+
+    #[test]
+    fn the_digest_tells_every_shared_parameter_apart() {
+        let base = Config::default();
+        assert_ne!(base.digest(), 0);
+        assert_eq!(base.digest(), Config::default().digest());
+        let local = Config {
+            verbose: 9,
+            print_statistics: true,
+            if_include: "eth1".into(),
+            rcvbuf: 1,
+            inject_loss_percent: 3,
+            ..Config::default()
+        };
+        assert_eq!(local.digest(), base.digest(), "local parameters may differ");
+        let shared = [
+            Config {
+                crossover_nodes: 5,
+                ..Config::default()
+            },
+            Config {
+                crossover_size: 5,
+                ..Config::default()
+            },
+            Config {
+                fragment_size: 1000,
+                ..Config::default()
+            },
+            Config {
+                root_wait_time_us: 1,
+                ..Config::default()
+            },
+            Config {
+                use_crc_checking: false,
+                ..Config::default()
+            },
+            Config {
+                authenticate: 2,
+                ..Config::default()
+            },
+            Config {
+                chain_segment_size: 1 << 20,
+                ..Config::default()
+            },
+            Config {
+                bcast_algorithm: 3,
+                ..Config::default()
+            },
+            Config {
+                group_range: "239.1.0.0/16".into(),
+                ..Config::default()
+            },
+            Config {
+                port_range: "6000".into(),
+                ..Config::default()
+            },
+            Config {
+                ttl: 2,
+                ..Config::default()
+            },
+        ];
+        for cfg in shared {
+            assert_ne!(cfg.digest(), base.digest(), "{cfg:?}");
         }
     }
 
