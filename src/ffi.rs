@@ -853,11 +853,3 @@ pub fn thread_cpu_time() -> std::time::Duration {
     unsafe { libc::clock_gettime(libc::CLOCK_THREAD_CPUTIME_ID, &mut ts) };
     std::time::Duration::new(ts.tv_sec as u64, ts.tv_nsec as u32)
 }
-
-/// Open MPI's help message for a rank that cannot set up multicast.
-pub fn show_no_multicast(host: &str, rank: usize, comm: &str, reason: &str) {
-    let (host, comm, reason) = (c_line(host), c_line(comm), c_line(reason));
-    let rank = c_int::try_from(rank).unwrap_or(c_int::MAX);
-    // SAFETY: every string is valid and NUL-terminated for the call.
-    unsafe { sys::ipmc_show_no_multicast(host.as_ptr(), rank, comm.as_ptr(), reason.as_ptr()) }
-}

@@ -253,16 +253,27 @@ impl Module {
         let cfg = &self.cfg;
         let mut msgs = Messages::new(comm);
         let open = |a: &Announce| open_socket(cfg, comm, a);
-        let (announce, local, verdict) =
-            setup::agree(&mut msgs, self.rank, self.size, cfg, open).map_err(|e| e.0)?;
+        let setup::Agreed {
+            announce,
+            local,
+            verdict,
+            failures,
+        } = setup::agree(&mut msgs, self.rank, self.size, cfg, open).map_err(|e| e.0)?;
         let name = comm.name();
         if let Err(why) = &local {
-            // Once per process: the reason is usually the same for every communicator.
-            static TOLD: AtomicBool = AtomicBool::new(false);
-            if !TOLD.swap(true, Ordering::Relaxed) {
-                ffi::show_no_multicast(&crate::entropy::hostname(), self.rank, &name, why);
-            }
             warn!("rank {} cannot multicast on {name}: {why}", self.rank);
+        }
+        if let setup::Verdict::Failed { .. } = verdict {
+            // Rank 0 heard every rank's reason and tells them all, once: the
+            // first failing communicator (usually MPI_COMM_WORLD) holds the
+            // reason of most processes, so the others stay silent.
+            static TOLD: AtomicBool = AtomicBool::new(false);
+            let told = TOLD.swap(true, Ordering::Relaxed);
+            if !told && self.rank == 0 {
+                ffi::print_line(&setup::failure_message(&name, &failures, |r| {
+                    comm.member_host(r)
+                }));
+            }
         }
         match (verdict, local, announce) {
             (setup::Verdict::Ready, Ok(socket), Some(a)) => {

@@ -20,6 +20,8 @@ use crate::transport::P2pResult;
 const VERSION: u8 = 2;
 const ANNOUNCE_LEN: usize = 1 + 1 + 16 + 2 + 8 + 8 + 1 + 8 + KEY_LEN;
 const VERDICT_LEN: usize = 1 + 4;
+/// Most bytes of the reason a rank reports with its failure.
+const REASON_MAX: usize = 400;
 
 /// What rank 0 tells every rank before they open their sockets.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -176,17 +178,28 @@ pub enum Verdict {
     Failed { first: usize },
 }
 
+/// What the agreement gives one rank.
+pub struct Agreed<S> {
+    /// Rank 0's announcement, if it could draw one.
+    pub announce: Option<Announce>,
+    /// This rank's socket, or why it could not open one.
+    pub local: Result<S, String>,
+    /// The verdict, the same on every rank.
+    pub verdict: Verdict,
+    /// On rank 0: every rank that failed, with its reason (empty elsewhere).
+    pub failures: Vec<(usize, String)>,
+}
+
 /// Runs the agreement on this rank. `open` opens and joins this rank's
-/// socket for the announced group; its error says why it could not. Returns
-/// the announcement, this rank's socket (if it opened one) and the verdict;
-/// on `Failed` the caller drops the socket.
+/// socket for the announced group; its error says why it could not. On
+/// `Failed` the caller drops the socket.
 pub fn agree<S>(
     msgs: &mut Messages,
     rank: usize,
     size: usize,
     cfg: &Config,
     open: impl FnOnce(&Announce) -> Result<S, String>,
-) -> P2pResult<(Option<Announce>, Result<S, String>, Verdict)> {
+) -> P2pResult<Agreed<S>> {
     // Round 1: rank 0 announces (or announces that it could not draw).
     let announce = if rank == 0 {
         let a = Announce::draw(cfg);
@@ -213,17 +226,24 @@ pub fn agree<S>(
         Err(why) => Err(why.clone()),
     };
 
-    // Round 2: every rank reports to rank 0; round 3: rank 0 tells the verdict.
+    // Round 2: every rank reports to rank 0, with its reason if it failed;
+    // round 3: rank 0 tells the verdict.
+    let mut failures = Vec::new();
     let verdict = if rank == 0 {
-        let mut first = local.is_err().then_some(0);
+        if let Err(why) = &local {
+            failures.push((0, why.clone()));
+        }
         let recvs = (1..size)
-            .map(|r| msgs.recv(r, 1))
+            .map(|r| msgs.recv(r, 1 + REASON_MAX))
             .collect::<P2pResult<Vec<_>>>()?;
         for (r, id) in (1..size).zip(recvs) {
-            if msgs.wait(id)? != [1] && first.is_none() {
-                first = Some(r);
+            let report = msgs.wait(id)?;
+            if report.first() != Some(&1) {
+                let why = String::from_utf8_lossy(report.get(1..).unwrap_or_default());
+                failures.push((r, why.into_owned()));
             }
         }
+        let first = failures.first().map(|&(r, _)| r);
         let mut bytes = vec![u8::from(first.is_none())];
         bytes.extend_from_slice(&(first.unwrap_or(0) as u32).to_be_bytes());
         let sends = (1..size)
@@ -237,7 +257,7 @@ pub fn agree<S>(
             Some(first) => Verdict::Failed { first },
         }
     } else {
-        let id = msgs.send(0, vec![u8::from(local.is_ok())])?;
+        let id = msgs.send(0, report(&local))?;
         msgs.wait(id)?;
         let id = msgs.recv(0, VERDICT_LEN)?;
         let b = msgs.wait(id)?;
@@ -249,7 +269,77 @@ pub fn agree<S>(
             _ => Verdict::Failed { first: 0 },
         }
     };
-    Ok((announce.ok(), local, verdict))
+    Ok(Agreed {
+        announce: announce.ok(),
+        local,
+        verdict,
+        failures,
+    })
+}
+
+/// A rank's report to rank 0: 1, or 0 and why (at most [`REASON_MAX`]
+/// bytes, cut at a character boundary).
+fn report<S>(local: &Result<S, String>) -> Vec<u8> {
+    match local {
+        Ok(_) => vec![1],
+        Err(why) => {
+            let mut end = why.len().min(REASON_MAX);
+            while !why.is_char_boundary(end) {
+                end -= 1;
+            }
+            let mut out = vec![0];
+            out.extend_from_slice(&why.as_bytes()[..end]);
+            out
+        }
+    }
+}
+
+/// The message rank 0 prints when ranks could not set up multicast: the
+/// failures grouped by reason, each with its ranks and their hosts.
+pub fn failure_message(
+    comm: &str,
+    failures: &[(usize, String)],
+    host: impl Fn(usize) -> String,
+) -> String {
+    const SHOWN: usize = 8;
+    let mut text = format!(
+        "The ipmc coll component could not set up IP multicast for communicator {comm};\n\
+         Open MPI's own broadcast serves its calls that would multicast (the job goes on):\n"
+    );
+    let mut reasons: Vec<(&str, Vec<usize>)> = Vec::new();
+    for (rank, why) in failures {
+        match reasons.iter_mut().find(|(w, _)| *w == why.as_str()) {
+            Some((_, ranks)) => ranks.push(*rank),
+            None => reasons.push((why.as_str(), vec![*rank])),
+        }
+    }
+    for (why, ranks) in &reasons {
+        let list = |items: Vec<String>| {
+            let more = items.len().saturating_sub(SHOWN);
+            let mut s = items.into_iter().take(SHOWN).collect::<Vec<_>>().join(", ");
+            if more > 0 {
+                s.push_str(&format!(" and {more} more"));
+            }
+            s
+        };
+        let mut hosts: Vec<String> = Vec::new();
+        for &r in ranks {
+            let h = host(r);
+            if !hosts.contains(&h) {
+                hosts.push(h);
+            }
+        }
+        let (rk, hk) = (
+            if ranks.len() == 1 { "rank" } else { "ranks" },
+            if hosts.len() == 1 { "host" } else { "hosts" },
+        );
+        text.push_str(&format!(
+            "\n  {rk} {} on {hk} {}:\n    {why}\n",
+            list(ranks.iter().map(|r| r.to_string()).collect()),
+            list(hosts)
+        ));
+    }
+    text
 }
 
 #[cfg(test)]
@@ -278,6 +368,31 @@ mod tests {
         }
         assert_eq!(Announce::decode(&[]), None);
         assert_eq!(Announce::decode(&[2; ANNOUNCE_LEN]), None);
+    }
+
+    #[test]
+    fn failures_are_grouped_by_reason_with_ranks_and_hosts() {
+        let failures: Vec<(usize, String)> = (0..12)
+            .map(|r| {
+                (
+                    r,
+                    if r == 5 {
+                        "other".into()
+                    } else {
+                        "no interface".into()
+                    },
+                )
+            })
+            .collect();
+        let text = failure_message("MPI_COMM_WORLD", &failures, |r| format!("node{}", r / 2));
+        assert_eq!(text.matches("no interface").count(), 1, "{text}");
+        assert!(text.contains("ranks 0, 1, 2, 3, 4, 6, 7, 8 and 3 more on hosts node0, node1, node2, node3, node4, node5"), "{text}");
+        assert!(text.contains("rank 5 on host node2:\n    other"), "{text}");
+        assert!(text.contains("for communicator MPI_COMM_WORLD"), "{text}");
+        let long = "é".repeat(REASON_MAX);
+        let r = report::<()>(&Err(long));
+        assert!(r.len() <= 1 + REASON_MAX && std::str::from_utf8(&r[1..]).is_ok());
+        assert_eq!(report(&Ok(())), vec![1]);
     }
 
     #[test]

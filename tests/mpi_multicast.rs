@@ -135,14 +135,46 @@ fn a_rank_that_cannot_multicast_makes_all_fall_back() {
     }
     let told = run
         .output
-        .matches("could not set up IP multicast for a communicator")
+        .matches("could not set up IP multicast for communicator")
         .count();
-    assert_eq!(told, 1, "told once by the failing rank:\n{}", run.output);
+    assert_eq!(told, 1, "told once, by rank 0:\n{}", run.output);
     assert!(
-        run.output.contains("rank 2 of communicator world") && run.output.contains("nosuch0"),
+        run.output.contains("for communicator world;")
+            && run.output.contains("rank 2 on host ")
+            && run.output.contains("nosuch0"),
         "{}",
         run.output
     );
+}
+
+/// Every rank fails to set up multicast (the usual case of a host without a
+/// multicast interface): one message for the job, naming all of them.
+#[test]
+fn when_every_rank_cannot_multicast_the_job_is_told_once() {
+    let mca = [
+        ("coll_ipmc_print_statistics", "1"),
+        ("coll_ipmc_if_include", "nosuch0"),
+    ];
+    let run = mpirun(4, &mca, "bcast_check", &["--max-bytes", "70000"]);
+    assert!(
+        run.ok && run.output.contains("bcast_check: PASS"),
+        "{}",
+        run.output
+    );
+    let told = run
+        .output
+        .matches("could not set up IP multicast for communicator")
+        .count();
+    assert_eq!(told, 1, "told once for the job:\n{}", run.output);
+    assert_eq!(run.output.matches("nosuch0").count(), 1, "{}", run.output);
+    assert!(
+        run.output.contains("ranks 0, 1, 2, 3 on host "),
+        "{}",
+        run.output
+    );
+    for s in stats_lines(&run.output) {
+        assert_eq!(tally(&s, "multicast").0, 0, "{s:?}");
+    }
 }
 
 #[test]
