@@ -8,7 +8,7 @@ use log::{debug, info, warn};
 use crate::config::{Algorithm, Config};
 use crate::ffi::{self, BcastCall, Comm, Messages, PmlTransport};
 use crate::interfaces::{self, IfList};
-use crate::mcast_socket::{self, McastSocket};
+use crate::mcast_socket::{self, McastSocket, OpenError};
 use crate::multicast::{Group, Ranks};
 use crate::setup::{self, Announce};
 use crate::stats::Stats;
@@ -337,7 +337,7 @@ fn on_message_bytes(
 }
 
 /// Opens and joins this rank's socket for the announced group.
-fn open_socket(cfg: &Config, comm: Comm, a: &Announce) -> Result<McastSocket, String> {
+fn open_socket(cfg: &Config, comm: Comm, a: &Announce) -> Result<McastSocket, OpenError> {
     let include = IfList::parse(&cfg.if_include)?;
     let exclude = IfList::parse(&cfg.if_exclude)?;
     let addrs = ffi::interface_addresses().map_err(|e| format!("listing interfaces: {e}"))?;

@@ -14,6 +14,7 @@ use crate::config::Config;
 use crate::datagram::{Auth, Key, KEY_LEN};
 use crate::ffi::Messages;
 use crate::groups::{self, GroupRanges, PortRange};
+use crate::mcast_socket::OpenError;
 use crate::transport::P2pResult;
 
 /// Layout version of the setup messages.
@@ -22,6 +23,15 @@ const ANNOUNCE_LEN: usize = 1 + 1 + 16 + 2 + 8 + 8 + 1 + 8 + KEY_LEN;
 const VERDICT_LEN: usize = 1 + 4;
 /// Most bytes of the reason a rank reports with its failure.
 const REASON_MAX: usize = 400;
+/// Draws of group and port, at most, when the drawn port is taken by
+/// another program on some rank's host.
+pub const DRAWS: usize = 16;
+/// A rank's report and the verdict: joined / every rank joined.
+const OK: u8 = 1;
+/// A rank's report and the verdict: failed for good.
+const FAILED: u8 = 0;
+/// A rank's report: the port is taken here; the verdict: draw again.
+const TAKEN: u8 = 2;
 
 /// What rank 0 tells every rank before they open their sockets.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -191,15 +201,60 @@ pub struct Agreed<S> {
 }
 
 /// Runs the agreement on this rank. `open` opens and joins this rank's
-/// socket for the announced group; its error says why it could not. On
-/// `Failed` the caller drops the socket.
+/// socket for the announced group; its error says why it could not. When
+/// the only failures are ports taken by other programs, rank 0 draws again,
+/// up to [`DRAWS`] times, and every rank follows its verdict. On `Failed`
+/// the caller drops the socket.
 pub fn agree<S>(
     msgs: &mut Messages,
     rank: usize,
     size: usize,
     cfg: &Config,
-    open: impl FnOnce(&Announce) -> Result<S, String>,
+    mut open: impl FnMut(&Announce) -> Result<S, OpenError>,
 ) -> P2pResult<Agreed<S>> {
+    let mut draw = 1;
+    loop {
+        let (announce, local, code, failures) = agree_once(msgs, rank, size, cfg, &mut open, draw)?;
+        if code == TAKEN {
+            log::info!(
+                "rank {rank}: drawn port taken on some rank; drawing again ({draw} of {DRAWS})"
+            );
+            draw += 1;
+            continue;
+        }
+        let verdict = match code {
+            OK => Verdict::Ready,
+            _ => Verdict::Failed {
+                first: failures.first().map_or(0, |&(r, _)| r),
+            },
+        };
+        return Ok(Agreed {
+            announce: announce.ok(),
+            local: local.map_err(|e| e.why),
+            verdict,
+            failures,
+        });
+    }
+}
+
+/// Everything one draw of the agreement yields on one rank.
+type Round<S> = (
+    Result<Announce, String>,
+    Result<S, OpenError>,
+    u8,
+    Vec<(usize, String)>,
+);
+
+/// One draw: announcement, opening, reports, verdict ([`OK`], [`FAILED`] or
+/// [`TAKEN`]: draw again). Failures are known on rank 0 only.
+fn agree_once<S>(
+    msgs: &mut Messages,
+    rank: usize,
+    size: usize,
+    cfg: &Config,
+    open: &mut impl FnMut(&Announce) -> Result<S, OpenError>,
+    draw: usize,
+) -> P2pResult<Round<S>> {
     // Round 1: rank 0 announces (or announces that it could not draw).
     let announce = if rank == 0 {
         let a = Announce::draw(cfg);
@@ -220,74 +275,81 @@ pub fn agree<S>(
     // Each rank opens its socket, or knows why it cannot.
     let local = match &announce {
         Ok(a) => match a.mismatch(cfg) {
-            Some(why) => Err(why),
+            Some(why) => Err(OpenError::from(why)),
             None => open(a),
         },
-        Err(why) => Err(why.clone()),
+        Err(why) => Err(OpenError::from(why.clone())),
     };
 
     // Round 2: every rank reports to rank 0, with its reason if it failed;
-    // round 3: rank 0 tells the verdict.
+    // round 3: rank 0 tells the verdict and the lowest failing rank.
     let mut failures = Vec::new();
-    let verdict = if rank == 0 {
-        if let Err(why) = &local {
-            failures.push((0, why.clone()));
+    let code = if rank == 0 {
+        let mut taken_only = true;
+        if let Err(e) = &local {
+            failures.push((0, e.why.clone()));
+            taken_only &= e.taken;
         }
         let recvs = (1..size)
             .map(|r| msgs.recv(r, 1 + REASON_MAX))
             .collect::<P2pResult<Vec<_>>>()?;
         for (r, id) in (1..size).zip(recvs) {
             let report = msgs.wait(id)?;
-            if report.first() != Some(&1) {
+            if report.first() != Some(&OK) {
+                taken_only &= report.first() == Some(&TAKEN);
                 let why = String::from_utf8_lossy(report.get(1..).unwrap_or_default());
                 failures.push((r, why.into_owned()));
             }
         }
-        let first = failures.first().map(|&(r, _)| r);
-        let mut bytes = vec![u8::from(first.is_none())];
-        bytes.extend_from_slice(&(first.unwrap_or(0) as u32).to_be_bytes());
+        let code = match failures.first() {
+            None => OK,
+            Some(_) if taken_only && draw < DRAWS => TAKEN,
+            Some(_) => FAILED,
+        };
+        let first = failures.first().map_or(0, |&(r, _)| r as u32);
+        let mut bytes = vec![code];
+        bytes.extend_from_slice(&first.to_be_bytes());
         let sends = (1..size)
             .map(|r| msgs.send(r, bytes.clone()))
             .collect::<P2pResult<Vec<_>>>()?;
         for id in sends {
             msgs.wait(id)?;
         }
-        match first {
-            None => Verdict::Ready,
-            Some(first) => Verdict::Failed { first },
-        }
+        code
     } else {
         let id = msgs.send(0, report(&local))?;
         msgs.wait(id)?;
         let id = msgs.recv(0, VERDICT_LEN)?;
         let b = msgs.wait(id)?;
         match b.as_slice() {
-            [1, ..] => Verdict::Ready,
-            [0, r @ ..] if r.len() == 4 => Verdict::Failed {
-                first: u32::from_be_bytes(r.try_into().expect("4 bytes")) as usize,
-            },
-            _ => Verdict::Failed { first: 0 },
+            [OK, ..] => OK,
+            [TAKEN, r @ ..] if r.len() == 4 => TAKEN,
+            [FAILED, r @ ..] if r.len() == 4 => {
+                let first = u32::from_be_bytes(r.try_into().expect("4 bytes")) as usize;
+                failures.push((first, String::new()));
+                FAILED
+            }
+            _ => {
+                failures.push((0, String::new()));
+                FAILED
+            }
         }
     };
-    Ok(Agreed {
-        announce: announce.ok(),
-        local,
-        verdict,
-        failures,
-    })
+    Ok((announce, local, code, failures))
 }
 
-/// A rank's report to rank 0: 1, or 0 and why (at most [`REASON_MAX`]
-/// bytes, cut at a character boundary).
-fn report<S>(local: &Result<S, String>) -> Vec<u8> {
+/// A rank's report to rank 0: [`OK`], or [`FAILED`] or [`TAKEN`] and why
+/// (at most [`REASON_MAX`] bytes, cut at a character boundary).
+fn report<S>(local: &Result<S, OpenError>) -> Vec<u8> {
     match local {
-        Ok(_) => vec![1],
-        Err(why) => {
+        Ok(_) => vec![OK],
+        Err(e) => {
+            let why = &e.why;
             let mut end = why.len().min(REASON_MAX);
             while !why.is_char_boundary(end) {
                 end -= 1;
             }
-            let mut out = vec![0];
+            let mut out = vec![if e.taken { TAKEN } else { FAILED }];
             out.extend_from_slice(&why.as_bytes()[..end]);
             out
         }
@@ -390,9 +452,15 @@ mod tests {
         assert!(text.contains("rank 5 on host node2:\n    other"), "{text}");
         assert!(text.contains("for communicator MPI_COMM_WORLD"), "{text}");
         let long = "é".repeat(REASON_MAX);
-        let r = report::<()>(&Err(long));
+        let r = report::<()>(&Err(long.into()));
         assert!(r.len() <= 1 + REASON_MAX && std::str::from_utf8(&r[1..]).is_ok());
-        assert_eq!(report(&Ok(())), vec![1]);
+        assert_eq!(r[0], FAILED);
+        assert_eq!(report(&Ok(())), vec![OK]);
+        let taken = OpenError {
+            why: "binding".into(),
+            taken: true,
+        };
+        assert_eq!(report::<()>(&Err(taken)), b"\x02binding".to_vec());
     }
 
     #[test]

@@ -227,3 +227,47 @@ fn the_benchmark_measures_every_rank() {
         assert!(max >= min, "{}", run.output);
     }
 }
+
+/// A port that another program holds: setup draws again (every rank
+/// follows rank 0), so every communicator still multicasts. One of the four
+/// ports is held for the whole job, so about one setup in four meets it.
+#[test]
+fn a_taken_port_is_drawn_again() {
+    // Holds 0.0.0.0:7000 (without SO_REUSEADDR, so no group can bind that
+    // port) while its parent, rank 0, lives.
+    let holder = "import os, socket, time\n\
+                  s = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)\n\
+                  s.bind(('0.0.0.0', 7000))\n\
+                  parent = os.getppid()\n\
+                  while os.getppid() == parent:\n    time.sleep(0.2)\n";
+    let script = format!(
+        "if [ \"$OMPI_COMM_WORLD_RANK\" = 0 ]; then python3 -c \"{holder}\" </dev/null >/dev/null 2>&1 & \
+         sleep 1; fi; exec \"$@\""
+    );
+    let wrapper = ["sh", "-c", &script, "holder"];
+    let mca = [
+        ("coll_ipmc_print_statistics", "1"),
+        ("coll_ipmc_bcast_algorithm", "3"),
+        ("coll_ipmc_port_range", "7000-7003"),
+        ("coll_ipmc_verbose", "5"),
+    ];
+    let run = mpirun_wrapped(4, &mca, &wrapper, "comm_cycles", &["100"]);
+    assert!(
+        run.ok && run.output.contains("comm_cycles: PASS"),
+        "{}",
+        run.output
+    );
+    let again = run.output.matches("drawing again").count();
+    println!("\"drawing again\" lines (every rank logs each): {again}");
+    assert!(again > 0, "no port was drawn again:\n{}", run.output);
+    let stats = stats_lines(&run.output);
+    let dups: Vec<&Line> = stats
+        .iter()
+        .filter(|s| s["comm"] != "MPI_COMM_WORLD")
+        .collect();
+    assert!(dups.len() >= 400, "one line per rank and communicator");
+    for s in dups {
+        assert_eq!(s["setup"], "ok", "{s:?}");
+        assert!(tally(s, "multicast").0 > 0, "{s:?}");
+    }
+}
