@@ -119,17 +119,19 @@ impl Config {
     }
 
     /// A digest of every parameter that must be equal on all ranks of a
-    /// communicator (scope `ALL_EQ` in the table, but the priority): what
+    /// communicator (scope `ALL_EQ` in the table): whether ipmc is selected
+    /// (the priority, compared with other components' on each rank), what
     /// goes on the wire, which algorithm serves a call, how the group is
     /// drawn; and of the datagram format. Never 0, which stands for "ipmc
     /// does not run here" in the modex.
     pub fn digest(&self) -> u64 {
         let text = format!(
-            "ipmc {} datagram {} crossover_nodes={} crossover_size={} fragment_size={} \
+            "ipmc {} datagram {} priority={} crossover_nodes={} crossover_size={} fragment_size={} \
              root_wait_time={} use_crc_checking={} authenticate={} chain_segment_size={} \
              bcast_algorithm={} group_range={} port_range={} ttl={}",
             env!("CARGO_PKG_VERSION"),
             crate::datagram::VERSION,
+            self.priority,
             self.crossover_nodes,
             self.crossover_size,
             self.fragment_size,
@@ -234,6 +236,10 @@ mod tests {
         };
         assert_eq!(local.digest(), base.digest(), "local parameters may differ");
         let shared = [
+            Config {
+                priority: 50,
+                ..Config::default()
+            },
             Config {
                 crossover_nodes: 5,
                 ..Config::default()
