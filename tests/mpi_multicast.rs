@@ -271,3 +271,25 @@ fn a_taken_port_is_drawn_again() {
         assert!(tally(s, "multicast").0 > 0, "{s:?}");
     }
 }
+
+/// A rank without a free file descriptor (`ulimit -n` just above what
+/// `MPI_Init` needs) cannot open its sockets: the job is told once, with the
+/// reason, in the built-in text (the help file could not be opened there).
+#[test]
+fn a_rank_without_file_descriptors_is_named_with_its_reason() {
+    let script = "if [ \"$OMPI_COMM_WORLD_RANK\" = 2 ]; then ulimit -n 18; fi; exec \"$@\"";
+    let wrapper = ["sh", "-c", script, "limit"];
+    let mca = [("coll_ipmc_print_statistics", "1")];
+    let run = mpirun_wrapped(4, &mca, &wrapper, "bcast_check", &["--max-bytes", "70000"]);
+    assert!(
+        run.ok && run.output.contains("bcast_check: PASS"),
+        "{}",
+        run.output
+    );
+    let told = run
+        .output
+        .matches("could not set up IP multicast for communicator")
+        .count();
+    assert_eq!(told, 1, "told once:\n{}", run.output);
+    assert!(run.output.contains("Too many open files"), "{}", run.output);
+}
