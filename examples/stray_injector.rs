@@ -4,7 +4,15 @@
 //! flipped, and a well-formed copy (valid CRC) with another communicator id;
 //! and random garbage at a steady rate even when nothing arrives.
 //!
-//!   stray_injector --group ADDR:PORT --interface NAME --seconds S [--seed N]
+//! With `--mode forge` it attacks instead, as any host that can join the
+//! group could: for every real datagram it sends forgeries that name the
+//! same communicator, each with a valid CRC-32 (and, when the real one
+//! carries a tag, also one with a tag under a key of its own): wrong bytes
+//! for the next broadcast numbers (`forged`), the real payload with one bit
+//! flipped (`flipped`), and the real payload replayed as the next
+//! broadcast's (`replayed`).
+//!
+//!   stray_injector --group ADDR:PORT --interface NAME --seconds S [--seed N] [--mode strays|forge]
 //!
 //! Rule zero (no multicast leaves the machine): it refuses to run without an
 //! explicit interface, with a group outside 239.0.0.0/8 (IPv4) or ff00::/8
@@ -19,7 +27,7 @@ use std::process::ExitCode;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant};
 
-use ipmc::datagram::{decode, encode, Datagram};
+use ipmc::datagram::{encode, header, Auth, Header, Key, Protection, HEADER_LEN, KEY_LEN};
 use ipmc::ffi::interface_addresses;
 use ipmc::interfaces::{choose, Chosen, IfList};
 use rand_chacha::rand_core::{RngCore, SeedableRng};
@@ -47,12 +55,14 @@ struct Args {
     interface: String,
     seconds: f64,
     seed: u64,
+    forge: bool,
 }
 
 fn usage(why: &str) -> String {
     format!(
         "stray_injector: {why}\n\
-         usage: stray_injector --group ADDR:PORT --interface NAME --seconds S [--seed N]"
+         usage: stray_injector --group ADDR:PORT --interface NAME --seconds S [--seed N] \
+         [--mode strays|forge]"
     )
 }
 
@@ -61,6 +71,7 @@ fn parse_args() -> Result<Args, String> {
     let mut interface = None;
     let mut seconds = None;
     let mut seed = 1u64;
+    let mut forge = false;
     let mut it = std::env::args().skip(1);
     while let Some(flag) = it.next() {
         let value = it
@@ -89,6 +100,13 @@ fn parse_args() -> Result<Args, String> {
                     .parse()
                     .map_err(|_| usage(&format!("{value} is not a seed")))?
             }
+            "--mode" => {
+                forge = match value.as_str() {
+                    "strays" => false,
+                    "forge" => true,
+                    _ => return Err(usage(&format!("{value} is not strays or forge"))),
+                }
+            }
             _ => return Err(usage(&format!("unknown option {flag}"))),
         }
     }
@@ -115,6 +133,7 @@ fn parse_args() -> Result<Args, String> {
         interface,
         seconds,
         seed,
+        forge,
     })
 }
 
@@ -252,6 +271,9 @@ struct Counts {
     bitflip: u64,
     other_comm: u64,
     garbage: u64,
+    forged: u64,
+    flipped: u64,
+    replayed: u64,
     not_sent: u64,
 }
 
@@ -268,13 +290,49 @@ fn random_bytes(rng: &mut ChaCha8Rng, max: usize, out: &mut Vec<u8>) {
     rng.fill_bytes(out);
 }
 
-/// A real datagram and whether it carried a CRC.
-fn real(bytes: &[u8]) -> Option<(Datagram<'_>, bool)> {
-    decode(bytes, true)
-        .map(|d| (d, true))
-        .or_else(|_| decode(bytes, false).map(|d| (d, false)))
-        .ok()
+/// A real datagram: its header, payload and flags byte.
+fn real(bytes: &[u8]) -> Option<(Header, &[u8], u8)> {
+    let h = header(bytes).ok()?;
+    let len = usize::from(u16::from_be_bytes([bytes[32], bytes[33]]));
+    let payload = bytes.get(HEADER_LEN..HEADER_LEN + len)?;
+    Some((h, payload, bytes[3]))
 }
+
+/// The protection a datagram with `flags` claims, under a key of our own
+/// (the injector does not know the job's).
+fn protection_like(flags: u8, rng: &mut ChaCha8Rng) -> Protection {
+    let mut key = [0u8; KEY_LEN];
+    rng.fill_bytes(&mut key);
+    Protection::new(match flags {
+        0 => Auth::crc(false),
+        1 => Auth::crc(true),
+        f if f & 0x04 != 0 => Auth::Encrypt(Key(key)),
+        _ => Auth::Tag(Key(key)),
+    })
+}
+
+/// Sends `payload` as `h` under the real datagram's kind of protection and,
+/// if that is a tag, also with a valid CRC-32 instead.
+fn forge(
+    sock: &UdpSocket,
+    h: &Header,
+    payload: &[u8],
+    like: (&Protection, u8),
+    out: &mut Vec<u8>,
+) -> (u64, u64) {
+    let (prot, flags) = like;
+    let (mut sent, mut not_sent) = (0, 0);
+    encode(h, payload, prot, out);
+    send(sock, out, &mut sent, &mut not_sent);
+    if flags > 1 {
+        encode(h, payload, &Protection::crc(true), out);
+        send(sock, out, &mut sent, &mut not_sent);
+    }
+    (sent, not_sent)
+}
+
+/// Broadcast numbers ahead of the one seen that the forgeries aim at.
+const AHEAD: u64 = 3;
 
 fn run(args: &Args) -> Result<Counts, String> {
     let addrs = doing("listing interfaces", interface_addresses())?;
@@ -329,10 +387,41 @@ fn run(args: &Args) -> Result<Counts, String> {
         };
         c.received += 1;
         let got = &buf[..n];
-        let Some((d, with_crc)) = real(got) else {
+        let Some((h, payload, flags)) = real(got) else {
             continue;
         };
         c.real += 1;
+        let prot = protection_like(flags, &mut rng);
+
+        if args.forge {
+            let mut bytes = payload.to_vec();
+            for ahead in 1..=AHEAD {
+                rng.fill_bytes(&mut bytes);
+                let next = Header {
+                    bcast: h.bcast + ahead,
+                    ..h
+                };
+                let (sent, lost) = forge(&sock, &next, &bytes, (&prot, flags), &mut out);
+                c.forged += sent;
+                c.not_sent += lost;
+            }
+            if !payload.is_empty() {
+                bytes.copy_from_slice(payload);
+                let bit = (rng.next_u64() % (bytes.len() as u64 * 8)) as usize;
+                bytes[bit / 8] ^= 1 << (bit % 8);
+                let (sent, lost) = forge(&sock, &h, &bytes, (&prot, flags), &mut out);
+                c.flipped += sent;
+                c.not_sent += lost;
+            }
+            let next = Header {
+                bcast: h.bcast + 1,
+                ..h
+            };
+            let (sent, lost) = forge(&sock, &next, payload, (&prot, flags), &mut out);
+            c.replayed += sent;
+            c.not_sent += lost;
+            continue;
+        }
 
         // Random bytes of random length (up to a little more than the original).
         random_bytes(&mut rng, n + 64, &mut out);
@@ -349,14 +438,17 @@ fn run(args: &Args) -> Result<Counts, String> {
         out[bit / 8] ^= 1 << (bit % 8);
         send(&sock, &out, &mut c.bitflip, &mut c.not_sent);
 
-        // Well formed, valid CRC, another communicator.
-        let mut header = d.header;
+        // Well formed (valid CRC, or a tag under another key), another
+        // communicator: what another job on the group sends.
         let mut other = rng.next_u64();
-        if other == header.comm_id {
+        if other == h.comm_id {
             other ^= 1;
         }
-        header.comm_id = other;
-        encode(&header, d.payload, with_crc, &mut out);
+        let header = Header {
+            comm_id: other,
+            ..h
+        };
+        encode(&header, payload, &prot, &mut out);
         send(&sock, &out, &mut c.other_comm, &mut c.not_sent);
     }
     Ok(c)
@@ -384,7 +476,7 @@ fn main() -> ExitCode {
         Ok(c) => {
             println!(
                 "stray_injector: received={} real={} random={} truncated={} bitflip={} \
-                 other_comm={} garbage={} not_sent={}",
+                 other_comm={} garbage={} forged={} flipped={} replayed={} not_sent={}",
                 c.received,
                 c.real,
                 c.random,
@@ -392,6 +484,9 @@ fn main() -> ExitCode {
                 c.bitflip,
                 c.other_comm,
                 c.garbage,
+                c.forged,
+                c.flipped,
+                c.replayed,
                 c.not_sent
             );
             ExitCode::SUCCESS

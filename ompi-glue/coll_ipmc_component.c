@@ -88,11 +88,26 @@ static void ipmc_add_help_dir(void)
     (void) opal_show_help_add_dir(dirname(path));
 }
 
+static bool ipmc_params_in_range_quiet(void);
+
+/* Tells every peer, through the modex, which configuration ipmc runs with
+   here (0: it will not run): open comes before MPI_Init's modex fence, and
+   comm_query compares the members' values without a message. */
+static void ipmc_publish_config(void)
+{
+    uint64_t digest = 0;
+    if (ipmc_params_in_range_quiet()) {
+        digest = ipmc_rs_config_digest(&mca_coll_ipmc_params);
+    }
+    (void) ipmc_modex_publish(digest);
+}
+
 static int ipmc_open(void)
 {
     mca_coll_ipmc_output = opal_output_open(NULL);
     opal_output_set_verbosity(mca_coll_ipmc_output, mca_coll_ipmc_params.verbose);
     ipmc_add_help_dir();
+    ipmc_publish_config();
     return OMPI_SUCCESS;
 }
 
@@ -144,6 +159,26 @@ static bool ipmc_params_in_range(void)
 #define IPMC_PARAM(name, type, def, min, max, level, scope, help) IPMC_CHECK_##type(name, min, max)
 #include "../mca-params/ipmc_params.def"
 #undef IPMC_PARAM
+    return ok;
+}
+
+/* As ipmc_params_in_range, without telling anyone. */
+static bool ipmc_params_in_range_quiet(void)
+{
+    bool ok = true;
+#undef IPMC_CHECK_INT
+#undef IPMC_CHECK_SIZE
+#define IPMC_CHECK_INT(name, min, max)                                                         \
+    ok &= mca_coll_ipmc_params.name >= (min) && mca_coll_ipmc_params.name <= (max);
+#define IPMC_CHECK_SIZE(name, min, max)                                                        \
+    ok &= mca_coll_ipmc_params.name <= (size_t) LLONG_MAX                                      \
+          && (long long) mca_coll_ipmc_params.name >= (min)                                    \
+          && (long long) mca_coll_ipmc_params.name <= (max);
+#define IPMC_PARAM(name, type, def, min, max, level, scope, help) IPMC_CHECK_##type(name, min, max)
+#include "../mca-params/ipmc_params.def"
+#undef IPMC_PARAM
+#undef IPMC_CHECK_INT
+#undef IPMC_CHECK_SIZE
     return ok;
 }
 

@@ -16,6 +16,7 @@
 #include "opal/util/proc.h"
 #include "opal/util/show_help.h"
 #include "ompi/proc/proc.h"
+#include "opal/mca/pmix/pmix.h"
 
 #include "coll_ipmc.h"
 
@@ -44,6 +45,25 @@ int ipmc_wait_all(size_t n, struct ompi_request_t **reqs)
     if (OMPI_SUCCESS != rc) {
         ompi_coll_base_free_reqs(reqs, (int) n);
     }
+    return rc;
+}
+
+int ipmc_wait_all_counts(size_t n, struct ompi_request_t **reqs, size_t *counts)
+{
+    ompi_status_public_t *st = malloc(n * sizeof(*st));
+    int rc;
+    if (NULL == st) {
+        return OMPI_ERR_OUT_OF_RESOURCE;
+    }
+    rc = ompi_request_wait_all(n, reqs, st);
+    if (OMPI_SUCCESS == rc) {
+        for (size_t i = 0; i < n; ++i) {
+            counts[i] = st[i]._ucount;
+        }
+    } else {
+        ompi_coll_base_free_reqs(reqs, (int) n);
+    }
+    free(st);
     return rc;
 }
 
@@ -139,13 +159,6 @@ int ipmc_comm_has_local_peer(struct ompi_communicator_t *comm)
     return 0;
 }
 
-const char *ipmc_comm_peer_host(struct ompi_communicator_t *comm, int peer)
-{
-    ompi_proc_t *proc = ompi_comm_peer_lookup(comm, peer);
-    const char *host = NULL == proc ? NULL : opal_get_proc_hostname(&proc->super);
-    return NULL == host ? "" : host;
-}
-
 size_t ipmc_dt_size(struct ompi_datatype_t *dt)
 {
     size_t size = 0;
@@ -227,4 +240,37 @@ void ipmc_show_no_multicast(const char *host, int rank, const char *comm, const 
         opal_output(0, "%s", msg);
         free(msg);
     }
+}
+
+/* The modex key of ipmc's configuration digest. */
+#define IPMC_MODEX_KEY "coll.ipmc.config"
+
+int ipmc_modex_publish(uint64_t digest)
+{
+    int rc;
+    OPAL_MODEX_SEND_VALUE(rc, OPAL_PMIX_GLOBAL, IPMC_MODEX_KEY, &digest, OPAL_UINT64);
+    return rc;
+}
+
+int ipmc_modex_member_digest(struct ompi_communicator_t *comm, int rank, uint64_t *digest)
+{
+    ompi_proc_t *proc = ompi_comm_peer_lookup(comm, rank);
+    uint64_t value = 0, *ptr = &value;
+    int rc;
+    if (NULL == proc) {
+        return 0;
+    }
+    OPAL_MODEX_RECV_VALUE_OPTIONAL(rc, IPMC_MODEX_KEY, &proc->super.proc_name, &ptr, OPAL_UINT64);
+    if (OPAL_SUCCESS != rc) {
+        return 0;
+    }
+    *digest = value;
+    return 1;
+}
+
+const char *ipmc_comm_member_host(struct ompi_communicator_t *comm, int rank)
+{
+    ompi_proc_t *proc = ompi_comm_peer_lookup(comm, rank);
+    const char *host = NULL == proc ? NULL : opal_get_proc_hostname(&proc->super);
+    return NULL == host ? "unknown" : host;
 }

@@ -46,6 +46,10 @@ int ipmc_irecv_bytes(void *buf, size_t len, int src, struct ompi_communicator_t 
 /* Waits for and frees the requests; every entry is MPI_REQUEST_NULL afterwards. */
 int ipmc_wait_all(size_t n, struct ompi_request_t **reqs);
 
+/* As ipmc_wait_all, and stores in counts[i] the bytes request i received
+   (for a send, what it sent). */
+int ipmc_wait_all_counts(size_t n, struct ompi_request_t **reqs, size_t *counts);
+
 /* Tests a request; when it completed, frees it (*req becomes MPI_REQUEST_NULL),
    sets *done and stores the bytes received in *count. */
 int ipmc_test(struct ompi_request_t **req, int *done, size_t *count);
@@ -64,9 +68,6 @@ void ipmc_comm_release(struct ompi_communicator_t *comm);
 
 /* Whether another rank of the communicator runs on this node. */
 int ipmc_comm_has_local_peer(struct ompi_communicator_t *comm);
-/* The name of the host (node) that runs rank `peer` of the communicator, as
-   the runtime knows it (the same string on every rank); "" if unknown. */
-const char *ipmc_comm_peer_host(struct ompi_communicator_t *comm, int peer);
 
 /* Datatypes. */
 size_t ipmc_dt_size(struct ompi_datatype_t *dt);
@@ -93,12 +94,24 @@ void ipmc_progress_unregister(void);
 /* Makes MPI_Finalize call ipmc_rs_finish_all first (an attribute of
    MPI_COMM_SELF, whose deletion MPI_Finalize begins with); once. */
 void ipmc_finish_at_finalize(void);
+/* The modex (Open MPI's per-process data, exchanged once at MPI_Init): this
+   process's ipmc configuration digest (0: ipmc will not run here), published
+   from the component's open, and a member's published digest: 1 and
+   *digest if it published one, 0 if not (ipmc not installed or not loaded
+   there). Reading needs no message: the data came with MPI_Init's fence. */
+int ipmc_modex_publish(uint64_t digest);
+int ipmc_modex_member_digest(struct ompi_communicator_t *comm, int rank, uint64_t *digest);
+/* The host name of a member of the communicator ("unknown" if not known). */
+const char *ipmc_comm_member_host(struct ompi_communicator_t *comm, int rank);
 
 /* ---- implemented in Rust, called by C ----------------------------------- */
 
 /* Once per process; returns an OMPI error code. When a parameter's value is
    invalid, writes what is wrong (NUL-terminated) into err[0..err_len). */
 int ipmc_rs_init_query(const ipmc_config_t *cfg, char *err, size_t err_len);
+/* The digest of every parameter that must be equal on all ranks (never 0),
+   or 0 if ipmc will not run with these values (disabled or invalid). */
+uint64_t ipmc_rs_config_digest(const ipmc_config_t *cfg);
 /* NULL declines the communicator; otherwise the per-communicator state. */
 void *ipmc_rs_comm_query(struct ompi_communicator_t *comm, const ipmc_config_t *cfg, int *priority);
 int ipmc_rs_module_enable(void *state, struct mca_coll_base_module_2_3_0_t *module,

@@ -57,6 +57,8 @@ pub struct Config {
     pub fragment_size: usize,
     pub root_wait_time_us: u64,
     pub use_crc_checking: bool,
+    /// `coll_ipmc_authenticate`: 0 off, 1 tag, 2 tag and encryption.
+    pub authenticate: i32,
     pub print_statistics: bool,
     pub chain_segment_size: usize,
     pub bcast_algorithm: i32,
@@ -83,6 +85,7 @@ impl Default for Config {
             fragment_size: 4096,
             root_wait_time_us: 0,
             use_crc_checking: true,
+            authenticate: 1,
             print_statistics: false,
             chain_segment_size: 65536,
             bcast_algorithm: 0,
@@ -125,6 +128,40 @@ impl Config {
             Algorithm::forced(self.bcast_algorithm),
             Some(Algorithm::Linear | Algorithm::Chain | Algorithm::Multicast)
         )
+    }
+
+    /// A digest of every parameter that must be equal on all ranks of a
+    /// communicator (scope `ALL_EQ` in the table): whether ipmc is selected
+    /// (the priority, compared with other components' on each rank), what
+    /// goes on the wire, which algorithm serves a call, how the group is
+    /// drawn; and of the datagram format. Never 0, which stands for "ipmc
+    /// does not run here" in the modex.
+    pub fn digest(&self) -> u64 {
+        let text = format!(
+            "ipmc {} datagram {} priority={} crossover_nodes={} crossover_size={} fragment_size={} \
+             root_wait_time={} use_crc_checking={} authenticate={} chain_segment_size={} \
+             bcast_algorithm={} group_range={} port_range={} ttl={} ranks_are_nodes={}",
+            env!("CARGO_PKG_VERSION"),
+            crate::datagram::VERSION,
+            self.priority,
+            self.crossover_nodes,
+            self.crossover_size,
+            self.fragment_size,
+            self.root_wait_time_us,
+            self.use_crc_checking,
+            self.authenticate,
+            self.chain_segment_size,
+            self.bcast_algorithm,
+            self.group_range,
+            self.port_range,
+            self.ttl,
+            self.ranks_are_nodes
+        );
+        // FNV-1a: stable across builds and processes, unlike std's hasher.
+        let h = text.bytes().fold(0xcbf2_9ce4_8422_2325u64, |h, b| {
+            (h ^ u64::from(b)).wrapping_mul(0x0100_0000_01b3)
+        });
+        h.max(1)
     }
 
     /// The algorithm for a broadcast of `bytes` bytes on a communicator that
@@ -195,6 +232,75 @@ mod tests {
         for (what, cfg) in cases {
             let err = cfg.validate().unwrap_err();
             assert!(err.contains(what), "{what}: {err}");
+        }
+    }
+
+    #[test]
+    fn the_digest_tells_every_shared_parameter_apart() {
+        let base = Config::default();
+        assert_ne!(base.digest(), 0);
+        assert_eq!(base.digest(), Config::default().digest());
+        let local = Config {
+            verbose: 9,
+            print_statistics: true,
+            if_include: "eth1".into(),
+            rcvbuf: 1,
+            inject_loss_percent: 3,
+            ..Config::default()
+        };
+        assert_eq!(local.digest(), base.digest(), "local parameters may differ");
+        let shared = [
+            Config {
+                priority: 50,
+                ..Config::default()
+            },
+            Config {
+                crossover_nodes: 5,
+                ..Config::default()
+            },
+            Config {
+                crossover_size: 5,
+                ..Config::default()
+            },
+            Config {
+                fragment_size: 1000,
+                ..Config::default()
+            },
+            Config {
+                root_wait_time_us: 1,
+                ..Config::default()
+            },
+            Config {
+                use_crc_checking: false,
+                ..Config::default()
+            },
+            Config {
+                authenticate: 2,
+                ..Config::default()
+            },
+            Config {
+                chain_segment_size: 1 << 20,
+                ..Config::default()
+            },
+            Config {
+                bcast_algorithm: 3,
+                ..Config::default()
+            },
+            Config {
+                group_range: "239.1.0.0/16".into(),
+                ..Config::default()
+            },
+            Config {
+                port_range: "6000".into(),
+                ..Config::default()
+            },
+            Config {
+                ttl: 2,
+                ..Config::default()
+            },
+        ];
+        for cfg in shared {
+            assert_ne!(cfg.digest(), base.digest(), "{cfg:?}");
         }
     }
 

@@ -9,10 +9,11 @@ use std::ffi::{c_int, c_void, CStr, CString};
 use std::marker::PhantomData;
 use std::ops::Range;
 use std::ptr;
+use std::sync::atomic::{AtomicBool, Ordering};
 
 use crate::config::Config;
 use crate::logging;
-use crate::module::{decline_node_local, decline_reason, Module};
+use crate::module::{decline_node_local, decline_reason, disagreement, Module, Published};
 use crate::nodes::Nodes;
 use crate::transport::{P2pError, P2pResult, ReqId, Transport};
 
@@ -45,6 +46,7 @@ macro_rules! same_signature {
 same_signature!(
     sys::ipmc_rs_init_query = ipmc_rs_init_query,
     sys::ipmc_rs_comm_query = ipmc_rs_comm_query,
+    sys::ipmc_rs_config_digest = ipmc_rs_config_digest,
     sys::ipmc_rs_module_enable = ipmc_rs_module_enable,
     sys::ipmc_rs_module_disable = ipmc_rs_module_disable,
     sys::ipmc_rs_module_destroy = ipmc_rs_module_destroy,
@@ -62,6 +64,7 @@ impl From<&sys::ipmc_config_t> for Config {
             fragment_size: c.fragment_size,
             root_wait_time_us: u64::try_from(c.root_wait_time).unwrap_or(0),
             use_crc_checking: c.use_crc_checking,
+            authenticate: c.authenticate,
             print_statistics: c.print_statistics,
             chain_segment_size: c.chain_segment_size,
             bcast_algorithm: c.bcast_algorithm,
@@ -136,12 +139,23 @@ impl Comm {
         unsafe { sys::ipmc_comm_cid(self.0) }
     }
 
-    /// The host name of rank `peer`, as the runtime knows it.
-    pub fn peer_host(self, peer: usize) -> String {
-        let peer = c_int::try_from(peer).expect("ranks fit in an int");
-        // SAFETY: as in `rank`; the glue returns a NUL-terminated string owned
-        // by Open MPI's process table (or a static ""), copied at once.
-        unsafe { CStr::from_ptr(sys::ipmc_comm_peer_host(self.0, peer)) }
+    /// What member `rank` published in the modex about its ipmc.
+    pub fn member_config(self, rank: usize) -> Option<u64> {
+        let rank = c_int::try_from(rank).ok()?;
+        let mut digest = 0;
+        // SAFETY: as in `rank`; `digest` is a valid out-pointer.
+        let found = unsafe { sys::ipmc_modex_member_digest(self.0, rank, &mut digest) };
+        (found != 0).then_some(digest)
+    }
+
+    /// The host name of member `rank`.
+    pub fn member_host(self, rank: usize) -> String {
+        let Ok(rank) = c_int::try_from(rank) else {
+            return "unknown".into();
+        };
+        // SAFETY: as in `rank`; the glue returns a NUL-terminated string that
+        // Open MPI keeps for the process's lifetime (or a literal).
+        unsafe { CStr::from_ptr(sys::ipmc_comm_member_host(self.0, rank)) }
             .to_string_lossy()
             .into_owned()
     }
@@ -267,6 +281,8 @@ pub struct PmlTransport<'a> {
     base: *mut u8,
     len: usize,
     reqs: Vec<*mut ompi_request_t>,
+    /// For each request: the bytes a receive must get (`None` for a send).
+    expect: Vec<Option<usize>>,
     _buf: PhantomData<&'a mut [u8]>,
 }
 
@@ -283,6 +299,7 @@ impl<'a> PmlTransport<'a> {
             base: buf.as_mut_ptr(),
             len: buf.len(),
             reqs: Vec::new(),
+            expect: Vec::new(),
             _buf: PhantomData,
         }
     }
@@ -301,11 +318,17 @@ impl<'a> PmlTransport<'a> {
         c_int::try_from(peer).expect("ranks fit in an int")
     }
 
-    fn started(&mut self, rc: c_int, req: *mut ompi_request_t) -> P2pResult<ReqId> {
+    fn started(
+        &mut self,
+        rc: c_int,
+        req: *mut ompi_request_t,
+        expect: Option<usize>,
+    ) -> P2pResult<ReqId> {
         if rc != OMPI_SUCCESS {
             return Err(P2pError(rc));
         }
         self.reqs.push(req);
+        self.expect.push(expect);
         Ok(ReqId(self.reqs.len() - 1))
     }
 }
@@ -331,7 +354,7 @@ impl Transport for PmlTransport<'_> {
         // latest in `drop`); `req` is a valid out-pointer.
         let rc =
             unsafe { sys::ipmc_isend_bytes(data.cast(), range.len(), peer, self.comm.0, &mut req) };
-        self.started(rc, req)
+        self.started(rc, req, None)
     }
 
     fn irecv(&mut self, range: Range<usize>, peer: usize) -> P2pResult<ReqId> {
@@ -341,29 +364,66 @@ impl Transport for PmlTransport<'_> {
         // else reads it while the receive writes.
         let rc =
             unsafe { sys::ipmc_irecv_bytes(data.cast(), range.len(), peer, self.comm.0, &mut req) };
-        self.started(rc, req)
+        self.started(rc, req, Some(range.len()))
     }
 
     fn wait_all(&mut self, ids: &[ReqId]) -> P2pResult<()> {
-        let mut pending: Vec<*mut ompi_request_t> = ids
+        let (mut pending, expect): (Vec<*mut ompi_request_t>, Vec<Option<usize>>) = ids
             .iter()
-            .map(|&ReqId(i)| std::mem::replace(&mut self.reqs[i], ptr::null_mut()))
-            .filter(|r| !r.is_null())
-            .collect();
+            .map(|&ReqId(i)| {
+                let req = std::mem::replace(&mut self.reqs[i], ptr::null_mut());
+                (req, self.expect[i])
+            })
+            .filter(|(r, _)| !r.is_null())
+            .unzip();
         if pending.is_empty() {
             return Ok(());
         }
+        let mut counts = vec![0usize; pending.len()];
         // SAFETY: every entry is a live request started by this transport and
-        // not yet waited for; the glue completes and frees all of them.
-        let rc = unsafe { sys::ipmc_wait_all(pending.len(), pending.as_mut_ptr()) };
-        ok(rc).map_err(P2pError)
+        // not yet waited for; the glue completes and frees all of them and
+        // writes one count per request into `counts`, which is as long.
+        let rc = unsafe {
+            sys::ipmc_wait_all_counts(pending.len(), pending.as_mut_ptr(), counts.as_mut_ptr())
+        };
+        ok(rc).map_err(P2pError)?;
+        check_counts(&expect, &counts)
     }
+}
+
+/// MPI's error class for a message that does not fit its receive.
+const MPI_ERR_TRUNCATE: c_int = 15;
+
+/// Every receive got exactly the bytes it was posted for: a shorter message
+/// (a rank that called `MPI_Bcast` with fewer bytes than this one) would
+/// otherwise leave the rest of the buffer silently unchanged.
+fn check_counts(expect: &[Option<usize>], counts: &[usize]) -> P2pResult<()> {
+    for (want, &got) in expect.iter().zip(counts) {
+        if let Some(want) = *want {
+            if got != want {
+                log::warn!(
+                    "received {got} bytes where the broadcast expects {want}: the ranks' \
+                     counts or datatypes differ"
+                );
+                return Err(P2pError(MPI_ERR_TRUNCATE));
+            }
+        }
+    }
+    Ok(())
 }
 
 impl Drop for PmlTransport<'_> {
     fn drop(&mut self) {
         // Only an algorithm that stopped on an error leaves requests behind:
         // they must finish before the buffer they point into is released.
+        // Receives are cancelled: their messages may never come.
+        for (&req, expect) in self.reqs.iter().zip(&self.expect) {
+            if !req.is_null() && expect.is_some() {
+                // SAFETY: `req` is a live receive of this transport, waited
+                // for just below.
+                unsafe { sys::ipmc_cancel(req) };
+            }
+        }
         let ids: Vec<ReqId> = (0..self.reqs.len()).map(ReqId).collect();
         let _ = self.wait_all(&ids);
     }
@@ -419,21 +479,60 @@ pub unsafe extern "C" fn ipmc_rs_comm_query(
     unsafe { *priority = cfg.priority };
     let comm = Comm(comm);
     let size = comm.size();
-    let mut reason = decline_reason(&cfg, comm.is_inter(), size);
-    let mut nodes = Nodes::one_per_rank(size);
-    if reason.is_none() && !cfg.ranks_are_nodes {
-        nodes = Nodes::from_hosts((0..size).map(|r| comm.peer_host(r)));
-        reason = decline_node_local(&cfg, &nodes);
+    if let Some(reason) = decline_reason(&cfg, comm.is_inter(), size) {
+        return decline(comm, reason);
     }
-    if let Some(reason) = reason {
-        log::info!(
-            "declines communicator {} (cid {}): {reason}",
-            comm.name(),
-            comm.cid()
-        );
-        return ptr::null_mut();
+    // Every member reads the same published values, so all decline alike:
+    // then the component below ipmc serves the communicator everywhere. This
+    // comes first: what follows depends on parameters that may differ.
+    let published: Vec<Published> = (0..size)
+        .map(|r| Published::from_modex(comm.member_config(r)))
+        .collect();
+    if let Some(d) = disagreement(&published) {
+        // The first communicator with a disagreement is MPI_COMM_WORLD (it
+        // holds every process), where every process sees it: told once per job.
+        static TOLD: AtomicBool = AtomicBool::new(false);
+        let told = TOLD.swap(true, Ordering::Relaxed);
+        if !told && comm.rank() == d.reference {
+            print_line(&d.message(&comm.name(), |r| comm.member_host(r)));
+        }
+        return decline(comm, "its members' ipmc configurations differ");
+    }
+    let nodes = if cfg.ranks_are_nodes {
+        Nodes::one_per_rank(size)
+    } else {
+        Nodes::from_hosts((0..size).map(|r| comm.member_host(r)))
+    };
+    if let Some(reason) = decline_node_local(&cfg, &nodes) {
+        return decline(comm, reason);
     }
     Box::into_raw(Box::new(Module::new(cfg, comm, nodes))).cast()
+}
+
+/// Says at verbose level why ipmc leaves `comm` alone; the NULL module.
+fn decline(comm: Comm, reason: &str) -> *mut c_void {
+    log::info!(
+        "declines communicator {} (cid {}): {reason}",
+        comm.name(),
+        comm.cid()
+    );
+    ptr::null_mut()
+}
+
+/// The configuration this process publishes in the modex: the digest of its
+/// shared parameters, or 0 when ipmc will not run here.
+///
+/// # Safety
+/// `cfg` points to the component's parameter storage.
+#[no_mangle]
+pub unsafe extern "C" fn ipmc_rs_config_digest(cfg: *const sys::ipmc_config_t) -> u64 {
+    // SAFETY: the C caller passes its live parameter storage.
+    let cfg = Config::from(unsafe { &*cfg });
+    if cfg.priority < 0 || cfg.validate().is_err() {
+        0
+    } else {
+        cfg.digest()
+    }
 }
 
 /// `coll_module_enable`.
@@ -804,10 +903,34 @@ impl Comm {
     }
 }
 
-/// Open MPI's help message for a rank that cannot set up multicast.
-pub fn show_no_multicast(host: &str, rank: usize, comm: &str, reason: &str) {
-    let (host, comm, reason) = (c_line(host), c_line(comm), c_line(reason));
-    let rank = c_int::try_from(rank).unwrap_or(c_int::MAX);
-    // SAFETY: every string is valid and NUL-terminated for the call.
-    unsafe { sys::ipmc_show_no_multicast(host.as_ptr(), rank, comm.as_ptr(), reason.as_ptr()) }
+/// Fills `buf` from the operating system's CSPRNG (`getrandom(2)`, which
+/// needs no file descriptor), for secret keys.
+pub fn os_random(buf: &mut [u8]) -> std::io::Result<()> {
+    let mut done = 0;
+    while done < buf.len() {
+        let rest = &mut buf[done..];
+        // SAFETY: `rest` is a valid writable region of `rest.len()` bytes.
+        let n = unsafe { libc::getrandom(rest.as_mut_ptr().cast(), rest.len(), 0) };
+        if n < 0 {
+            let e = std::io::Error::last_os_error();
+            if e.kind() != std::io::ErrorKind::Interrupted {
+                return Err(e);
+            }
+        } else {
+            done += n as usize;
+        }
+    }
+    Ok(())
+}
+
+/// CPU time of the calling thread, for cost figures that other processes
+/// on a shared machine do not inflate.
+pub fn thread_cpu_time() -> std::time::Duration {
+    let mut ts = libc::timespec {
+        tv_sec: 0,
+        tv_nsec: 0,
+    };
+    // SAFETY: `ts` is a valid out-pointer; this clock exists on every Linux.
+    unsafe { libc::clock_gettime(libc::CLOCK_THREAD_CPUTIME_ID, &mut ts) };
+    std::time::Duration::new(ts.tv_sec as u64, ts.tv_nsec as u32)
 }

@@ -37,6 +37,27 @@ pub struct McastSocket {
     granted_rcvbuf: usize,
 }
 
+/// Why a socket could not be opened, for the user's message; `taken` when
+/// the port (or group and port) is held by another program, so that another
+/// draw may succeed.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct OpenError {
+    pub why: String,
+    pub taken: bool,
+}
+
+impl From<String> for OpenError {
+    fn from(why: String) -> Self {
+        OpenError { why, taken: false }
+    }
+}
+
+impl std::fmt::Display for OpenError {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(&self.why)
+    }
+}
+
 /// Adds what was being done to an error, for the user's message.
 fn doing<T>(what: &str, r: io::Result<T>) -> Result<T, String> {
     r.map_err(|e| format!("{what}: {e}"))
@@ -45,9 +66,9 @@ fn doing<T>(what: &str, r: io::Result<T>) -> Result<T, String> {
 impl McastSocket {
     /// Joins `group` on `iface` and prepares sending to it, for IPv6 from
     /// `iface.addr` (see [`crate::interfaces::ipv6_source`]).
-    pub fn open(group: SocketAddr, iface: &Chosen, opts: Options) -> Result<Self, String> {
+    pub fn open(group: SocketAddr, iface: &Chosen, opts: Options) -> Result<Self, OpenError> {
         if !group.ip().is_multicast() {
-            return Err(format!("{} is not a multicast address", group.ip()));
+            return Err(format!("{} is not a multicast address", group.ip()).into());
         }
         let domain = Domain::for_address(group);
         let recv = doing(
@@ -65,7 +86,7 @@ impl McastSocket {
         };
         if let Err(e) = all_off {
             if e.raw_os_error() != Some(libc::ENOPROTOOPT) {
-                return Err(format!("turning IP_MULTICAST_ALL off: {e}"));
+                return Err(format!("turning IP_MULTICAST_ALL off: {e}").into());
             }
         }
         if opts.rcvbuf > 0 {
@@ -75,10 +96,12 @@ impl McastSocket {
             )?;
         }
         let granted_rcvbuf = doing("reading the receive buffer size", recv.recv_buffer_size())?;
-        doing(
-            &format!("binding to {group}"),
-            recv.bind(&bind_address(group, iface).into()),
-        )?;
+        if let Err(e) = recv.bind(&bind_address(group, iface).into()) {
+            return Err(OpenError {
+                why: format!("binding to {group}: {e}"),
+                taken: e.kind() == io::ErrorKind::AddrInUse,
+            });
+        }
         match (group.ip(), iface.addr) {
             (IpAddr::V4(g), _) => doing(
                 &format!("joining {g} on {iface}"),
@@ -133,7 +156,7 @@ impl McastSocket {
                     send.set_multicast_loop_v6(opts.loopback),
                 )?;
             }
-            _ => return Err(format!("{iface} has no address of the group's family")),
+            _ => return Err(format!("{iface} has no address of the group's family").into()),
         }
         if opts.rcvbuf > 0 {
             // The root bursts a whole message; a deeper send queue means

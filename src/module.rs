@@ -9,7 +9,7 @@ use log::{debug, info, warn};
 use crate::config::{Algorithm, Config};
 use crate::ffi::{self, BcastCall, Comm, Messages, PmlTransport};
 use crate::interfaces::{self, IfList};
-use crate::mcast_socket::{self, McastSocket};
+use crate::mcast_socket::{self, McastSocket, OpenError};
 use crate::multicast::{Group, Ranks};
 use crate::nodes::Nodes;
 use crate::setup::{self, Announce};
@@ -41,6 +41,93 @@ pub fn decline_reason(cfg: &Config, is_inter: bool, size: usize) -> Option<&'sta
 pub fn decline_node_local(cfg: &Config, nodes: &Nodes) -> Option<&'static str> {
     (nodes.is_single() && !cfg.forces_own_algorithm())
         .then_some("its processes share one node, where Open MPI's own broadcast is faster")
+}
+
+/// One member's ipmc configuration, as it published it in the modex.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Published {
+    /// ipmc runs there with parameters of this digest ([`Config::digest`]).
+    Digest(u64),
+    /// ipmc is installed but will not run there (priority -1, or a
+    /// parameter out of range or invalid).
+    Disabled,
+    /// Nothing published: ipmc is not installed or not loaded there.
+    Absent,
+}
+
+impl Published {
+    pub fn from_modex(value: Option<u64>) -> Self {
+        match value {
+            None => Published::Absent,
+            Some(0) => Published::Disabled,
+            Some(d) => Published::Digest(d),
+        }
+    }
+}
+
+/// Members of a communicator that do not run ipmc as its other members do.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Disagreement {
+    /// The lowest rank that runs ipmc: its parameters are the reference,
+    /// and it alone tells the user.
+    pub reference: usize,
+    /// Every other member that differs, and how.
+    pub members: Vec<(usize, Published)>,
+}
+
+/// Whether the members of a communicator (each one's published value, the
+/// same list on every member) all run ipmc with one configuration. Every
+/// member decides alike, since every member reads the same values.
+pub fn disagreement(published: &[Published]) -> Option<Disagreement> {
+    let (reference, want) = published
+        .iter()
+        .enumerate()
+        .find(|(_, p)| matches!(p, Published::Digest(_)))
+        .map(|(i, p)| (i, *p))?;
+    let members: Vec<(usize, Published)> = published
+        .iter()
+        .enumerate()
+        .filter(|(_, p)| **p != want)
+        .map(|(i, p)| (i, *p))
+        .collect();
+    (!members.is_empty()).then_some(Disagreement { reference, members })
+}
+
+impl Disagreement {
+    /// The message for the user; `host` names a member's host.
+    pub fn message(&self, comm: &str, host: impl Fn(usize) -> String) -> String {
+        const SHOWN: usize = 8;
+        let mut text = format!(
+            "ipmc: the processes of communicator {comm} do not share one ipmc configuration, \
+             so ipmc steps aside on every communicator with such processes and Open MPI's \
+             own broadcast serves them (the job goes on):"
+        );
+        for &(rank, what) in self.members.iter().take(SHOWN) {
+            let why = match what {
+                Published::Digest(_) => format!(
+                    "its coll_ipmc parameters differ from those of rank {} on host {}",
+                    self.reference,
+                    host(self.reference)
+                ),
+                Published::Disabled => "ipmc is disabled there (coll_ipmc_priority -1, or a \
+                                        parameter out of range or invalid)"
+                    .into(),
+                Published::Absent => "ipmc is not installed or not loaded there".into(),
+            };
+            text.push_str(&format!("\n  rank {rank} on host {}: {why}", host(rank)));
+        }
+        if self.members.len() > SHOWN {
+            text.push_str(&format!(
+                "\n  and {} more ranks",
+                self.members.len() - SHOWN
+            ));
+        }
+        text.push_str(
+            "\nSet the same coll_ipmc_* parameters (ompi_info --param coll ipmc --level 9) \
+             and install ipmc on every host, or disable it everywhere.",
+        );
+        text
+    }
 }
 
 /// Where a communicator stands with its multicast group.
@@ -199,23 +286,27 @@ impl Module {
         let mut msgs = Messages::new(comm);
         let families = || interface_families(cfg);
         let open = |a: &Announce| open_socket(cfg, comm, a);
-        let (announce, local, verdict) =
-            setup::agree(&mut msgs, self.rank, self.size, cfg, families, open).map_err(|e| e.0)?;
+        let setup::Agreed {
+            announce,
+            local,
+            verdict,
+            failures,
+        } = setup::agree(&mut msgs, self.rank, self.size, cfg, families, open).map_err(|e| e.0)?;
         let name = comm.name();
         if let Err(why) = &local {
             warn!("rank {} cannot multicast on {name}: {why}", self.rank);
         }
-        // Once per job, by the first rank that failed: the reason is usually
-        // the same on every rank and for every communicator, and every rank
-        // of a failed communicator stays quiet from then on.
-        static TOLD: AtomicBool = AtomicBool::new(false);
-        if let (setup::Verdict::Failed { first }, Err(why)) = (&verdict, &local) {
-            if *first == self.rank && !TOLD.load(Ordering::Relaxed) {
-                ffi::show_no_multicast(&crate::entropy::hostname(), self.rank, &name, why);
+        if let setup::Verdict::Failed { .. } = verdict {
+            // Rank 0 heard every rank's reason and tells them all, once: the
+            // first failing communicator (usually MPI_COMM_WORLD) holds the
+            // reason of most processes, so the others stay silent.
+            static TOLD: AtomicBool = AtomicBool::new(false);
+            let told = TOLD.swap(true, Ordering::Relaxed);
+            if !told && self.rank == 0 {
+                ffi::print_line(&setup::failure_message(&name, &failures, |r| {
+                    comm.member_host(r)
+                }));
             }
-        }
-        if matches!(verdict, setup::Verdict::Failed { .. }) {
-            TOLD.store(true, Ordering::Relaxed);
         }
         match (verdict, local, announce) {
             (setup::Verdict::Ready, Ok(socket), Some(a)) => {
@@ -232,7 +323,7 @@ impl Module {
                     socket,
                     a.comm_id,
                     cfg.fragment_size,
-                    cfg.use_crc_checking,
+                    a.auth,
                     Duration::from_micros(cfg.root_wait_time_us),
                     (cfg.inject_loss_percent, seed),
                     cfg.background_limit,
@@ -280,7 +371,7 @@ fn on_message_bytes(
 }
 
 /// Opens and joins this rank's socket for the announced group.
-fn open_socket(cfg: &Config, comm: Comm, a: &Announce) -> Result<McastSocket, String> {
+fn open_socket(cfg: &Config, comm: Comm, a: &Announce) -> Result<McastSocket, OpenError> {
     let include = IfList::parse(&cfg.if_include)?;
     let exclude = IfList::parse(&cfg.if_exclude)?;
     let addrs = ffi::interface_addresses().map_err(|e| format!("listing interfaces: {e}"))?;
@@ -346,6 +437,35 @@ fn ipv6_source(iface: &interfaces::Chosen, group: Ipv6Addr) -> Result<Ipv6Addr, 
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn every_kind_of_disagreement_is_found_and_named() {
+        use Published::*;
+        assert_eq!(disagreement(&[Digest(5), Digest(5), Digest(5)]), None);
+        assert_eq!(disagreement(&[Absent, Disabled]), None, "nobody runs ipmc");
+        let d = disagreement(&[Absent, Digest(5), Digest(6), Disabled, Digest(5)]).unwrap();
+        assert_eq!(d.reference, 1);
+        assert_eq!(d.members, vec![(0, Absent), (2, Digest(6)), (3, Disabled)]);
+        let text = d.message("MPI_COMM_WORLD", |r| format!("h{r}"));
+        assert!(
+            text.contains("rank 0 on host h0: ipmc is not installed"),
+            "{text}"
+        );
+        assert!(text.contains("rank 2 on host h2: its coll_ipmc parameters differ from those of rank 1 on host h1"), "{text}");
+        assert!(
+            text.contains("rank 3 on host h3: ipmc is disabled"),
+            "{text}"
+        );
+        assert!(!text.contains("rank 4"), "{text}");
+        let many: Vec<Published> = (0..20)
+            .map(|i| if i == 0 { Digest(1) } else { Absent })
+            .collect();
+        let text = disagreement(&many).unwrap().message("c", |r| r.to_string());
+        assert!(text.contains("and 11 more ranks"), "{text}");
+        assert_eq!(Published::from_modex(None), Absent);
+        assert_eq!(Published::from_modex(Some(0)), Disabled);
+        assert_eq!(Published::from_modex(Some(7)), Digest(7));
+    }
 
     #[test]
     fn declines_what_it_cannot_serve() {

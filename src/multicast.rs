@@ -10,7 +10,7 @@ use rand_chacha::rand_core::{RngCore, SeedableRng};
 use rand_chacha::ChaCha8Rng;
 
 use crate::background::Pending;
-use crate::datagram;
+use crate::datagram::{self, Auth};
 use crate::ffi::{Comm, Messages, MsgId};
 use crate::mcast_socket::McastSocket;
 use crate::stats::Datagrams;
@@ -173,7 +173,7 @@ pub struct Group {
     comm_id: u64,
     next_bcast: u64,
     fragment_size: usize,
-    with_crc: bool,
+    auth: Auth,
     root_wait: Duration,
     inject: Option<LossInjector>,
     recv_buf: Vec<u8>,
@@ -202,7 +202,7 @@ impl Group {
         socket: McastSocket,
         comm_id: u64,
         fragment_size: usize,
-        with_crc: bool,
+        auth: Auth,
         root_wait: Duration,
         inject: (u32, u64),
         background_limit: usize,
@@ -213,14 +213,14 @@ impl Group {
             comm_id,
             next_bcast: 0,
             fragment_size,
-            with_crc,
+            auth,
             root_wait,
             inject: (percent > 0).then(|| LossInjector {
                 percent,
                 rng: ChaCha8Rng::seed_from_u64(seed),
             }),
             // One byte more than the longest valid datagram shows overlong ones.
-            recv_buf: vec![0; datagram::HEADER_LEN + fragment_size + datagram::CRC_LEN + 1],
+            recv_buf: vec![0; datagram::HEADER_LEN + fragment_size + datagram::TAG_LEN + 1],
             stash: VecDeque::new(),
             stash_bytes: 0,
             told_send_error: false,
@@ -254,7 +254,7 @@ impl Group {
             vrank,
             message_len: data.len(),
             fragment_size: self.fragment_size,
-            with_crc: self.with_crc,
+            auth: self.auth,
             root_wait: self.root_wait,
         });
         self.next_bcast += 1;

@@ -131,7 +131,7 @@ pub struct Report {
     /// Per receiver: bytes by multicast and by chain.
     pub bytes: Vec<(u64, u64)>,
     /// Verdicts over all ranks, indexed by [`verdict_index`].
-    pub verdicts: [u64; 9],
+    pub verdicts: [u64; 10],
     /// Datagram copies dropped because a socket buffer was full.
     pub buffer_drops: u64,
     /// Multicast sends that would have blocked.
@@ -149,6 +149,7 @@ pub fn verdict_index(v: Verdict) -> usize {
         Verdict::BadLength => 6,
         Verdict::BadMagic => 7,
         Verdict::BadCrc => 8,
+        Verdict::BadAuth => 9,
     }
 }
 
@@ -271,7 +272,7 @@ impl Sim {
             vrank: 0,
             message_len: cfg.message_len,
             fragment_size: cfg.fragment_size,
-            with_crc: cfg.with_crc,
+            auth: datagram::Auth::crc(cfg.with_crc),
             root_wait: Duration::from_micros(cfg.root_wait),
         };
         let enter = |vrank: usize, rng: &mut ChaCha8Rng| {
@@ -461,7 +462,8 @@ impl Sim {
 
     /// The root's datagram for fragment `k` says and holds what it must.
     fn check_genuine(&self, k: u32, bytes: &[u8]) {
-        let d = datagram::decode(bytes, self.cfg.with_crc);
+        let mut copy = bytes.to_vec();
+        let d = datagram::decode(&mut copy, &datagram::Protection::crc(self.cfg.with_crc));
         let p = self.ranks[0].b.params();
         let want = Header {
             comm_id: p.comm_id,
@@ -538,7 +540,7 @@ impl Sim {
         } else {
             self.range(h.fragment).len()
         };
-        let mut with_crc = p.with_crc;
+        let mut with_crc = self.cfg.with_crc;
         let kind = match self.below(6) {
             0 if p.bcast > 0 => {
                 h.bcast = self.below(p.bcast);
@@ -579,7 +581,12 @@ impl Sim {
         self.rng.fill_bytes(&mut bytes);
         if kind != Kind::Garbage {
             let payload = std::mem::take(&mut bytes);
-            datagram::encode(&h, &payload, with_crc, &mut bytes);
+            datagram::encode(
+                &h,
+                &payload,
+                &datagram::Protection::crc(with_crc),
+                &mut bytes,
+            );
         } else if self.chance(50) {
             bytes.truncate(self.below(60) as usize);
         }
@@ -603,7 +610,9 @@ impl Sim {
                 Kind::Genuine(_) if r == 0 => v == Verdict::Own,
                 Kind::Genuine(_) if owned_before => v == Verdict::Duplicate,
                 Kind::Genuine(_) => v == Verdict::Useful,
-                Kind::Damaged | Kind::Garbage => rejected,
+                // A flip in the communicator id makes it another's.
+                Kind::Damaged => rejected || v == Verdict::WrongComm,
+                Kind::Garbage => rejected,
                 Kind::Stale => v == Verdict::Stale,
                 Kind::Future => v == Verdict::Future,
                 Kind::OtherComm => v == Verdict::WrongComm,
@@ -836,7 +845,7 @@ mod tests {
         base..base + n * env("IPMC_SIM_SEEDS", 1)
     }
 
-    fn add_verdicts(into: &mut [u64; 9], report: &Report) {
+    fn add_verdicts(into: &mut [u64; 10], report: &Report) {
         for (all, v) in into.iter_mut().zip(report.verdicts) {
             *all += v;
         }
@@ -971,7 +980,7 @@ mod tests {
 
     #[test]
     fn bursts_duplicates_reordering_and_damage_are_harmless() {
-        let mut verdicts = [0u64; 9];
+        let mut verdicts = [0u64; 10];
         for with_crc in [true, false] {
             for receivers in [1, 4, 12] {
                 let cfg = Config {
@@ -1013,7 +1022,7 @@ mod tests {
 
     #[test]
     fn foreign_and_malformed_datagrams_are_never_taken() {
-        let mut verdicts = [0u64; 9];
+        let mut verdicts = [0u64; 10];
         for with_crc in [true, false] {
             for (receivers, len) in [(1, 1), (3, 256), (6, 2000), (10, 0)] {
                 let cfg = Config {

@@ -29,7 +29,7 @@ pub struct Datagrams {
 }
 
 /// Every verdict, with its key in the report.
-const VERDICTS: [(Verdict, &str); 9] = [
+const VERDICTS: [(Verdict, &str); 10] = [
     (Verdict::Useful, "useful"),
     (Verdict::Duplicate, "dup"),
     (Verdict::Own, "root_own"),
@@ -39,6 +39,7 @@ const VERDICTS: [(Verdict, &str); 9] = [
     (Verdict::BadLength, "rej_length"),
     (Verdict::BadMagic, "rej_magic"),
     (Verdict::BadCrc, "rej_crc"),
+    (Verdict::BadAuth, "rej_auth"),
 ];
 
 impl Datagrams {
@@ -153,7 +154,7 @@ mod tests {
             "ipmc stats: rank=2 size=8 nodes=4 cid=3 bcasts=4 empty=1 linear=2:15B chain=1:1048576B \
              multicast=0:0B previous=0:0B setup=none sent=0 send_full=0 send_failed=0 recv=0 \
              injected=0 own=0 useful=0 dup=0 root_own=0 rej_comm=0 rej_stale=0 rej_future=0 \
-             rej_length=0 rej_magic=0 rej_crc=0 mcast_bytes=0 chain_bytes=0 \
+             rej_length=0 rej_magic=0 rej_crc=0 rej_auth=0 mcast_bytes=0 chain_bytes=0 \
              comm=\"MPI_COMM_WORLD\""
         );
     }

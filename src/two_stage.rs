@@ -43,7 +43,7 @@ use std::collections::VecDeque;
 use std::ops::Range;
 use std::time::Duration;
 
-use crate::datagram::{self, Header, Reject};
+use crate::datagram::{self, Auth, Header, Protection, Reject};
 
 /// Bytes of a chain frame before the fragment's payload.
 pub const CHAIN_HEADER_LEN: usize = 4;
@@ -67,8 +67,9 @@ pub struct Params {
     pub message_len: usize,
     /// Payload bytes per fragment (the last fragment may be shorter).
     pub fragment_size: usize,
-    /// Whether datagrams carry and are checked for a CRC-32 trailer.
-    pub with_crc: bool,
+    /// How datagrams are protected: tag (and encryption) under the
+    /// communicator's key, or the thesis's CRC-32, or nothing.
+    pub auth: Auth,
     /// How long the root waits, from [`Broadcast::start_root`], before it multicasts.
     pub root_wait: Duration,
 }
@@ -94,6 +95,9 @@ pub enum Verdict {
     BadMagic,
     /// Its CRC-32 does not match (or its CRC flag disagrees with ours).
     BadCrc,
+    /// Its tag does not verify under the communicator's key, or it has none:
+    /// forged, altered, or sent without the key.
+    BadAuth,
 }
 
 /// A chain frame or reply that cannot be what the neighbour sent: the
@@ -152,6 +156,9 @@ impl Bits {
 /// One rank's state in one two-stage broadcast.
 pub struct Broadcast {
     params: Params,
+    prot: Protection,
+    /// A received datagram is checked (and decrypted) here, not in place.
+    scratch: Vec<u8>,
     fragments: u32,
     data: Vec<u8>,
     /// This rank holds the fragment's bytes.
@@ -205,6 +212,8 @@ impl Broadcast {
             .expect("fragment count fits below the chain's markers");
         Broadcast {
             params,
+            prot: Protection::new(params.auth),
+            scratch: Vec::new(),
             fragments,
             data: vec![0; params.message_len],
             owned: Bits::new(fragments),
@@ -282,12 +291,7 @@ impl Broadcast {
             message_len: self.params.message_len as u64,
             fragment: k,
         };
-        datagram::encode(
-            &header,
-            &self.data[self.range(k)],
-            self.params.with_crc,
-            out,
-        );
+        datagram::encode(&header, &self.data[self.range(k)], &self.prot, out);
         self.offered = true;
         Some(k)
     }
@@ -308,27 +312,43 @@ impl Broadcast {
         !self.is_root() || (self.started.is_some() && self.next_multicast >= self.fragments)
     }
 
-    /// A datagram received from the group; any bytes at all.
+    /// A datagram received from the group; any bytes at all. A datagram that
+    /// names another communicator is rejected as such without the cost of
+    /// checking its CRC or tag (it could not verify under this
+    /// communicator's key anyway); every other one must verify before its
+    /// broadcast number counts. The bytes are left unchanged (decryption
+    /// works on a copy), so a datagram of a later broadcast can be kept and
+    /// handed in again.
     pub fn on_datagram(&mut self, bytes: &[u8]) -> Verdict {
-        let d = match datagram::decode(bytes, self.params.with_crc) {
-            Ok(d) => d,
-            Err(Reject::BadLength) => return Verdict::BadLength,
-            Err(Reject::BadMagic) => return Verdict::BadMagic,
-            Err(Reject::BadCrc) => return Verdict::BadCrc,
+        let reject = |r| match r {
+            Reject::BadLength => Verdict::BadLength,
+            Reject::BadMagic => Verdict::BadMagic,
+            Reject::BadCrc => Verdict::BadCrc,
+            Reject::BadAuth => Verdict::BadAuth,
         };
-        let h = d.header;
-        if h.comm_id != self.params.comm_id {
-            return Verdict::WrongComm;
+        match datagram::header(bytes) {
+            Err(r) => return reject(r),
+            Ok(h) if h.comm_id != self.params.comm_id => return Verdict::WrongComm,
+            Ok(_) => {}
         }
-        if h.bcast < self.params.bcast {
-            return Verdict::Stale;
-        }
-        if h.bcast > self.params.bcast {
-            return Verdict::Future;
-        }
+        let mut scratch = std::mem::take(&mut self.scratch);
+        scratch.clear();
+        scratch.extend_from_slice(bytes);
+        let verdict = match datagram::decode(&mut scratch, &self.prot) {
+            Err(r) => reject(r),
+            Ok(d) if d.header.bcast < self.params.bcast => Verdict::Stale,
+            Ok(d) if d.header.bcast > self.params.bcast => Verdict::Future,
+            Ok(d) => self.on_authentic(d.header, d.payload),
+        };
+        self.scratch = scratch;
+        verdict
+    }
+
+    /// A datagram of this broadcast that passed its CRC or tag.
+    fn on_authentic(&mut self, h: Header, payload: &[u8]) -> Verdict {
         if h.message_len != self.params.message_len as u64
             || h.fragment >= self.fragments
-            || d.payload.len() != self.range(h.fragment).len()
+            || payload.len() != self.range(h.fragment).len()
         {
             return Verdict::BadLength;
         }
@@ -341,8 +361,8 @@ impl Broadcast {
         if self.owns(h.fragment) {
             return Verdict::Duplicate;
         }
-        self.take(h.fragment, d.payload);
-        self.bytes_by_multicast += d.payload.len() as u64;
+        self.take(h.fragment, payload);
+        self.bytes_by_multicast += payload.len() as u64;
         Verdict::Useful
     }
 
@@ -634,7 +654,7 @@ mod tests {
             vrank,
             message_len,
             fragment_size,
-            with_crc: true,
+            auth: Auth::crc(true),
             root_wait: Duration::ZERO,
         }
     }
@@ -662,7 +682,7 @@ mod tests {
         };
         f(&mut h);
         let mut out = Vec::new();
-        datagram::encode(&h, payload, p.with_crc, &mut out);
+        datagram::encode(&h, payload, &Protection::new(p.auth), &mut out);
         out
     }
 
@@ -735,7 +755,8 @@ mod tests {
             let first = out.clone();
             assert_eq!(b.next_multicast(t0 + wait, &mut out), Some(k));
             assert_eq!(out, first);
-            let d = datagram::decode(&out, true).unwrap();
+            let mut copy = out.clone();
+            let d = datagram::decode(&mut copy, &Protection::crc(true)).unwrap();
             assert_eq!(d.header.fragment, k);
             assert_eq!(d.header.message_len, 600);
             assert_eq!(d.payload, piece(&b, k));
@@ -882,7 +903,7 @@ mod tests {
         assert_eq!(b.on_datagram(&bad), Verdict::BadCrc);
         let no_crc = datagram_of(
             &Params {
-                with_crc: false,
+                auth: Auth::crc(false),
                 ..p
             },
             0,
@@ -895,10 +916,74 @@ mod tests {
         assert_eq!(b.on_datagram(&good), Verdict::Useful);
     }
 
+    /// With a key, only the root's datagrams count: forgeries with a valid
+    /// CRC or a tag under another key are rejected as such, for this
+    /// broadcast and for later ones; the root's are taken (and decrypted).
+    #[test]
+    fn with_a_key_forgeries_are_rejected_and_the_roots_datagrams_taken() {
+        use crate::datagram::Key;
+        for auth in [Auth::Tag(Key([1; 32])), Auth::Encrypt(Key([1; 32]))] {
+            let p = Params {
+                auth,
+                ..params(1, 2, 600, 256)
+            };
+            let mut r = Broadcast::new(Params { vrank: 0, ..p });
+            for (i, byte) in r.data_mut().iter_mut().enumerate() {
+                *byte = i as u8;
+            }
+            r.start_root(Duration::ZERO);
+            let mut b = Broadcast::new(p);
+            let wrong_key = match auth {
+                Auth::Tag(_) => Auth::Tag(Key([2; 32])),
+                _ => Auth::Encrypt(Key([2; 32])),
+            };
+            for bcast in [p.bcast, p.bcast + 1] {
+                for forger in [Auth::crc(true), Auth::crc(false), wrong_key] {
+                    let forged = datagram_of(
+                        &Params {
+                            auth: forger,
+                            bcast,
+                            ..p
+                        },
+                        0,
+                        &[0xee; 256],
+                        |_| {},
+                    );
+                    assert_eq!(b.on_datagram(&forged), Verdict::BadAuth, "{forger:?}");
+                }
+            }
+            let mut out = Vec::new();
+            let mut k = 0;
+            while r.next_multicast(Duration::ZERO, &mut out).is_some() {
+                if auth != Auth::Tag(Key([1; 32])) {
+                    assert_ne!(&out[datagram::HEADER_LEN..][..4], &[0, 1, 2, 3], "in clear");
+                }
+                assert_eq!(b.on_datagram(&out), Verdict::Useful, "fragment {k}");
+                r.multicast_done();
+                k += 1;
+            }
+            assert_eq!(k, 3);
+            assert!(b.is_complete());
+            assert_eq!(b.data(), r.data());
+            // A datagram of this communicator under its key, but of a later
+            // broadcast, is kept for it: not rejected.
+            let later = datagram_of(
+                &Params {
+                    bcast: p.bcast + 1,
+                    ..p
+                },
+                0,
+                &[1; 256],
+                |_| {},
+            );
+            assert_eq!(b.on_datagram(&later), Verdict::Future);
+        }
+    }
+
     #[test]
     fn without_crc_the_same_checks_apply() {
         let p = Params {
-            with_crc: false,
+            auth: Auth::crc(false),
             ..params(1, 2, 600, 256)
         };
         let mut b = Broadcast::new(p);
@@ -1232,7 +1317,7 @@ mod tests {
         let mut rng = ChaCha8Rng::seed_from_u64(0x2517);
         for with_crc in [true, false] {
             let p = Params {
-                with_crc,
+                auth: Auth::crc(with_crc),
                 ..params(1, 3, 700, 256)
             };
             let mut b = Broadcast::new(p);

@@ -89,7 +89,7 @@ fn print_stats(label: &str, lines: &[Line]) {
         println!(
             "{label} comm={} rank={} multicast={} setup={} sent={} recv={} own={} useful={} \
              dup={} rej_comm={} rej_stale={} rej_future={} rej_length={} rej_magic={} \
-             rej_crc={} mcast_bytes={} chain_bytes={}",
+             rej_crc={} rej_auth={} mcast_bytes={} chain_bytes={}",
             s["comm"],
             s["rank"],
             s["multicast"],
@@ -105,6 +105,7 @@ fn print_stats(label: &str, lines: &[Line]) {
             s["rej_length"],
             s["rej_magic"],
             s["rej_crc"],
+            s["rej_auth"],
             s["mcast_bytes"],
             s["chain_bytes"]
         );
@@ -243,18 +244,23 @@ fn strays(label: &str, group: &'static str) {
         );
     }
     let all: Vec<&Line> = stats.iter().collect();
-    let damaged = sum(&all, "rej_length") + sum(&all, "rej_magic") + sum(&all, "rej_crc");
+    let damaged = sum(&all, "rej_length")
+        + sum(&all, "rej_magic")
+        + sum(&all, "rej_crc")
+        + sum(&all, "rej_auth");
     // MPI_COMM_WORLD multicasts before the job has any other communicator,
     // so its rej_comm can only be the injector's (the split communicators
     // share the group and reject each other's datagrams too).
     let world: Vec<&Line> = stats.iter().filter(|s| s["comm"] == "world").collect();
     println!(
-        "{label}: rej_comm={} (world {}) rej_length={} rej_magic={} rej_crc={} useful={}",
+        "{label}: rej_comm={} (world {}) rej_length={} rej_magic={} rej_crc={} rej_auth={} \
+         useful={}",
         sum(&all, "rej_comm"),
         sum(&world, "rej_comm"),
         sum(&all, "rej_length"),
         sum(&all, "rej_magic"),
         sum(&all, "rej_crc"),
+        sum(&all, "rej_auth"),
         sum(&all, "useful")
     );
     assert!(
@@ -287,6 +293,100 @@ fn strays_on_an_ipv6_group_are_rejected_and_every_byte_arrives() {
     timed(
         "strays_on_an_ipv6_group_are_rejected_and_every_byte_arrives",
         || strays("strays ipv6", GROUP6),
+    );
+}
+
+/// `bcast_check` on 4 hosts on [`GROUP`] and [`PORT`] with the injector
+/// forging datagrams (`--mode forge`: wrong bytes for the next broadcasts,
+/// flipped bits and replays into the next broadcast, each with a valid
+/// CRC-32) for the whole job, with `coll_ipmc_authenticate` set to `auth`.
+/// Returns the run and the injector's counts.
+fn forged_run(auth: &str) -> (Run, Line) {
+    let cluster = Cluster::hosts(4);
+    let mut mca = forced(true);
+    mca.push(("coll_ipmc_authenticate", auth));
+    let job = mpirun_line(
+        cluster.ranks(),
+        &mca,
+        "bcast_check",
+        &["--max-bytes", "300000", "--burst", "1000"],
+    );
+    let script = format!(
+        "{inj} --group {GROUP}:{PORT} --interface eth0 --seconds {secs} --seed 11 --mode forge &\n\
+         inj=$!\n\
+         {job}\n\
+         rc=$?\n\
+         kill -TERM $inj; wait $inj; echo \"injector exit=$?\"\n\
+         exit $rc\n",
+        inj = quoted(&injector().display().to_string()),
+        secs = JOB_TIMEOUT + 20,
+    );
+    let run = cluster.run_script(&script);
+    assert!(
+        run.output.contains("injector exit=0"),
+        "injector failed:\n{}",
+        run.output
+    );
+    let counts = injector_counts(&run.output);
+    println!("forgeries, authenticate={auth}: injector {counts:?}");
+    for kind in ["real", "forged", "flipped", "replayed"] {
+        assert!(
+            num(&counts, kind) > 0,
+            "injector sent no {kind}: {counts:?}"
+        );
+    }
+    (run, counts)
+}
+
+/// The attack of a host on the network that reads the group: with the
+/// default authentication every forgery is rejected (`rej_auth`) and every
+/// byte is right.
+#[test]
+fn forged_datagrams_are_rejected_and_every_byte_arrives() {
+    timed(
+        "forged_datagrams_are_rejected_and_every_byte_arrives",
+        || {
+            let (run, _) = forged_run("1");
+            let stats = assert_bcast_check_passed("forgeries", &run.output, 4);
+            print_stats("forgeries", &stats);
+            let world: Vec<&Line> = stats.iter().filter(|s| s["comm"] == "world").collect();
+            println!(
+                "forgeries: world rej_auth={} rej_crc={} useful={}",
+                sum(&world, "rej_auth"),
+                sum(&world, "rej_crc"),
+                sum(&world, "useful")
+            );
+            for s in &world {
+                if s["rank"] != "0" {
+                    assert!(num(s, "rej_auth") > 0, "forgeries not rejected: {s:?}");
+                }
+            }
+        },
+    );
+}
+
+/// The same attack without authentication (the thesis's CRC-32 only): the
+/// forged bytes get through, which is what the test above guards against.
+#[test]
+fn without_authentication_forged_datagrams_deliver_wrong_bytes() {
+    timed(
+        "without_authentication_forged_datagrams_deliver_wrong_bytes",
+        || {
+            let (run, _) = forged_run("0");
+            // Forged bytes show as a wrong byte in a checked broadcast, or
+            // break a communicator that Open MPI itself builds with broadcasts.
+            let evidence: Vec<&str> = run
+                .output
+                .lines()
+                .filter(|l| l.contains("bcast_check: FAIL") || l.contains("*** MPI_ERR"))
+                .collect();
+            println!("without authentication: {evidence:?}");
+            assert!(
+                !run.ok && !run.output.contains("bcast_check: PASS") && !evidence.is_empty(),
+                "the forgeries did not get through:\n{}",
+                run.output
+            );
+        },
     );
 }
 

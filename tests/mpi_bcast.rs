@@ -6,7 +6,7 @@ mod common;
 
 use std::collections::HashMap;
 
-use common::{check_lines, cluster_mpirun, mpirun, num, stats_lines, tally, Run};
+use common::{check_lines, cluster_mpirun, mpirun, mpirun_wrapped, num, stats_lines, tally, Run};
 
 const ALGORITHMS: [&str; 4] = ["linear", "chain", "multicast", "previous"];
 
@@ -258,4 +258,109 @@ fn verbose_output_names_each_broadcasts_algorithm() {
         "{}",
         run.output
     );
+}
+
+/// A root that broadcasts fewer bytes than the other ranks expect: linear
+/// and chain fail the receivers' call with `MPI_ERR_TRUNCATE` rather than
+/// return with part of their buffer never written.
+#[test]
+fn a_short_message_is_an_mpi_error() {
+    for (alg, name) in [("1", "linear"), ("2", "chain")] {
+        let mca = [
+            ("coll_ipmc_bcast_algorithm", alg),
+            ("coll_ipmc_chain_segment_size", "256"),
+        ];
+        let run = mpirun(4, &mca, "short_bcast", &["1000", "1300"]);
+        let lines: Vec<&str> = run
+            .output
+            .lines()
+            .filter(|l| l.starts_with("short_bcast: rank"))
+            .collect();
+        println!("{name}: {lines:?}");
+        assert!(!run.ok, "{name}: the job passed:\n{}", run.output);
+        assert!(
+            lines.iter().any(|l| l.ends_with("rc=15 truncate")),
+            "{name}: no receiver saw MPI_ERR_TRUNCATE:\n{}",
+            run.output
+        );
+        assert!(
+            !lines
+                .iter()
+                .any(|l| l.ends_with("rc=0") && !l.contains("rank 0 ")),
+            "{name}: a receiver returned success:\n{}",
+            run.output
+        );
+    }
+}
+
+/// One rank (2 of 4) runs ipmc differently from the others, or not at all:
+/// ipmc steps aside on every communicator with that rank (the other ranks
+/// read its configuration in the modex), every byte is right, the job ends,
+/// and one message names the rank.
+#[test]
+fn a_rank_with_another_configuration_makes_ipmc_step_aside_once() {
+    let system_only = format!(
+        "OMPI_MCA_mca_base_component_path={}",
+        common::system_component_dir()
+    );
+    let cases = [
+        (
+            "OMPI_MCA_coll_ipmc_chain_segment_size=4096",
+            "parameters differ",
+        ),
+        (
+            "OMPI_MCA_coll_ipmc_crossover_size=1000",
+            "parameters differ",
+        ),
+        (
+            "OMPI_MCA_coll_ipmc_fragment_size=100",
+            "ipmc is disabled there",
+        ),
+        ("OMPI_MCA_coll_ipmc_priority=-1", "ipmc is disabled there"),
+        (
+            system_only.as_str(),
+            "ipmc is not installed or not loaded there",
+        ),
+    ];
+    for (setting, why) in cases {
+        let wrapper = [
+            "sh",
+            concat!(env!("CARGO_MANIFEST_DIR"), "/tests/mpi/on_rank.sh"),
+            "2",
+            setting,
+        ];
+        let mca = [("coll_ipmc_print_statistics", "1")];
+        let run = mpirun_wrapped(4, &mca, &wrapper, "bcast_check", &["--max-bytes", "70000"]);
+        assert!(
+            run.ok && run.output.contains("bcast_check: PASS"),
+            "{setting}: {}",
+            run.output
+        );
+        let stats = stats_lines(&run.output);
+        // Communicators with rank 2 are Open MPI's; "odd" (world ranks 1
+        // and 3) and Open MPI's helpers without rank 2 may still be ipmc's.
+        for s in &stats {
+            assert!(
+                !["world", "dup", "reversed", "even"].contains(&s["comm"].as_str()),
+                "{setting}: ipmc ran on {s:?}"
+            );
+        }
+        let told: Vec<&str> = run
+            .output
+            .lines()
+            .filter(|l| l.contains("do not share one ipmc configuration"))
+            .collect();
+        assert_eq!(told.len(), 1, "{setting}: told once:\n{}", run.output);
+        assert!(
+            run.output.contains("rank 2 on host ") && run.output.contains(why),
+            "{setting}: {}",
+            run.output
+        );
+        assert!(
+            !run.output.contains("rank 1 on host") && !run.output.contains("rank 3 on host"),
+            "{setting}: only rank 2 differs:\n{}",
+            run.output
+        );
+        println!("{setting}: {}", told[0]);
+    }
 }

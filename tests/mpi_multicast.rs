@@ -81,17 +81,31 @@ fn small_communicators_multicast_when_forced() {
     }
 }
 
+/// Every protection (`authenticate` 1: tag, 2: encrypted, 0: the thesis's
+/// CRC on or off) with small and large fragments.
 #[test]
-fn any_fragment_size_with_and_without_crc() {
-    for (fragment, crc) in [("256", "1"), ("1000", "0"), ("65024", "1")] {
+fn any_fragment_size_under_every_protection() {
+    for (fragment, auth, crc) in [
+        ("256", "1", "1"),
+        ("65024", "1", "1"),
+        ("1000", "2", "1"),
+        ("65024", "2", "1"),
+        ("256", "0", "1"),
+        ("1000", "0", "0"),
+        ("65024", "0", "1"),
+    ] {
         let mca = [
             ("coll_ipmc_print_statistics", "1"),
             ("coll_ipmc_fragment_size", fragment),
+            ("coll_ipmc_authenticate", auth),
             ("coll_ipmc_use_crc_checking", crc),
         ];
         let run = mpirun(4, &mca, "bcast_check", &["--max-bytes", "300000"]);
         let world = world_stats(&run, 4);
         assert!(sum(&world, "mcast_bytes") > 0, "{}", run.output);
+        for key in ["rej_auth", "rej_crc"] {
+            assert_eq!(sum(&world, key), 0, "{key}: {}", run.output);
+        }
     }
 }
 
@@ -121,14 +135,46 @@ fn a_rank_that_cannot_multicast_makes_all_fall_back() {
     }
     let told = run
         .output
-        .matches("could not set up IP multicast for a communicator")
+        .matches("could not set up IP multicast for communicator")
         .count();
-    assert_eq!(told, 1, "told once by the failing rank:\n{}", run.output);
+    assert_eq!(told, 1, "told once, by rank 0:\n{}", run.output);
     assert!(
-        run.output.contains("rank 2 of communicator world") && run.output.contains("nosuch0"),
+        run.output.contains("for communicator world;")
+            && run.output.contains("rank 2 on host ")
+            && run.output.contains("nosuch0"),
         "{}",
         run.output
     );
+}
+
+/// Every rank fails to set up multicast (the usual case of a host without a
+/// multicast interface): one message for the job, naming all of them.
+#[test]
+fn when_every_rank_cannot_multicast_the_job_is_told_once() {
+    let mca = [
+        ("coll_ipmc_print_statistics", "1"),
+        ("coll_ipmc_if_include", "nosuch0"),
+    ];
+    let run = mpirun(4, &mca, "bcast_check", &["--max-bytes", "70000"]);
+    assert!(
+        run.ok && run.output.contains("bcast_check: PASS"),
+        "{}",
+        run.output
+    );
+    let told = run
+        .output
+        .matches("could not set up IP multicast for communicator")
+        .count();
+    assert_eq!(told, 1, "told once for the job:\n{}", run.output);
+    assert_eq!(run.output.matches("nosuch0").count(), 1, "{}", run.output);
+    assert!(
+        run.output.contains("ranks 0, 1, 2, 3 on host "),
+        "{}",
+        run.output
+    );
+    for s in stats_lines(&run.output) {
+        assert_eq!(tally(&s, "multicast").0, 0, "{s:?}");
+    }
 }
 
 #[test]
@@ -205,4 +251,70 @@ fn the_root_returns_without_waiting_for_the_others() {
             assert_eq!(s["setup"], "ok", "{s:?}");
         }
     }
+}
+
+/// A port that another program holds: setup draws again (every rank
+/// follows rank 0), so every communicator still multicasts. One of the four
+/// ports is held for the whole job, so about one setup in four meets it.
+#[test]
+fn a_taken_port_is_drawn_again() {
+    // Holds 0.0.0.0:7000 (without SO_REUSEADDR, so no group can bind that
+    // port) while its parent, rank 0, lives.
+    let holder = "import os, socket, time\n\
+                  s = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)\n\
+                  s.bind(('0.0.0.0', 7000))\n\
+                  parent = os.getppid()\n\
+                  while os.getppid() == parent:\n    time.sleep(0.2)\n";
+    let script = format!(
+        "if [ \"$OMPI_COMM_WORLD_RANK\" = 0 ]; then python3 -c \"{holder}\" </dev/null >/dev/null 2>&1 & \
+         sleep 1; fi; exec \"$@\""
+    );
+    let wrapper = ["sh", "-c", &script, "holder"];
+    let mca = [
+        ("coll_ipmc_print_statistics", "1"),
+        ("coll_ipmc_bcast_algorithm", "3"),
+        ("coll_ipmc_port_range", "7000-7003"),
+        ("coll_ipmc_verbose", "5"),
+    ];
+    let run = mpirun_wrapped(4, &mca, &wrapper, "comm_cycles", &["100"]);
+    assert!(
+        run.ok && run.output.contains("comm_cycles: PASS"),
+        "{}",
+        run.output
+    );
+    let again = run.output.matches("drawing again").count();
+    println!("\"drawing again\" lines (every rank logs each): {again}");
+    assert!(again > 0, "no port was drawn again:\n{}", run.output);
+    let stats = stats_lines(&run.output);
+    let dups: Vec<&Line> = stats
+        .iter()
+        .filter(|s| s["comm"] != "MPI_COMM_WORLD")
+        .collect();
+    assert!(dups.len() >= 400, "one line per rank and communicator");
+    for s in dups {
+        assert_eq!(s["setup"], "ok", "{s:?}");
+        assert!(tally(s, "multicast").0 > 0, "{s:?}");
+    }
+}
+
+/// A rank without a free file descriptor (`ulimit -n` just above what
+/// `MPI_Init` needs) cannot open its sockets: the job is told once, with the
+/// reason, in the built-in text (the help file could not be opened there).
+#[test]
+fn a_rank_without_file_descriptors_is_named_with_its_reason() {
+    let script = "if [ \"$OMPI_COMM_WORLD_RANK\" = 2 ]; then ulimit -n 18; fi; exec \"$@\"";
+    let wrapper = ["sh", "-c", script, "limit"];
+    let mca = [("coll_ipmc_print_statistics", "1")];
+    let run = mpirun_wrapped(4, &mca, &wrapper, "bcast_check", &["--max-bytes", "70000"]);
+    assert!(
+        run.ok && run.output.contains("bcast_check: PASS"),
+        "{}",
+        run.output
+    );
+    let told = run
+        .output
+        .matches("could not set up IP multicast for communicator")
+        .count();
+    assert_eq!(told, 1, "told once:\n{}", run.output);
+    assert!(run.output.contains("Too many open files"), "{}", run.output);
 }

@@ -123,5 +123,15 @@ fn inside() {
 
     // A unicast address is refused before any socket is made.
     let err = McastSocket::open("10.0.0.1:6001".parse().unwrap(), &lo, opts).unwrap_err();
-    assert!(err.contains("not a multicast address"), "{err}");
+    assert!(err.why.contains("not a multicast address"), "{err}");
+    assert!(!err.taken);
+
+    // A port another program holds (without SO_REUSEADDR) is reported as
+    // taken, so that setup draws another one.
+    let holder = std::net::UdpSocket::bind("0.0.0.0:6005").unwrap();
+    let err = McastSocket::open("239.192.10.3:6005".parse().unwrap(), &lo, opts).unwrap_err();
+    assert!(err.taken, "{err}");
+    assert!(err.why.contains("binding to 239.192.10.3:6005"), "{err}");
+    drop(holder);
+    McastSocket::open("239.192.10.3:6005".parse().unwrap(), &lo, opts).unwrap();
 }

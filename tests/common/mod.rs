@@ -115,7 +115,7 @@ fn run_ok(cmd: &mut Command) {
 }
 
 /// Open MPI's own component directory.
-fn system_component_dir() -> String {
+pub fn system_component_dir() -> String {
     let out = Command::new("ompi_info")
         .args(["--path", "pkglibdir", "--parsable"])
         .output()
