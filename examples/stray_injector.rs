@@ -332,7 +332,7 @@ fn forge(
 }
 
 /// Broadcast numbers ahead of the one seen that the forgeries aim at.
-const AHEAD: u64 = 3;
+const AHEAD: u64 = 6;
 
 fn run(args: &Args) -> Result<Counts, String> {
     let addrs = doing("listing interfaces", interface_addresses())?;

@@ -168,7 +168,7 @@ fn a_host_without_a_site_scope_address_makes_all_fall_back_once() {
         &cluster,
         &run,
         &[
-            "h2 (rank 1 of communicator world)",
+            "rank 1 on host ",
             "has organization-local scope",
             "coll_ipmc_group_range=ff12::/96",
         ],
@@ -203,7 +203,7 @@ fn a_host_without_ipv4_under_a_chosen_ipv4_range_makes_all_fall_back_once() {
         &cluster,
         &run,
         &[
-            "h3 (rank 2 of communicator world)",
+            "rank 2 on host ",
             "eth0: no IPv4 address",
             "this host has only IPv6",
             "coll_ipmc_group_range=ff12::/96",

@@ -309,7 +309,10 @@ fn forged_run(auth: &str) -> (Run, Line) {
         cluster.ranks(),
         &mca,
         "bcast_check",
-        &["--max-bytes", "300000", "--burst", "1000"],
+        // The root enters each checked broadcast last, so a forgery made
+        // from one broadcast's datagrams can reach the ranks before the next
+        // broadcast's real datagrams: the attack's best chance.
+        &["--max-bytes", "300000", "--burst", "1000", "--skew", "last"],
     );
     let script = format!(
         "{inj} --group {GROUP}:{PORT} --interface eth0 --seconds {secs} --seed 11 --mode forge &\n\
