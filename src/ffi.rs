@@ -801,25 +801,27 @@ impl Messages {
     /// `Some(buffer)` once the message completed: for a receive the bytes
     /// received, for a send the buffer it sent (for reuse).
     pub fn test(&mut self, id: MsgId) -> P2pResult<Option<Vec<u8>>> {
-        let slot = &mut self.slots[id.0];
-        assert!(!slot.req.is_null(), "message {id:?} already completed");
-        let (mut done, mut count) = (0, 0);
-        // SAFETY: `slot.req` is the live request of this slot.
-        let rc = unsafe { sys::ipmc_test(&mut slot.req, &mut done, &mut count) };
-        if rc != OMPI_SUCCESS {
-            return Err(P2pError(rc));
-        }
-        Ok((done != 0).then(|| self.finish(id, count)))
+        self.check(id, true)
     }
 
     /// As [`Self::test`], but only looks at the request, without entering
     /// Open MPI's progress engine: for use from inside it.
     pub fn look(&mut self, id: MsgId) -> P2pResult<Option<Vec<u8>>> {
+        self.check(id, false)
+    }
+
+    fn check(&mut self, id: MsgId, progress: bool) -> P2pResult<Option<Vec<u8>>> {
         let slot = &mut self.slots[id.0];
         assert!(!slot.req.is_null(), "message {id:?} already completed");
         let (mut done, mut count) = (0, 0);
         // SAFETY: `slot.req` is the live request of this slot.
-        let rc = unsafe { sys::ipmc_look(&mut slot.req, &mut done, &mut count) };
+        let rc = unsafe {
+            if progress {
+                sys::ipmc_test(&mut slot.req, &mut done, &mut count)
+            } else {
+                sys::ipmc_look(&mut slot.req, &mut done, &mut count)
+            }
+        };
         if rc != OMPI_SUCCESS {
             return Err(P2pError(rc));
         }
