@@ -49,6 +49,10 @@ fn pvars_count_the_multicast_broadcasts_of_their_communicator() {
         assert_eq!(v["type"], if state { "int" } else { "ull" }, "{v:?}");
     }
     let names: Vec<&str> = listed.iter().map(|v| v["name"].as_str()).collect();
+    let readme = std::fs::read_to_string(common::repo().join("README.md")).unwrap();
+    for name in &names {
+        assert!(readme.contains(&format!("`{name}`")), "README lacks {name}");
+    }
     for key in text[0].keys() {
         if ["rank", "size", "cid", "comm"].contains(&key.as_str()) {
             continue;

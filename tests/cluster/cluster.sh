@@ -119,5 +119,10 @@ export CLUSTER_HOSTS
 CLUSTER_HOSTS=$(IFS=,; echo "${hosts[*]}")
 export CLUSTER_SUBNET="$net.0/24"
 export CLUSTER_SUBNET6="$net6/64"
-export CLUSTER_MPIRUN="--mca plm_rsh_agent $work/rsh --mca btl tcp,self --mca btl_tcp_if_include $CLUSTER_SUBNET --mca oob_tcp_if_include $CLUSTER_SUBNET"
+# The launcher's options differ by series: ORTE (Open MPI 4.1) and PRRTE (5.0).
+if ompi_info --version 2>/dev/null | grep -q 'Open MPI) 5\.\|Open MPI v5\.'; then
+    export CLUSTER_MPIRUN="--prtemca plm_ssh_agent $work/rsh --prtemca oob_tcp_if_include $CLUSTER_SUBNET --mca btl tcp,self --mca btl_tcp_if_include $CLUSTER_SUBNET"
+else
+    export CLUSTER_MPIRUN="--mca plm_rsh_agent $work/rsh --mca btl tcp,self --mca btl_tcp_if_include $CLUSTER_SUBNET --mca oob_tcp_if_include $CLUSTER_SUBNET"
+fi
 ip netns exec "${id}h0" unshare --uts sh -c 'hostname launcher; exec "$@"' sh "$@"
