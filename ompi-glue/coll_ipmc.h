@@ -19,7 +19,7 @@
 
 BEGIN_C_DECLS
 
-OMPI_MODULE_DECLSPEC extern const ipmc_coll_component_t mca_coll_ipmc_component;
+IPMC_MODULE_DECLSPEC extern const ipmc_coll_component_t mca_coll_ipmc_component;
 
 /* The values of the MCA parameters (storage of the registered variables). */
 extern ipmc_config_t mca_coll_ipmc_params;

@@ -29,4 +29,11 @@ typedef mca_coll_base_component_2_0_0_t ipmc_coll_component_t;
 #error "ipmc supports Open MPI 4.1 and 5.0"
 #endif
 
+/* The visibility of the component structure: 5.0 has no OMPI_MODULE_DECLSPEC. */
+#ifdef OMPI_MODULE_DECLSPEC
+#define IPMC_MODULE_DECLSPEC OMPI_MODULE_DECLSPEC
+#else
+#define IPMC_MODULE_DECLSPEC OMPI_DECLSPEC
+#endif
+
 #endif /* IPMC_COMPAT_H */

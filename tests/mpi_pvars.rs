@@ -15,8 +15,18 @@ fn pvars_count_the_multicast_broadcasts_of_their_communicator() {
         ("coll_ipmc_print_statistics", "1"),
         ("coll_ipmc_bcast_algorithm", "3"),
     ];
-    let args = ["--bcasts", "12", "--bytes", "100000"];
+    // Each rank writes its lines to a file of its own: mpirun may interleave
+    // long output of several ranks.
+    let dir = std::env::temp_dir().join(format!("ipmc-pvars-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&dir);
+    std::fs::create_dir_all(&dir).unwrap();
+    let out = dir.to_str().unwrap();
+    let args = ["--bcasts", "12", "--bytes", "100000", "--out", out];
     let run = mpirun(np, &mca, "pvars", &args);
+    let read = |name: &str| std::fs::read_to_string(dir.join(name)).unwrap_or_default();
+    let ranks: String = (0..np).map(|r| read(&format!("rank.{r}.txt"))).collect();
+    let vars = read("vars.txt");
+    let _ = std::fs::remove_dir_all(&dir);
     assert!(
         run.ok && run.output.contains("pvars: PASS"),
         "run failed:\n{}",
@@ -24,15 +34,14 @@ fn pvars_count_the_multicast_broadcasts_of_their_communicator() {
     );
 
     // Listed: one variable per statistic, bound to a communicator, described.
-    let listed: Vec<Line> = run
-        .output
+    let listed: Vec<Line> = vars
         .lines()
         .filter_map(|l| l.strip_prefix("pvars: var "))
         .map(fields)
         .collect();
     let text: Vec<Line> = stats_lines(&run.output)
         .into_iter()
-        .filter(|s| s["comm"] == "pvars")
+        .filter(|s| s.get("comm").is_some_and(|c| c == "pvars"))
         .collect();
     assert_eq!(
         text.len(),
@@ -66,14 +75,13 @@ fn pvars_count_the_multicast_broadcasts_of_their_communicator() {
     }
 
     // Read: every rank's values, after the broadcasts.
-    let mut reads: Vec<Line> = run
-        .output
+    let mut reads: Vec<Line> = ranks
         .lines()
         .filter_map(|l| l.strip_prefix("pvars: rank="))
         .map(|l| fields(&format!("rank={l}")))
         .collect();
     reads.sort_by_key(|r| num(r, "rank"));
-    assert_eq!(reads.len(), np, "{}", run.output);
+    assert_eq!(reads.len(), np, "{ranks}");
     for r in &reads {
         let rank = num(r, "rank");
         let pv = |n: &str| num(r, &format!("coll_ipmc_{n}"));

@@ -2,13 +2,15 @@
  * Lists ipmc's MPI_T performance variables, starts every one on a duplicate of
  * MPI_COMM_WORLD (named "pvars"), runs broadcasts on it and reads them back.
  *
- *   pvars [--bcasts N] [--bytes B]
+ *   pvars [--bcasts N] [--bytes B] [--out DIR]
  *
  * Rank 0 prints one line per variable:
  *   pvars: var name=coll_ipmc_sent class=counter type=ull bind=comm continuous=0 readonly=1 desc="..."
  * every rank prints its values after the broadcasts:
  *   pvars: rank=R bcasts=N coll_ipmc_bcasts=N coll_ipmc_sent=... (one field per variable)
  * and rank 0 ends with "pvars: PASS" when every broadcast delivered its bytes.
+ * With --out, the lines of the listing and of each rank go to DIR/vars.txt and
+ * DIR/rank.R.txt instead (mpirun may interleave long output of several ranks).
  * Exits non-zero when a call fails or no coll_ipmc_ variable exists.
  */
 #include <mpi.h>
@@ -26,6 +28,23 @@ static void check(int rc, const char *what)
     }
 }
 
+/* Where this rank's lines go: stdout, or a file of its own under --out. */
+static FILE *open_out(const char *dir, const char *name)
+{
+    char path[4096];
+    FILE *f;
+    if (NULL == dir) {
+        return stdout;
+    }
+    snprintf(path, sizeof(path), "%s/%s", dir, name);
+    f = fopen(path, "w");
+    if (NULL == f) {
+        fprintf(stderr, "pvars: cannot write %s\n", path);
+        MPI_Abort(MPI_COMM_WORLD, 2);
+    }
+    return f;
+}
+
 static const char *class_name(int c)
 {
     switch (c) {
@@ -37,6 +56,8 @@ static const char *class_name(int c)
 
 int main(int argc, char **argv)
 {
+    const char *out_dir = NULL;
+    FILE *out;
     int bcasts = 20, bytes = 65536, provided, rank, size, num, nvars = 0, failures = 0;
     int index[MAX_VARS];
     MPI_Datatype type[MAX_VARS];
@@ -50,8 +71,12 @@ int main(int argc, char **argv)
             bcasts = atoi(argv[i + 1]);
         } else if (0 == strcmp(argv[i], "--bytes")) {
             bytes = atoi(argv[i + 1]);
+        } else if (0 == strcmp(argv[i], "--out")) {
+            out_dir = argv[i + 1];
         }
     }
+    /* Whole lines: mpirun forwards every rank's output in the chunks written. */
+    setvbuf(stdout, NULL, _IOLBF, 0);
     check(MPI_T_init_thread(MPI_THREAD_SINGLE, &provided), "MPI_T_init_thread");
     MPI_Init(&argc, &argv);
     MPI_Comm_rank(MPI_COMM_WORLD, &rank);
@@ -60,6 +85,7 @@ int main(int argc, char **argv)
     MPI_Comm_set_name(comm, "pvars");
 
     /* List: every variable whose name starts with coll_ipmc_. */
+    out = 0 == rank ? open_out(out_dir, "vars.txt") : NULL;
     check(MPI_T_pvar_get_num(&num), "MPI_T_pvar_get_num");
     for (int i = 0; i < num && nvars < MAX_VARS; ++i) {
         char name[128], desc[1024];
@@ -76,7 +102,7 @@ int main(int argc, char **argv)
             continue;
         }
         if (0 == rank) {
-            printf("pvars: var name=%s class=%s type=%s bind=%s continuous=%d readonly=%d desc=\"%s\"\n",
+            fprintf(out, "pvars: var name=%s class=%s type=%s bind=%s continuous=%d readonly=%d desc=\"%s\"\n",
                    name, class_name(c), MPI_UNSIGNED_LONG_LONG == dt ? "ull" : MPI_INT == dt ? "int" : "other",
                    MPI_T_BIND_MPI_COMM == bind ? "comm" : "other", continuous, readonly, desc);
         }
@@ -84,6 +110,9 @@ int main(int argc, char **argv)
         index[nvars] = i;
         type[nvars] = dt;
         ++nvars;
+    }
+    if (NULL != out && stdout != out) {
+        fclose(out);
     }
     if (0 == nvars) {
         fprintf(stderr, "pvars: no coll_ipmc_ performance variable\n");
@@ -136,8 +165,13 @@ int main(int argc, char **argv)
         }
         len += snprintf(line + len, sizeof(line) - len, " %s=%llu", names[v], ull);
     }
-    printf("%s\n", line);
-    fflush(stdout);
+    char file[64];
+    snprintf(file, sizeof(file), "rank.%d.txt", rank);
+    out = open_out(out_dir, file);
+    fprintf(out, "%s\n", line);
+    if (stdout != out) {
+        fclose(out);
+    }
 
     for (int v = 0; v < nvars; ++v) {
         MPI_T_pvar_handle_free(session, &handle[v]);
