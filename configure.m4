@@ -7,10 +7,16 @@
 # The Rust core is a static archive that only the component's own link
 # consumes. Built as a static component, it would have to reach every
 # application's link line too, so ipmc is always a DSO.
+# Open MPI 5.0 passes the variable component_compile_mode_tmp and then reads
+# the variable that it names (AS_VAR_COPY of its value); 4.1 reads $4 itself.
 AC_DEFUN([MCA_ompi_coll_ipmc_COMPILE_MODE], [
     AC_MSG_CHECKING([for MCA component $2:$3 compile mode])
-    $4="dso"
-    AC_MSG_RESULT([$$4])
+    m4_if([$4], [component_compile_mode_tmp],
+          [coll_ipmc_compile_mode="dso"
+           $4=coll_ipmc_compile_mode
+           AC_MSG_RESULT([$coll_ipmc_compile_mode])],
+          [$4="dso"
+           AC_MSG_RESULT([$$4])])
 ])
 
 # MCA_ompi_coll_ipmc_CONFIG([action-if-can-compile],

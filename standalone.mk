@@ -15,12 +15,14 @@ BUILD   ?= build
 
 OMPI_CFLAGS := $(shell $(MPICC) --showme:compile)
 OMPI_LIBDIR := $(firstword $(shell $(MPICC) --showme:libdirs))
+# Open MPI 4.1 has libopen-rte; 5.0 (PRRTE) has none.
+OMPI_LIBS := -lmpi -lopen-pal $(if $(wildcard $(OMPI_LIBDIR)/libopen-rte.so),-lopen-rte)
 # What `rustc --print native-static-libs` lists for a staticlib on Linux.
 RUST_NATIVE_LIBS = -lgcc_s -lutil -lrt -lpthread -lm -ldl -lc
 
 CFLAGS  ?= -O2 -g
 CFLAGS  += -std=gnu99 -fPIC -Wall -Wextra -Wno-unused-parameter
-GLUE     = coll_ipmc_component coll_ipmc_module ipmc_glue
+GLUE     = coll_ipmc_component coll_ipmc_module coll_ipmc_pvars ipmc_glue
 GLUE_OBJ = $(GLUE:%=$(BUILD)/%.o)
 RUST_LIB = target/release/libipmc.a
 DSO      = $(BUILD)/mca_coll_ipmc.so
@@ -31,7 +33,8 @@ all: $(DSO) $(BUILD)/help-coll-ipmc.txt
 $(BUILD):
 	mkdir -p $@
 
-$(BUILD)/%.o: ompi-glue/%.c ompi-glue/coll_ipmc.h ompi-glue/ipmc_glue.h mca-params/ipmc_params.def | $(BUILD)
+$(BUILD)/%.o: ompi-glue/%.c ompi-glue/coll_ipmc.h ompi-glue/ipmc_glue.h ompi-glue/ipmc_compat.h \
+    mca-params/ipmc_params.def | $(BUILD)
 	$(CC) $(CFLAGS) $(OMPI_CFLAGS) -c $< -o $@
 
 # Cargo knows what changed; let it decide every time.
@@ -42,7 +45,7 @@ $(DSO): $(GLUE_OBJ) $(RUST_LIB) ompi-glue/ipmc.map
 	$(CC) -shared -fPIC -o $@ $(GLUE_OBJ) $(RUST_LIB) \
 	    -Wl,-soname,mca_coll_ipmc.so -Wl,--version-script=ompi-glue/ipmc.map \
 	    -Wl,--gc-sections -Wl,-z,nodelete -Wl,-z,defs \
-	    -L$(OMPI_LIBDIR) -Wl,-rpath,$(OMPI_LIBDIR) -lmpi -lopen-pal -lopen-rte $(RUST_NATIVE_LIBS)
+	    -L$(OMPI_LIBDIR) -Wl,-rpath,$(OMPI_LIBDIR) $(OMPI_LIBS) $(RUST_NATIVE_LIBS)
 
 $(BUILD)/help-coll-ipmc.txt: $(HELP) | $(BUILD)
 	cp $< $@

@@ -13,11 +13,13 @@
 #include "mpi.h"
 #include "ompi/mca/coll/coll.h"
 
+#include "ipmc_compat.h"
+
 #include "ipmc_glue.h"
 
 BEGIN_C_DECLS
 
-OMPI_MODULE_DECLSPEC extern const mca_coll_base_component_2_0_0_t mca_coll_ipmc_component;
+IPMC_MODULE_DECLSPEC extern const ipmc_coll_component_t mca_coll_ipmc_component;
 
 /* The values of the MCA parameters (storage of the registered variables). */
 extern ipmc_config_t mca_coll_ipmc_params;
@@ -35,6 +37,10 @@ typedef struct mca_coll_ipmc_module_t {
 OBJ_CLASS_DECLARATION(mca_coll_ipmc_module_t);
 
 mca_coll_base_module_t *mca_coll_ipmc_comm_query(struct ompi_communicator_t *comm, int *priority);
+/* Rust's state on a communicator whose broadcast ipmc serves, else NULL. */
+void *mca_coll_ipmc_comm_state(struct ompi_communicator_t *comm);
+/* Registers the MPI_T performance variables (coll_ipmc_pvars.c). */
+void mca_coll_ipmc_register_pvars(void);
 
 END_C_DECLS
 

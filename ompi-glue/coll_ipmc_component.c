@@ -27,9 +27,9 @@ static int ipmc_open(void);
 static int ipmc_close(void);
 static int ipmc_init_query(bool enable_progress_threads, bool enable_mpi_threads);
 
-const mca_coll_base_component_2_0_0_t mca_coll_ipmc_component = {
+const ipmc_coll_component_t mca_coll_ipmc_component = {
     .collm_version = {
-        MCA_COLL_BASE_VERSION_2_0_0,
+        IPMC_COLL_BASE_VERSION,
         .mca_component_name = "ipmc",
         MCA_BASE_MAKE_VERSION(component, OMPI_MAJOR_VERSION, OMPI_MINOR_VERSION, OMPI_RELEASE_VERSION),
         .mca_open_component = ipmc_open,
@@ -70,6 +70,7 @@ static int ipmc_register(void)
                                            &mca_coll_ipmc_params.name);
 #include "../mca-params/ipmc_params.def"
 #undef IPMC_PARAM
+    mca_coll_ipmc_register_pvars();
     return OMPI_SUCCESS;
 }
 

@@ -44,7 +44,7 @@ static int ipmc_module_enable(mca_coll_base_module_t *module, struct ompi_commun
     m->prev_bcast = comm->c_coll->coll_bcast;
     m->prev_bcast_module = comm->c_coll->coll_bcast_module;
     OBJ_RETAIN(m->prev_bcast_module);
-    return ipmc_rs_module_enable(m->rs, module, comm);
+    return ipmc_rs_module_enable(m->rs, (struct ipmc_module *) m, comm);
 }
 
 static int ipmc_module_disable(mca_coll_base_module_t *module, struct ompi_communicator_t *comm)
@@ -60,7 +60,7 @@ static int ipmc_bcast(void *buf, int count, struct ompi_datatype_t *dt, int root
                       struct ompi_communicator_t *comm, mca_coll_base_module_t *module)
 {
     mca_coll_ipmc_module_t *m = (mca_coll_ipmc_module_t *) module;
-    return ipmc_rs_bcast(m->rs, buf, count, dt, root, comm, module);
+    return ipmc_rs_bcast(m->rs, buf, count, dt, root, comm, (struct ipmc_module *) m);
 }
 
 mca_coll_base_module_t *mca_coll_ipmc_comm_query(struct ompi_communicator_t *comm, int *priority)
@@ -80,4 +80,12 @@ mca_coll_base_module_t *mca_coll_ipmc_comm_query(struct ompi_communicator_t *com
     m->super.coll_module_disable = ipmc_module_disable;
     m->super.coll_bcast = ipmc_bcast;
     return &m->super;
+}
+
+void *mca_coll_ipmc_comm_state(struct ompi_communicator_t *comm)
+{
+    if (NULL == comm->c_coll || ipmc_bcast != comm->c_coll->coll_bcast) {
+        return NULL;
+    }
+    return ((mca_coll_ipmc_module_t *) comm->c_coll->coll_bcast_module)->rs;
 }

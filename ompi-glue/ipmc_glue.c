@@ -23,7 +23,7 @@
 int ipmc_comm_rank(struct ompi_communicator_t *comm) { return ompi_comm_rank(comm); }
 int ipmc_comm_size(struct ompi_communicator_t *comm) { return ompi_comm_size(comm); }
 int ipmc_comm_is_inter(struct ompi_communicator_t *comm) { return OMPI_COMM_IS_INTER(comm) ? 1 : 0; }
-uint32_t ipmc_comm_cid(struct ompi_communicator_t *comm) { return ompi_comm_get_cid(comm); }
+uint32_t ipmc_comm_cid(struct ompi_communicator_t *comm) { return IPMC_COMM_CID(comm); }
 const char *ipmc_comm_name(struct ompi_communicator_t *comm) { return comm->c_name; }
 
 int ipmc_isend_bytes(const void *buf, size_t len, int dst, struct ompi_communicator_t *comm,
@@ -216,7 +216,7 @@ int ipmc_unpack(const void *in, size_t len, void *buf, int count, struct ompi_da
     return rc;
 }
 
-int ipmc_prev_bcast(struct mca_coll_base_module_2_3_0_t *module, void *buf, int count,
+int ipmc_prev_bcast(struct ipmc_module *module, void *buf, int count,
                     struct ompi_datatype_t *dt, int root, struct ompi_communicator_t *comm)
 {
     mca_coll_ipmc_module_t *m = (mca_coll_ipmc_module_t *) module;

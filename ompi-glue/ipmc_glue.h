@@ -16,7 +16,8 @@
 struct ompi_communicator_t;
 struct ompi_datatype_t;
 struct ompi_request_t;
-struct mca_coll_base_module_2_3_0_t;
+/* ipmc's module (mca_coll_ipmc_module_t), opaque: its Open MPI type differs by series. */
+struct ipmc_module;
 
 /* A snapshot of the MCA parameters, one field per row of the table. */
 #define IPMC_CTYPE_INT int
@@ -77,7 +78,7 @@ int ipmc_pack(const void *buf, int count, struct ompi_datatype_t *dt, void *out,
 int ipmc_unpack(const void *in, size_t len, void *buf, int count, struct ompi_datatype_t *dt);
 
 /* The broadcast of the component that ipmc replaced on this communicator. */
-int ipmc_prev_bcast(struct mca_coll_base_module_2_3_0_t *module, void *buf, int count,
+int ipmc_prev_bcast(struct ipmc_module *module, void *buf, int count,
                     struct ompi_datatype_t *dt, int root, struct ompi_communicator_t *comm);
 
 /* Output: a line at a verbosity level (shown when coll_ipmc_verbose >= level),
@@ -114,7 +115,7 @@ int ipmc_rs_init_query(const ipmc_config_t *cfg, char *err, size_t err_len);
 uint64_t ipmc_rs_config_digest(const ipmc_config_t *cfg);
 /* NULL declines the communicator; otherwise the per-communicator state. */
 void *ipmc_rs_comm_query(struct ompi_communicator_t *comm, const ipmc_config_t *cfg, int *priority);
-int ipmc_rs_module_enable(void *state, struct mca_coll_base_module_2_3_0_t *module,
+int ipmc_rs_module_enable(void *state, struct ipmc_module *module,
                           struct ompi_communicator_t *comm);
 /* Called when the communicator is freed (maybe more than once); no MPI calls. */
 void ipmc_rs_module_disable(void *state, struct ompi_communicator_t *comm);
@@ -124,6 +125,14 @@ int ipmc_rs_progress(void);
 /* Finishes every broadcast still in the background (at MPI_Finalize). */
 void ipmc_rs_finish_all(void);
 int ipmc_rs_bcast(void *state, void *buf, int count, struct ompi_datatype_t *dt, int root,
-                  struct ompi_communicator_t *comm, struct mca_coll_base_module_2_3_0_t *module);
+                  struct ompi_communicator_t *comm, struct ipmc_module *module);
+
+/* MPI_T performance variables, one per statistic. ipmc_rs_pvar_info describes
+   variable i: copies its name and description (NUL-terminated, cut to fit) and
+   returns 0 for a counter, 1 for a state; -1 when there is no variable i. */
+int ipmc_rs_pvar_info(int i, char *name, size_t name_len, char *desc, size_t desc_len);
+/* The value of variable i in a communicator's state (no broadcast on that
+   communicator may run at the same time). */
+uint64_t ipmc_rs_pvar_read(const void *state, int i);
 
 #endif /* IPMC_GLUE_H */

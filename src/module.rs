@@ -167,6 +167,11 @@ impl Module {
         }
     }
 
+    /// What this rank did on the communicator so far.
+    pub fn stats(&self) -> &Stats {
+        &self.stats
+    }
+
     /// Called once ipmc is installed on the communicator.
     pub fn enable(&mut self, comm: Comm) {
         info!(

@@ -137,6 +137,156 @@ impl Stats {
     }
 }
 
+/// How a performance variable reports its value.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum PvarClass {
+    /// A count that only grows (MPI_T_PVAR_CLASS_COUNTER).
+    Counter,
+    /// One of [`SETUP_STATES`] (MPI_T_PVAR_CLASS_STATE).
+    State,
+}
+
+/// The values of the `setup` state, in the order of their numbers.
+pub const SETUP_STATES: [&str; 3] = ["none", "ok", "failed"];
+
+/// One MPI_T performance variable, `coll_ipmc_<name>`, bound to a communicator.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Pvar {
+    pub name: &'static str,
+    pub description: &'static str,
+    pub class: PvarClass,
+    pub value: u64,
+}
+
+const fn counter(name: &'static str, description: &'static str, value: u64) -> Pvar {
+    Pvar {
+        name,
+        description,
+        class: PvarClass::Counter,
+        value,
+    }
+}
+
+/// Descriptions of the verdict counters, in the order of `VERDICTS`.
+const VERDICT_HELP: [&str; VERDICTS.len()] = [
+    "Datagrams received that carried bytes this rank still needed",
+    "Datagrams received whose bytes this rank already had",
+    "The root's own datagrams, looped back to it",
+    "Datagrams rejected: another communicator's",
+    "Datagrams rejected: of a broadcast already finished",
+    "Datagrams rejected: of a broadcast not yet started here",
+    "Datagrams rejected: wrong length",
+    "Datagrams rejected: not ipmc's (magic number)",
+    "Datagrams rejected: checksum mismatch",
+    "Datagrams rejected: their authentication tag did not verify (forged, altered, or under another key)",
+];
+
+impl Stats {
+    /// Every statistic as a performance variable, in a fixed order (the
+    /// variables' names and descriptions do not depend on the values).
+    pub fn pvars(&self) -> Vec<Pvar> {
+        let mut v = vec![
+            counter(
+                "bcasts",
+                "Broadcasts on this communicator, empty ones included",
+                self.total_calls(),
+            ),
+            counter(
+                "empty",
+                "Broadcasts of zero bytes (no communication)",
+                self.empty,
+            ),
+        ];
+        for alg in Algorithm::ALL {
+            let t = self.tally(alg);
+            let (calls, bytes) = match alg {
+                Algorithm::Linear => (
+                    "Broadcasts by the linear algorithm",
+                    "Message bytes broadcast by the linear algorithm",
+                ),
+                Algorithm::Chain => (
+                    "Broadcasts by the chain algorithm",
+                    "Message bytes broadcast by the chain algorithm",
+                ),
+                Algorithm::Multicast => (
+                    "Broadcasts by multicast with the chain's repair",
+                    "Message bytes broadcast by the multicast algorithm",
+                ),
+                Algorithm::Previous => (
+                    "Fallbacks: broadcasts handed to the broadcast ipmc replaced",
+                    "Message bytes of the fallbacks to the replaced broadcast",
+                ),
+            };
+            v.push(counter(PVAR_CALLS[alg as usize], calls, t.calls));
+            v.push(counter(PVAR_BYTES[alg as usize], bytes, t.bytes));
+        }
+        v.push(Pvar {
+            name: "setup",
+            description: "How the multicast setup ended: 0 none (not tried), 1 ok, 2 failed",
+            class: PvarClass::State,
+            value: SETUP_STATES
+                .iter()
+                .position(|s| *s == self.setup)
+                .unwrap_or(0) as u64,
+        });
+        let d = &self.datagrams;
+        v.extend([
+            counter("sent", "Datagrams this rank multicast as a root", d.sent),
+            counter(
+                "send_full",
+                "Times a datagram waited for room in the send buffer",
+                d.send_full,
+            ),
+            counter(
+                "send_failed",
+                "Datagrams the kernel refused to send (the chain delivered them)",
+                d.send_failed,
+            ),
+            counter(
+                "recv",
+                "Datagrams read from the socket, injected losses included",
+                d.received,
+            ),
+            counter(
+                "injected",
+                "Datagrams dropped on purpose by coll_ipmc_inject_loss",
+                d.injected,
+            ),
+            counter("own", "This rank's own datagrams, looped back", d.own),
+        ]);
+        for (((_, key), help), n) in VERDICTS.iter().zip(VERDICT_HELP).zip(d.verdicts) {
+            v.push(counter(key, help, n));
+        }
+        v.extend([
+            counter(
+                "mcast_bytes",
+                "Message bytes that first arrived by multicast",
+                d.bytes_multicast,
+            ),
+            counter(
+                "chain_bytes",
+                "Message bytes of multicast broadcasts that first arrived by the chain",
+                d.bytes_chain,
+            ),
+        ]);
+        v
+    }
+}
+
+/// Names of the per-algorithm variables, indexed by `Algorithm as usize`.
+const PVAR_CALLS: [&str; Algorithm::ALL.len()] = [
+    "linear_bcasts",
+    "chain_bcasts",
+    "multicast_bcasts",
+    "previous_bcasts",
+];
+const PVAR_BYTES: [&str; Algorithm::ALL.len()] = [
+    "linear_bcast_bytes",
+    "chain_bcast_bytes",
+    "multicast_bcast_bytes",
+    "previous_bcast_bytes",
+];
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -157,5 +307,38 @@ mod tests {
              rej_length=0 rej_magic=0 rej_crc=0 rej_auth=0 mcast_bytes=0 chain_bytes=0 \
              comm=\"MPI_COMM_WORLD\""
         );
+    }
+
+    #[test]
+    fn pvars_cover_every_statistic_with_unique_names() {
+        let mut s = Stats::default();
+        s.record(Algorithm::Multicast, 100);
+        s.record(Algorithm::Previous, 7);
+        s.datagrams.bytes_multicast = 90;
+        s.datagrams.count(Verdict::BadCrc);
+        s.setup = "failed";
+        let vars = s.pvars();
+        let names: std::collections::HashSet<_> = vars.iter().map(|p| p.name).collect();
+        assert_eq!(names.len(), vars.len(), "names are unique");
+        assert_eq!(vars.len(), Stats::default().pvars().len());
+        let get = |n: &str| vars.iter().find(|p| p.name == n).unwrap().value;
+        assert_eq!(get("bcasts"), 2);
+        assert_eq!(get("multicast_bcasts"), 1);
+        assert_eq!(get("multicast_bcast_bytes"), 100);
+        assert_eq!(get("previous_bcasts"), 1);
+        assert_eq!(get("mcast_bytes"), 90);
+        assert_eq!(get("rej_crc"), 1);
+        assert_eq!(get("setup"), 2);
+        // Every key of the text report has its variable.
+        let report = s.report(0, 1, 1, 0, "c");
+        for field in report.split_whitespace().skip(2) {
+            let key = field.split('=').next().unwrap();
+            if ["rank", "size", "nodes", "cid", "comm"].contains(&key) {
+                continue;
+            }
+            let found = names.contains(key) || names.contains(format!("{key}_bcasts").as_str());
+            assert!(found, "no variable for {key}");
+        }
+        assert!(vars.iter().all(|p| !p.description.is_empty()));
     }
 }

@@ -415,11 +415,14 @@ fn two_jobs_on_one_group_and_port() {
             "bcast_check",
             &["--max-bytes", "300000"],
         );
+        // A temporary directory of its own for each job (mpirun and, through
+        // the launch agent, its daemons): Open MPI 4.1's two mpiruns raced to
+        // create the same session directory.
         let script = format!(
-            "d=$(mktemp -d)\n\
-             {job} >$d/a 2>&1 &\n\
+            "d=$(mktemp -d); mkdir $d/ta $d/tb\n\
+             TMPDIR=$d/ta {job} >$d/a 2>&1 &\n\
              a=$!\n\
-             {job} >$d/b 2>&1 &\n\
+             TMPDIR=$d/tb {job} >$d/b 2>&1 &\n\
              b=$!\n\
              wait $a; ra=$?\n\
              wait $b; rb=$?\n\

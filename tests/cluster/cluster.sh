@@ -129,7 +129,8 @@ done
 cat > "$work/rsh" <<'AGENT'
 #!/bin/sh
 h=$1; shift
-exec ip netns exec "$h" unshare --uts sh -c "hostname $h; exec $*"
+# No exec before the command: PRRTE's (5.0) starts with variable assignments.
+exec ip netns exec "$h" unshare --uts sh -c "hostname $h; $*"
 AGENT
 chmod +x "$work/rsh"
 
@@ -139,5 +140,11 @@ export CLUSTER_SUBNET="$net.0/24"
 export CLUSTER_SUBNET6="$net6/64"
 nets=$CLUSTER_SUBNET
 if [ -n "$no_ipv4" ]; then nets=eth0; fi
-export CLUSTER_MPIRUN="--mca plm_rsh_agent $work/rsh --mca btl tcp,self --mca btl_tcp_if_include $nets --mca oob_tcp_if_include $nets"
+# The launcher's options differ by series: ORTE (Open MPI 4.1) and PRRTE (5.0).
+if ompi_info --version 2>/dev/null | grep -q 'Open MPI) 5\.\|Open MPI v5\.'; then
+    # PRRTE binds each rank to a core by default: the hosts share the machine's.
+    export CLUSTER_MPIRUN="--prtemca plm_ssh_agent $work/rsh --bind-to none --mca btl tcp,self --mca btl_tcp_if_include $nets"
+else
+    export CLUSTER_MPIRUN="--mca plm_rsh_agent $work/rsh --mca btl tcp,self --mca btl_tcp_if_include $nets --mca oob_tcp_if_include $nets"
+fi
 ip netns exec "${id}h0" unshare --uts sh -c 'hostname launcher; exec "$@"' sh "$@"

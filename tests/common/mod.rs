@@ -57,6 +57,54 @@ pub fn shown_default(p: &Param) -> String {
     p.default.trim_matches('"').to_string()
 }
 
+/// The Open MPI the tests run against: the installed prefix named by
+/// `IPMC_OPENMPI_PREFIX` (e.g. the one `scripts/openmpi5` builds), else the
+/// one on `PATH` (Debian's 4.1).
+pub fn openmpi_prefix() -> Option<PathBuf> {
+    std::env::var_os("IPMC_OPENMPI_PREFIX")
+        .filter(|p| !p.is_empty())
+        .map(PathBuf::from)
+}
+
+/// A command of the Open MPI under test: its `bin` first on `PATH`, for the
+/// command and everything it starts (mpicc, mpirun, the remote daemons).
+pub fn openmpi_command(program: &str) -> Command {
+    let mut cmd = Command::new(program);
+    if let Some(prefix) = openmpi_prefix() {
+        let mut path = std::ffi::OsString::from(prefix.join("bin"));
+        if let Some(old) = std::env::var_os("PATH") {
+            path.push(":");
+            path.push(old);
+        }
+        cmd.env("PATH", path);
+    }
+    cmd
+}
+
+/// Whether the Open MPI under test is of the 5.0 series (PRRTE's mpirun).
+pub fn openmpi5() -> bool {
+    static V5: OnceLock<bool> = OnceLock::new();
+    *V5.get_or_init(|| {
+        let out = openmpi_command("ompi_info")
+            .args(["--version"])
+            .output()
+            .expect("ompi_info runs");
+        let text = String::from_utf8_lossy(&out.stdout);
+        assert!(text.contains("Open MPI"), "ompi_info --version: {text}");
+        text.contains("Open MPI) 5.") || text.contains("Open MPI v5.")
+    })
+}
+
+/// The mpirun options of one host's job that differ between ORTE (4.1) and
+/// PRRTE (5.0): more ranks than cores, and the shared-memory transport.
+fn local_mpirun_options() -> &'static str {
+    if openmpi5() {
+        "--map-by :OVERSUBSCRIBE --mca btl self,sm"
+    } else {
+        "--oversubscribe --mca btl self,vader"
+    }
+}
+
 pub struct Built {
     /// Directory holding mca_coll_ipmc.so.
     pub component_dir: PathBuf,
@@ -68,10 +116,17 @@ pub struct Built {
 pub fn built() -> &'static Built {
     static BUILT: OnceLock<Built> = OnceLock::new();
     BUILT.get_or_init(|| {
-        let out = repo().join("target/mpi-tests");
+        // One build per Open MPI: the component and programs differ by series.
+        let out = match openmpi_prefix() {
+            Some(p) => repo().join(format!(
+                "target/mpi-tests-{}",
+                p.file_name().unwrap().to_string_lossy()
+            )),
+            None => repo().join("target/mpi-tests"),
+        };
         let build = out.join("component");
         run_ok(
-            Command::new("make")
+            openmpi_command("make")
                 .arg("-s")
                 .arg("-f")
                 .arg("standalone.mk")
@@ -88,7 +143,7 @@ pub fn built() -> &'static Built {
             if src.extension().is_some_and(|e| e == "c") {
                 let exe = programs.join(src.file_stem().unwrap());
                 run_ok(
-                    Command::new("mpicc")
+                    openmpi_command("mpicc")
                         .args(["-O2", "-Wall", "-Werror", "-o"])
                         .arg(&exe)
                         .arg(&src),
@@ -116,7 +171,7 @@ fn run_ok(cmd: &mut Command) {
 
 /// Open MPI's own component directory.
 pub fn system_component_dir() -> String {
-    let out = Command::new("ompi_info")
+    let out = openmpi_command("ompi_info")
         .args(["--path", "pkglibdir", "--parsable"])
         .output()
         .unwrap();
@@ -129,18 +184,19 @@ pub fn system_component_dir() -> String {
         .expect("ompi_info names its component directory")
 }
 
-/// The component search path: Open MPI's own directory, then the built ipmc.
+/// The component search path: the built ipmc, then Open MPI's own directory
+/// (the first of two ipmc found wins: an installed one must not).
 pub fn component_path() -> String {
     format!(
         "{}:{}",
-        system_component_dir(),
-        built().component_dir.display()
+        built().component_dir.display(),
+        system_component_dir()
     )
 }
 
 /// `ompi_info` with the built component visible.
 pub fn ompi_info(args: &[&str]) -> String {
-    let out = Command::new("ompi_info")
+    let out = openmpi_command("ompi_info")
         .args(args)
         .env("OMPI_MCA_mca_base_component_path", component_path())
         .output()
@@ -225,13 +281,14 @@ pub fn mpirun_wrapped(
     let script = format!(
         "ip link set lo up && ip link set lo multicast on && ip route add 224.0.0.0/4 dev lo && \
          exec timeout --kill-after=10 {MPIRUN_TIMEOUT} mpirun \
-         --oversubscribe -np {np} --mca btl self,vader {}",
+         {} -np {np} {}",
+        local_mpirun_options(),
         shell_join(&job_words(&mca, wrapper, program, args))
     );
     // A private network namespace: only its own loopback exists inside. It
     // disappears with the last process in it, whatever happens to the run.
     let unshare = if is_root() { "-n" } else { "-rn" };
-    run_job(Command::new("unshare").args([unshare, "sh", "-c", &script]))
+    run_job(openmpi_command("unshare").args([unshare, "sh", "-c", &script]))
 }
 
 /// Runs `program args` with one rank on each of `hosts` emulated hosts
@@ -317,7 +374,7 @@ impl Cluster {
     /// `$CLUSTER_MPIRUN`, `$CLUSTER_HOSTS`, `$CLUSTER_SUBNET` are set.
     pub fn run_script(&self, script: &str) -> Run {
         assert!(is_root(), "the emulated cluster needs root (ip netns)");
-        let mut cmd = Command::new(repo().join("tests/cluster/cluster.sh"));
+        let mut cmd = openmpi_command(repo().join("tests/cluster/cluster.sh").to_str().unwrap());
         cmd.args(self.options())
             .arg(self.hosts.to_string())
             .args(["--", "sh", "-c", script]);
