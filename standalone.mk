@@ -15,8 +15,9 @@ BUILD   ?= build
 
 OMPI_CFLAGS := $(shell $(MPICC) --showme:compile)
 OMPI_LIBDIR := $(firstword $(shell $(MPICC) --showme:libdirs))
-# Open MPI 4.1 has libopen-rte; 5.0 (PRRTE) has none.
-OMPI_LIBS := -lmpi -lopen-pal $(if $(wildcard $(OMPI_LIBDIR)/libopen-rte.so),-lopen-rte)
+# Open MPI 4.1 has libopen-rte; 5.0 (PRRTE) has none, and its modex calls
+# are PMIx's own (libpmix, bundled or the system's).
+OMPI_LIBS := -lmpi -lopen-pal $(if $(wildcard $(OMPI_LIBDIR)/libopen-rte.so),-lopen-rte,-lpmix)
 # What `rustc --print native-static-libs` lists for a staticlib on Linux.
 RUST_NATIVE_LIBS = -lgcc_s -lutil -lrt -lpthread -lm -ldl -lc
 

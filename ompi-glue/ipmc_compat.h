@@ -29,6 +29,20 @@ typedef mca_coll_base_component_2_0_0_t ipmc_coll_component_t;
 #error "ipmc supports Open MPI 4.1 and 5.0"
 #endif
 
+/* The modex (per-process data exchanged at MPI_Init): 4.1 wraps PMIx in
+   OPAL's own names, 5.0 uses PMIx's. */
+#if OMPI_MAJOR_VERSION == 5
+#include "opal/mca/pmix/pmix-internal.h"
+#define IPMC_MODEX_SCOPE PMIX_GLOBAL
+#define IPMC_MODEX_UINT64 PMIX_UINT64
+#define IPMC_MODEX_SEES_OTHER_NODES 0
+#else
+#include "opal/mca/pmix/pmix.h"
+#define IPMC_MODEX_SCOPE OPAL_PMIX_GLOBAL
+#define IPMC_MODEX_UINT64 OPAL_UINT64
+#define IPMC_MODEX_SEES_OTHER_NODES 1
+#endif
+
 /* The visibility of the component structure: 5.0 has no OMPI_MODULE_DECLSPEC. */
 #ifdef OMPI_MODULE_DECLSPEC
 #define IPMC_MODULE_DECLSPEC OMPI_MODULE_DECLSPEC

@@ -16,7 +16,6 @@
 #include "opal/util/proc.h"
 #include "opal/util/show_help.h"
 #include "ompi/proc/proc.h"
-#include "opal/mca/pmix/pmix.h"
 
 #include "coll_ipmc.h"
 
@@ -248,7 +247,7 @@ void ipmc_show_no_multicast(const char *host, int rank, const char *comm, const 
 int ipmc_modex_publish(uint64_t digest)
 {
     int rc;
-    OPAL_MODEX_SEND_VALUE(rc, OPAL_PMIX_GLOBAL, IPMC_MODEX_KEY, &digest, OPAL_UINT64);
+    OPAL_MODEX_SEND_VALUE(rc, IPMC_MODEX_SCOPE, IPMC_MODEX_KEY, &digest, IPMC_MODEX_UINT64);
     return rc;
 }
 
@@ -260,13 +259,15 @@ int ipmc_modex_member_digest(struct ompi_communicator_t *comm, int rank, uint64_
     if (NULL == proc) {
         return 0;
     }
-    OPAL_MODEX_RECV_VALUE_OPTIONAL(rc, IPMC_MODEX_KEY, &proc->super.proc_name, &ptr, OPAL_UINT64);
+    OPAL_MODEX_RECV_VALUE_OPTIONAL(rc, IPMC_MODEX_KEY, &proc->super.proc_name, &ptr, IPMC_MODEX_UINT64);
     if (OPAL_SUCCESS != rc) {
         return 0;
     }
     *digest = value;
     return 1;
 }
+
+int ipmc_modex_sees_other_nodes(void) { return IPMC_MODEX_SEES_OTHER_NODES; }
 
 const char *ipmc_comm_member_host(struct ompi_communicator_t *comm, int rank)
 {
