@@ -73,6 +73,18 @@ fn assert_agreed_fallback(what: &str, cluster: &Cluster, run: &Run, reason: &[&s
     }
 }
 
+/// Hosts without IPv4 cannot run Open MPI 5.0 here: PRRTE, its launcher,
+/// finds no network for its own out-of-band channel on them ("No network
+/// interfaces were found for out-of-band communications"), before ipmc is
+/// involved. Such tests run with Open MPI 4.1, and say so with 5.0.
+fn launcher_needs_ipv4(test: &str) -> bool {
+    let skip = common::openmpi5();
+    if skip {
+        println!("{test}: not run with Open MPI 5.0, whose launcher needs IPv4 on every host");
+    }
+    skip
+}
+
 #[test]
 fn link_local_only_hosts_multicast_on_link_local_groups() {
     // Two ranks per host: loop-back on, each rank must recognise its own
@@ -128,6 +140,9 @@ fn link_local_only_hosts_refuse_a_site_local_group_once_and_name_what_works() {
 
 #[test]
 fn an_ipv6_only_cluster_multicasts_with_the_defaults() {
+    if launcher_needs_ipv4("an_ipv6_only_cluster_multicasts_with_the_defaults") {
+        return;
+    }
     // No IPv4 anywhere: Open MPI's out-of-band channel and btl_tcp run over
     // the unique-local addresses, and ipmc's IPv4 default gives way to ff12::/96.
     let cluster = Cluster {
@@ -141,6 +156,9 @@ fn an_ipv6_only_cluster_multicasts_with_the_defaults() {
 
 #[test]
 fn an_ipv6_only_cluster_multicasts_on_wider_scopes() {
+    if launcher_needs_ipv4("an_ipv6_only_cluster_multicasts_on_wider_scopes") {
+        return;
+    }
     let cluster = Cluster {
         no_ipv4: Some("all"),
         ..Cluster::hosts(3)
@@ -177,6 +195,9 @@ fn a_host_without_a_site_scope_address_makes_all_fall_back_once() {
 
 #[test]
 fn a_host_without_ipv4_takes_every_rank_to_ipv6_under_the_default_range() {
+    if launcher_needs_ipv4("a_host_without_ipv4_takes_every_rank_to_ipv6_under_the_default_range") {
+        return;
+    }
     // Rank 0 has IPv4, host 3 has only IPv6: every communicator that holds
     // host 3 agrees on ff12::, whichever rank is its rank 0.
     let cluster = Cluster {
@@ -193,6 +214,10 @@ fn a_host_without_ipv4_takes_every_rank_to_ipv6_under_the_default_range() {
 
 #[test]
 fn a_host_without_ipv4_under_a_chosen_ipv4_range_makes_all_fall_back_once() {
+    if launcher_needs_ipv4("a_host_without_ipv4_under_a_chosen_ipv4_range_makes_all_fall_back_once")
+    {
+        return;
+    }
     let cluster = Cluster {
         no_ipv4: Some("3"),
         ..Cluster::hosts(4)
@@ -213,6 +238,9 @@ fn a_host_without_ipv4_under_a_chosen_ipv4_range_makes_all_fall_back_once() {
 
 #[test]
 fn when_rank_0_has_only_ipv6_every_rank_follows_it_to_ipv6() {
+    if launcher_needs_ipv4("when_rank_0_has_only_ipv6_every_rank_follows_it_to_ipv6") {
+        return;
+    }
     // World's rank 0 (host 1) has no IPv4: every communicator that holds it
     // multicasts on ff12::, also those whose rank 0 is a dual-stack host; the
     // dual-stack hosts join on their link-local addresses.
