@@ -38,15 +38,6 @@ int ipmc_irecv_bytes(void *buf, size_t len, int src, struct ompi_communicator_t 
     return MCA_PML_CALL(irecv(buf, len, MPI_BYTE, src, MCA_COLL_BASE_TAG_BCAST, comm, req));
 }
 
-int ipmc_wait_all(size_t n, struct ompi_request_t **reqs)
-{
-    int rc = ompi_request_wait_all(n, reqs, MPI_STATUSES_IGNORE);
-    if (OMPI_SUCCESS != rc) {
-        ompi_coll_base_free_reqs(reqs, (int) n);
-    }
-    return rc;
-}
-
 int ipmc_wait_all_counts(size_t n, struct ompi_request_t **reqs, size_t *counts)
 {
     ompi_status_public_t *st = malloc(n * sizeof(*st));
@@ -228,18 +219,6 @@ void ipmc_log(int level, const char *line)
 }
 
 void ipmc_print(const char *line) { opal_output(0, "%s", line); }
-
-/* Rendered here and printed, rather than forwarded with opal_show_help: the
-   forwarding to mpirun of Open MPI 4.1.4 garbled ipmc's messages. */
-void ipmc_show_no_multicast(const char *host, int rank, const char *comm, const char *reason)
-{
-    char *msg = opal_show_help_string("help-coll-ipmc.txt", "no multicast", true, host, rank, comm,
-                                      reason);
-    if (NULL != msg) {
-        opal_output(0, "%s", msg);
-        free(msg);
-    }
-}
 
 /* The modex key of ipmc's configuration digest. */
 #define IPMC_MODEX_KEY "coll.ipmc.config"

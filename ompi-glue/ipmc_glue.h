@@ -44,11 +44,9 @@ int ipmc_isend_bytes(const void *buf, size_t len, int dst, struct ompi_communica
                      struct ompi_request_t **req);
 int ipmc_irecv_bytes(void *buf, size_t len, int src, struct ompi_communicator_t *comm,
                      struct ompi_request_t **req);
-/* Waits for and frees the requests; every entry is MPI_REQUEST_NULL afterwards. */
-int ipmc_wait_all(size_t n, struct ompi_request_t **reqs);
-
-/* As ipmc_wait_all, and stores in counts[i] the bytes request i received
-   (for a send, what it sent). */
+/* Waits for and frees the requests (every entry is MPI_REQUEST_NULL
+   afterwards), and stores in counts[i] the bytes request i received (for a
+   send, what it sent). */
 int ipmc_wait_all_counts(size_t n, struct ompi_request_t **reqs, size_t *counts);
 
 /* Tests a request; when it completed, frees it (*req becomes MPI_REQUEST_NULL),
@@ -85,8 +83,6 @@ int ipmc_prev_bcast(struct ipmc_module *module, void *buf, int count,
    and a line that is always shown. */
 void ipmc_log(int level, const char *line);
 void ipmc_print(const char *line);
-/* Open MPI's help message "no multicast", printed by the calling process. */
-void ipmc_show_no_multicast(const char *host, int rank, const char *comm, const char *reason);
 
 /* Registers ipmc's callback with Open MPI's progress engine (once), and
    removes it (at component close). */
