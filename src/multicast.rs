@@ -235,8 +235,9 @@ impl Group {
     /// predecessor what it lacked; what it still owes its neighbours is
     /// finished in the background ([`crate::background`]) when the message
     /// is at most `background_limit` bytes, else before it returns. The
-    /// previous broadcast's background part is finished first, so the chain
-    /// frames of consecutive broadcasts never cross.
+    /// caller has finished the previous broadcast's background part
+    /// ([`Group::finish`]), so the chain frames of consecutive broadcasts
+    /// never cross.
     pub fn bcast(
         &mut self,
         comm: Comm,
@@ -244,7 +245,6 @@ impl Group {
         data: &mut [u8],
         stats: &mut Datagrams,
     ) -> P2pResult<()> {
-        self.pending.finish()?;
         let Ranks { rank, size, root } = at;
         let vrank = (rank + size - root) % size;
         let mut b = Broadcast::new(Params {
@@ -307,8 +307,9 @@ impl Group {
         Ok(())
     }
 
-    /// Finishes what the last broadcast still owes its neighbours; for when
-    /// the communicator is freed.
+    /// Finishes what the last broadcast still owes its neighbours: before any
+    /// broadcast on the communicator (every algorithm uses the broadcast tag),
+    /// and when the communicator is freed.
     pub fn finish(&mut self) -> P2pResult<()> {
         self.pending.finish()
     }

@@ -182,12 +182,11 @@ pub struct Broadcast {
     /// fragments it asked for that this rank does not own yet, and those it
     /// owns and has not sent yet (in the order they became sendable).
     end_sent: bool,
-    succ_need: Option<usize>,
+    succ_need_came: bool,
     owed: Bits,
     owed_count: usize,
     ready: VecDeque<u32>,
     data_sent: u32,
-    data_received: u32,
     bytes_by_multicast: u64,
     bytes_by_chain: u64,
 }
@@ -227,12 +226,11 @@ impl Broadcast {
             awaited: Bits::new(fragments),
             awaited_count: 0,
             end_sent: false,
-            succ_need: None,
+            succ_need_came: false,
             owed: Bits::new(fragments),
             owed_count: 0,
             ready: VecDeque::new(),
             data_sent: 0,
-            data_received: 0,
             bytes_by_multicast: 0,
             bytes_by_chain: 0,
         }
@@ -380,7 +378,8 @@ impl Broadcast {
 
     /// Frames received from the predecessor so far, `END` included.
     pub fn chain_frames_received(&self) -> u32 {
-        u32::from(self.end_received) + self.data_received
+        let asked = self.requested.as_ref().map_or(0, Vec::len);
+        u32::from(self.end_received) + (asked - self.awaited_count) as u32
     }
 
     /// Largest chain frame of this broadcast, for sizing receive buffers.
@@ -432,7 +431,6 @@ impl Broadcast {
         }
         self.awaited.clear(k);
         self.awaited_count -= 1;
-        self.data_received += 1;
         if !self.owns(k) {
             self.take(k, payload);
             self.bytes_by_chain += payload.len() as u64;
@@ -498,7 +496,7 @@ impl Broadcast {
         if !self.expects_reply() {
             return Err(ChainError::Unexpected);
         }
-        if self.succ_need.is_some() {
+        if self.succ_need_came {
             return Err(ChainError::TooMany);
         }
         if reply.len() < 4 || reply.len() % 4 != 0 || reply.len() > self.max_reply() {
@@ -515,7 +513,7 @@ impl Broadcast {
         if !ascending || need.last().is_some_and(|&k| k >= self.fragments) {
             return Err(ChainError::BadFragment);
         }
-        self.succ_need = Some(need.len());
+        self.succ_need_came = true;
         for k in need {
             if self.owns(k) {
                 self.ready.push_back(k);
@@ -544,7 +542,7 @@ impl Broadcast {
             || (self.requested.is_some() && self.chain_frames_certain() == 0);
         let to_succ = !self.has_successor()
             || (self.end_sent
-                && self.succ_need.is_some()
+                && self.succ_need_came
                 && self.owed_count == 0
                 && self.ready.is_empty());
         self.is_complete() && self.stage1_done() && from_pred && to_succ

@@ -133,10 +133,7 @@ fn a_rank_that_cannot_multicast_makes_all_fall_back() {
         assert!(tally(s, "previous").0 > 0, "{s:?}");
         assert_eq!(num(s, "sent") + num(s, "recv"), 0, "{s:?}");
     }
-    let told = run
-        .output
-        .matches("could not set up IP multicast for communicator")
-        .count();
+    let told = setup_failures_told(&run);
     assert_eq!(told, 1, "told once, by rank 0:\n{}", run.output);
     assert!(
         run.output.contains("for communicator world;")
@@ -161,10 +158,7 @@ fn when_every_rank_cannot_multicast_the_job_is_told_once() {
         "{}",
         run.output
     );
-    let told = run
-        .output
-        .matches("could not set up IP multicast for communicator")
-        .count();
+    let told = setup_failures_told(&run);
     assert_eq!(told, 1, "told once for the job:\n{}", run.output);
     assert_eq!(run.output.matches("nosuch0").count(), 1, "{}", run.output);
     assert!(
@@ -311,10 +305,14 @@ fn a_rank_without_file_descriptors_is_named_with_its_reason() {
         "{}",
         run.output
     );
-    let told = run
-        .output
-        .matches("could not set up IP multicast for communicator")
-        .count();
+    let told = setup_failures_told(&run);
     assert_eq!(told, 1, "told once:\n{}", run.output);
     assert!(run.output.contains("Too many open files"), "{}", run.output);
+}
+
+/// How many times the job was told that multicast could not be set up.
+fn setup_failures_told(run: &common::Run) -> usize {
+    run.output
+        .matches("could not set up IP multicast for communicator")
+        .count()
 }
