@@ -18,7 +18,12 @@ use std::sync::{Arc, Mutex, MutexGuard, Weak};
 use log::warn;
 
 use crate::ffi;
-use crate::multicast::{Run, Wait};
+use crate::ffi::Messages;
+use crate::io::Wait;
+use crate::multicast;
+
+/// A broadcast over Open MPI.
+type Run = multicast::Run<Messages>;
 use crate::transport::P2pResult;
 
 /// One communicator's broadcast in the background, if any.

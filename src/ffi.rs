@@ -12,6 +12,7 @@ use std::ptr;
 use std::sync::atomic::{AtomicBool, Ordering};
 
 use crate::config::Config;
+use crate::io::{MessageIo, Wait};
 use crate::logging;
 use crate::module::{decline_node_local, decline_reason, disagreement, Module, Published};
 use crate::nodes::Nodes;
@@ -921,6 +922,22 @@ impl Messages {
         }
         self.free.push(id.0);
         buf
+    }
+}
+
+impl MessageIo for Messages {
+    type Id = MsgId;
+
+    fn send(&mut self, peer: usize, data: Vec<u8>) -> P2pResult<MsgId> {
+        Messages::send(self, peer, data)
+    }
+
+    fn recv(&mut self, peer: usize, capacity: usize) -> P2pResult<MsgId> {
+        Messages::recv(self, peer, capacity)
+    }
+
+    fn test(&mut self, id: MsgId, wait: Wait) -> P2pResult<Option<Vec<u8>>> {
+        self.check(id, wait == Wait::Progress)
     }
 }
 

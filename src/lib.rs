@@ -23,9 +23,11 @@
 //! - [`nodes`]: how a communicator's ranks spread over nodes;
 //! - [`interfaces`] and [`mcast_socket`]: the interface a communicator
 //!   multicasts on (and its IPv6 source address, `docs/ipv6.md`), and its sockets;
+//! - [`io`]: the datagram and point-to-point I/O the multicast driver is
+//!   written against;
 //! - [`setup`]: the setup of a communicator's group, agreed by all ranks;
-//! - [`multicast`]: the two-stage broadcast driven by real sockets and
-//!   Open MPI point-to-point;
+//! - [`multicast`]: the driver of the two-stage broadcast, over real
+//!   sockets and Open MPI point-to-point or a simulated network;
 //! - [`background`]: broadcasts that returned but still owe their
 //!   neighbours frames, finished from Open MPI's progress engine;
 //! - [`module`]: the per-communicator state and the broadcast entry point;
@@ -40,6 +42,7 @@ pub mod entropy;
 pub mod ffi;
 pub mod groups;
 pub mod interfaces;
+pub mod io;
 pub mod linear;
 mod logging;
 pub mod mcast_socket;

@@ -232,3 +232,17 @@ fn bind_address(group: SocketAddr, iface: &Chosen) -> SocketAddr {
         v4 => v4,
     }
 }
+
+impl crate::io::DatagramIo for McastSocket {
+    fn send(&mut self, datagram: &[u8]) -> io::Result<bool> {
+        McastSocket::send(self, datagram)
+    }
+
+    fn recv(&mut self, buf: &mut [u8]) -> io::Result<Option<(usize, bool)>> {
+        McastSocket::recv(self, buf)
+    }
+
+    fn group(&self) -> String {
+        McastSocket::group(self).to_string()
+    }
+}

@@ -1,6 +1,10 @@
-//! The multicast broadcast in production: drives the protocol core
-//! ([`crate::two_stage`]) with a communicator's multicast socket and Open
-//! MPI point-to-point for the chain.
+//! The driver of the two-stage broadcast: runs the protocol core
+//! ([`crate::two_stage`]) over a communicator's multicast group and
+//! point-to-point messages for the chain. It is written against the I/O of
+//! [`crate::io`] and told the time at every step, so the same driver runs
+//! over real sockets and Open MPI (a blocking call, [`Driver::bcast`]) and
+//! inside a simulated network (which calls [`Driver::step`] whenever
+//! something happens to a rank).
 
 use std::collections::VecDeque;
 use std::time::{Duration, Instant};
@@ -11,40 +15,30 @@ use rand_chacha::ChaCha8Rng;
 
 use crate::background::Pending;
 use crate::datagram::{self, Auth};
-use crate::ffi::{Comm, Messages, MsgId};
-use crate::mcast_socket::McastSocket;
+use crate::ffi::{Comm, Messages};
+use crate::io::{DatagramIo, MessageIo, Wait};
 use crate::stats::Datagrams;
 use crate::transport::{P2pError, P2pResult};
 use crate::two_stage::{Broadcast, Params, Verdict};
 
-/// How [`Run::turn`] asks whether a message completed.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum Wait {
-    /// Through Open MPI's test, which drives its progress engine: for the
-    /// broadcast call itself.
-    Progress,
-    /// By looking at the request only: from inside Open MPI's progress
-    /// engine, which must not be entered again.
-    Look,
-}
-
 /// One broadcast's chain on this rank: the protocol state and the
 /// point-to-point messages it has in flight, which own their buffers, so a
 /// run can outlive the call that started it.
-pub struct Run {
+pub struct Run<M: MessageIo> {
     b: Broadcast,
-    msgs: Messages,
+    msgs: M,
     pred: usize,
     succ: usize,
-    recvs: VecDeque<MsgId>,
-    sends: VecDeque<MsgId>,
+    recvs: VecDeque<M::Id>,
+    sends: VecDeque<M::Id>,
     spare: Vec<Vec<u8>>,
-    reply_recv: Option<MsgId>,
-    reply_send: Option<MsgId>,
+    reply_recv: Option<M::Id>,
+    reply_send: Option<M::Id>,
 }
 
-impl Run {
-    fn new(b: Broadcast, mut msgs: Messages, rank: usize, size: usize) -> P2pResult<Self> {
+impl<M: MessageIo> Run<M> {
+    /// The chain of broadcast `b` (from [`Driver::begin`]) on `rank` of `size`.
+    pub fn new(b: Broadcast, mut msgs: M, rank: usize, size: usize) -> P2pResult<Self> {
         let succ = (rank + 1) % size;
         // The successor's one NEED may come at any time.
         let reply_recv = if b.expects_reply() {
@@ -65,11 +59,8 @@ impl Run {
         })
     }
 
-    fn test(&mut self, id: MsgId, wait: Wait) -> P2pResult<Option<Vec<u8>>> {
-        match wait {
-            Wait::Progress => self.msgs.test(id),
-            Wait::Look => self.msgs.look(id),
-        }
+    fn test(&mut self, id: M::Id, wait: Wait) -> P2pResult<Option<Vec<u8>>> {
+        self.msgs.test(id, wait)
     }
 
     /// One turn of the chain: posts the receives certain to come, hands
@@ -131,9 +122,14 @@ impl Run {
         Ok(())
     }
 
-    /// The communicator the broadcast runs on.
-    pub fn comm(&self) -> Comm {
-        self.msgs.comm()
+    /// The protocol state.
+    pub fn broadcast(&self) -> &Broadcast {
+        &self.b
+    }
+
+    /// The point-to-point messages.
+    pub fn messages(&mut self) -> &mut M {
+        &mut self.msgs
     }
 
     /// Whether this rank's part of the broadcast is over, sends included.
@@ -144,10 +140,17 @@ impl Run {
     /// Whether the broadcast call may return and leave the rest to the
     /// background: the message is complete (the root: every datagram went to
     /// the socket) and the predecessor has been told what was missing.
-    fn may_return(&self) -> bool {
+    pub fn may_return(&self) -> bool {
         let told =
             self.b.params().vrank == 0 || self.b.fragments() == 0 || self.b.requested().is_some();
         self.b.is_complete() && self.b.stage1_done() && told
+    }
+}
+
+impl Run<Messages> {
+    /// The communicator the broadcast runs on.
+    pub fn comm(&self) -> Comm {
+        self.msgs.comm()
     }
 }
 
@@ -167,9 +170,9 @@ struct LossInjector {
     rng: ChaCha8Rng,
 }
 
-/// A communicator's joined group and its multicast broadcasts.
-pub struct Group {
-    socket: McastSocket,
+/// A communicator's joined multicast group and its broadcasts.
+pub struct Driver<S: DatagramIo> {
+    socket: S,
     comm_id: u64,
     next_bcast: u64,
     fragment_size: usize,
@@ -177,6 +180,7 @@ pub struct Group {
     root_wait: Duration,
     inject: Option<LossInjector>,
     recv_buf: Vec<u8>,
+    send_buf: Vec<u8>,
     /// Datagrams of later broadcasts, oldest first, and their total bytes.
     stash: VecDeque<Vec<u8>>,
     stash_bytes: usize,
@@ -195,11 +199,11 @@ pub struct Ranks {
     pub root: usize,
 }
 
-impl Group {
+impl<S: DatagramIo> Driver<S> {
     /// `inject` is (percent, seed) of `coll_ipmc_inject_loss`; the seed is
     /// already mixed with the rank and communicator.
     pub fn new(
-        socket: McastSocket,
+        socket: S,
         comm_id: u64,
         fragment_size: usize,
         auth: Auth,
@@ -208,7 +212,7 @@ impl Group {
         background_limit: usize,
     ) -> Self {
         let (percent, seed) = inject;
-        Group {
+        Driver {
             socket,
             comm_id,
             next_bcast: 0,
@@ -221,6 +225,7 @@ impl Group {
             }),
             // One byte more than the longest valid datagram shows overlong ones.
             recv_buf: vec![0; datagram::HEADER_LEN + fragment_size + datagram::TAG_LEN + 1],
+            send_buf: Vec::new(),
             stash: VecDeque::new(),
             stash_bytes: 0,
             told_send_error: false,
@@ -229,6 +234,76 @@ impl Group {
         }
     }
 
+    /// Starts the next broadcast on this rank at time `now`: the root's
+    /// message is `root_data`. Datagrams of it that came early are handed in.
+    pub fn begin(
+        &mut self,
+        at: Ranks,
+        message_len: usize,
+        root_data: Option<&[u8]>,
+        now: Duration,
+        stats: &mut Datagrams,
+    ) -> Broadcast {
+        let Ranks { rank, size, root } = at;
+        let vrank = (rank + size - root) % size;
+        let mut b = Broadcast::new(Params {
+            comm_id: self.comm_id,
+            bcast: self.next_bcast,
+            size,
+            vrank,
+            message_len,
+            fragment_size: self.fragment_size,
+            auth: self.auth,
+            root_wait: self.root_wait,
+        });
+        self.next_bcast += 1;
+        if let Some(data) = root_data.filter(|_| vrank == 0) {
+            b.data_mut().copy_from_slice(data);
+            b.start_root(now);
+        }
+        self.replay_stash(&mut b, stats);
+        b
+    }
+
+    /// One step of a broadcast at time `now`: stage 1's datagrams as far as
+    /// the socket takes them, the datagrams waiting, and a turn of the chain.
+    /// Nothing here waits; the caller steps again when something may have
+    /// changed (or at [`Driver::wake_at`]).
+    pub fn step<M: MessageIo>(
+        &mut self,
+        run: &mut Run<M>,
+        now: Duration,
+        wait: Wait,
+        stats: &mut Datagrams,
+    ) -> P2pResult<()> {
+        let b = &mut run.b;
+        self.multicast(b, now, stats);
+        if !b.is_complete() {
+            self.receive(b, stats);
+        }
+        if b.need_due() {
+            // Ask only for what has not arrived by then, datagrams still
+            // queued in the socket included.
+            while !b.is_complete() && self.receive(b, stats) {}
+        }
+        run.turn(wait)
+    }
+
+    /// When a broadcast waiting for nothing but time needs its next step:
+    /// the root's start of stage 1.
+    pub fn wake_at<M: MessageIo>(run: &Run<M>) -> Option<Duration> {
+        let b = &run.b;
+        (!b.stage1_done()).then(|| b.stage1_start()).flatten()
+    }
+
+    /// Adds a finished broadcast's bytes to the statistics.
+    pub fn account(b: &Broadcast, stats: &mut Datagrams) {
+        stats.bytes_multicast += b.bytes_by_multicast();
+        stats.bytes_chain += b.bytes_by_chain();
+    }
+}
+
+impl Driver<crate::mcast_socket::McastSocket> {
     /// One two-stage broadcast of `data` (the root's message; filled in on
     /// the other ranks). It returns once this rank owns the message (the
     /// root: once every datagram is handed to the socket) and has told its
@@ -236,7 +311,7 @@ impl Group {
     /// finished in the background ([`crate::background`]) when the message
     /// is at most `background_limit` bytes, else before it returns. The
     /// caller has finished the previous broadcast's background part
-    /// ([`Group::finish`]), so the chain frames of consecutive broadcasts
+    /// ([`Driver::finish`]), so the chain frames of consecutive broadcasts
     /// never cross.
     pub fn bcast(
         &mut self,
@@ -245,59 +320,31 @@ impl Group {
         data: &mut [u8],
         stats: &mut Datagrams,
     ) -> P2pResult<()> {
-        let Ranks { rank, size, root } = at;
-        let vrank = (rank + size - root) % size;
-        let mut b = Broadcast::new(Params {
-            comm_id: self.comm_id,
-            bcast: self.next_bcast,
-            size,
-            vrank,
-            message_len: data.len(),
-            fragment_size: self.fragment_size,
-            auth: self.auth,
-            root_wait: self.root_wait,
-        });
-        self.next_bcast += 1;
         let start = Instant::now();
-        if vrank == 0 {
-            b.data_mut().copy_from_slice(data);
-            b.start_root(Duration::ZERO);
-            // The root has nothing else to do before stage 1 (its chain
-            // starts after it), so it sleeps rather than spin against
-            // ranks that share its cores.
-            std::thread::sleep(b.stage1_start().unwrap_or_default());
-        }
-        self.replay_stash(&mut b, stats);
-        let mut run = Run::new(b, Messages::new(comm), rank, size)?;
+        let b = self.begin(at, data.len(), Some(data), Duration::ZERO, stats);
+        // The root has nothing else to do before stage 1 (its chain starts
+        // after it), so it sleeps rather than spin against ranks that share
+        // its cores.
+        std::thread::sleep(b.stage1_start().unwrap_or_default());
+        let mut run = Run::new(b, Messages::new(comm), at.rank, at.size)?;
         let in_background = data.len() <= self.background_limit;
-        let mut datagram = Vec::new();
         loop {
-            let b = &mut run.b;
-            self.multicast(b, start.elapsed(), &mut datagram, stats);
-            if !b.is_complete() {
-                self.receive(b, stats);
-            }
-            if b.need_due() {
-                // Ask only for what has not arrived by then, datagrams still
-                // queued in the socket included.
-                while !b.is_complete() && self.receive(b, stats) {}
-            }
-            run.turn(Wait::Progress)?;
+            self.step(&mut run, start.elapsed(), Wait::Progress, stats)?;
             if run.is_done() || (in_background && run.may_return()) {
                 break;
             }
         }
         let b = &run.b;
-        if vrank != 0 {
+        if b.params().vrank != 0 {
             data.copy_from_slice(b.data());
         }
-        stats.bytes_multicast += b.bytes_by_multicast();
-        stats.bytes_chain += b.bytes_by_chain();
+        Self::account(b, stats);
         debug!(
-            "bcast {} of {} bytes {} on vrank {vrank}: {} by multicast, {} by chain",
+            "bcast {} of {} bytes {} on vrank {}: {} by multicast, {} by chain",
             b.params().bcast,
             data.len(),
             if run.is_done() { "done" } else { "returns" },
+            b.params().vrank,
             b.bytes_by_multicast(),
             b.bytes_by_chain()
         );
@@ -313,15 +360,12 @@ impl Group {
     pub fn finish(&mut self) -> P2pResult<()> {
         self.pending.finish()
     }
+}
 
+impl<S: DatagramIo> Driver<S> {
     /// Stage 1 on the root: as many datagrams as the socket takes now.
-    fn multicast(
-        &mut self,
-        b: &mut Broadcast,
-        now: Duration,
-        datagram: &mut Vec<u8>,
-        stats: &mut Datagrams,
-    ) {
+    fn multicast(&mut self, b: &mut Broadcast, now: Duration, stats: &mut Datagrams) {
+        let datagram = &mut self.send_buf;
         while b.next_multicast(now, datagram).is_some() {
             match self.socket.send(datagram) {
                 Ok(true) => stats.sent += 1,

@@ -1,0 +1,47 @@
+//! The I/O the multicast driver ([`crate::multicast`]) is written against,
+//! so that one driver runs over real sockets and Open MPI's point-to-point
+//! layer, and over the simulated networks of the tests and the simulator.
+//! Time is not I/O here: the driver is told the time at every step.
+
+use std::fmt;
+
+use crate::transport::P2pResult;
+
+/// A communicator's multicast group as one non-blocking datagram socket.
+pub trait DatagramIo {
+    /// Sends one datagram to the group: `Ok(false)` when the send buffer is
+    /// full (try again later), an error when it cannot be sent at all.
+    fn send(&mut self, datagram: &[u8]) -> std::io::Result<bool>;
+    /// Reads one waiting datagram into `buf`: its length and whether this
+    /// rank sent it, or `None` when none waits.
+    fn recv(&mut self, buf: &mut [u8]) -> std::io::Result<Option<(usize, bool)>>;
+    /// The group, for messages.
+    fn group(&self) -> String;
+}
+
+/// How a driver asks whether a message completed.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Wait {
+    /// Driving the point-to-point layer's progress: for the broadcast call
+    /// itself.
+    Progress,
+    /// By looking at the message only: from inside Open MPI's progress
+    /// engine, which must not be entered again.
+    Look,
+}
+
+/// Non-blocking point-to-point messages between the ranks of one
+/// communicator, whose buffers the messages own (so a broadcast can outlive
+/// the call that started it). Messages between two ranks match in the order
+/// they were posted, as in MPI.
+pub trait MessageIo {
+    /// A message in flight.
+    type Id: Copy + fmt::Debug;
+    /// Starts sending `data` to `peer`.
+    fn send(&mut self, peer: usize, data: Vec<u8>) -> P2pResult<Self::Id>;
+    /// Starts receiving a message of at most `capacity` bytes from `peer`.
+    fn recv(&mut self, peer: usize, capacity: usize) -> P2pResult<Self::Id>;
+    /// `Some(buffer)` once the message completed: for a receive the bytes
+    /// received, for a send the buffer it sent (for reuse).
+    fn test(&mut self, id: Self::Id, wait: Wait) -> P2pResult<Option<Vec<u8>>>;
+}
