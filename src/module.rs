@@ -10,7 +10,7 @@ use crate::config::{Algorithm, Config};
 use crate::ffi::{self, BcastCall, Comm, Messages, PmlTransport};
 use crate::interfaces::{self, IfList};
 use crate::mcast_socket::{self, McastSocket, OpenError};
-use crate::multicast::{Driver, Ranks};
+use crate::multicast::{CommDriver, Driver, Ranks};
 use crate::nodes::Nodes;
 use crate::setup::{self, Announce};
 use crate::stats::Stats;
@@ -135,7 +135,7 @@ enum Multicast {
     /// No multicast broadcast has been called yet: the group is set up by
     /// the first one, which every rank reaches at the same call.
     NotSetUp,
-    Ready(Box<Driver<McastSocket>>),
+    Ready(Box<CommDriver>),
     /// Some rank could not join: the replaced component's broadcast serves
     /// the calls that would multicast.
     Failed,
@@ -324,13 +324,16 @@ impl Module {
                 );
                 self.stats.setup = "ok";
                 let seed = cfg.inject_seed ^ ((self.rank as u64) << 32) ^ u64::from(self.cid);
-                Ok(Multicast::Ready(Box::new(Driver::new(
+                let driver = Driver::new(
                     socket,
                     a.comm_id,
                     cfg.fragment_size,
                     a.auth,
                     Duration::from_micros(cfg.root_wait_time_us),
                     (cfg.inject_loss_percent, seed),
+                );
+                Ok(Multicast::Ready(Box::new(CommDriver::new(
+                    driver,
                     cfg.background_limit,
                 ))))
             }

@@ -17,6 +17,7 @@ use crate::background::Pending;
 use crate::datagram::{self, Auth};
 use crate::ffi::{Comm, Messages};
 use crate::io::{DatagramIo, MessageIo, Wait};
+use crate::mcast_socket::McastSocket;
 use crate::stats::Datagrams;
 use crate::transport::{P2pError, P2pResult};
 use crate::two_stage::{Broadcast, Params, Verdict};
@@ -185,6 +186,12 @@ pub struct Driver<S: DatagramIo> {
     stash: VecDeque<Vec<u8>>,
     stash_bytes: usize,
     told_send_error: bool,
+}
+
+/// A communicator's driver over its socket and Open MPI, with the
+/// broadcast it left to the background.
+pub struct CommDriver {
+    driver: Driver<McastSocket>,
     /// Largest message whose broadcast may finish in the background.
     background_limit: usize,
     /// The last broadcast, while it still owes its neighbours frames.
@@ -209,7 +216,6 @@ impl<S: DatagramIo> Driver<S> {
         auth: Auth,
         root_wait: Duration,
         inject: (u32, u64),
-        background_limit: usize,
     ) -> Self {
         let (percent, seed) = inject;
         Driver {
@@ -229,8 +235,6 @@ impl<S: DatagramIo> Driver<S> {
             stash: VecDeque::new(),
             stash_bytes: 0,
             told_send_error: false,
-            background_limit,
-            pending: Pending::default(),
         }
     }
 
@@ -303,7 +307,15 @@ impl<S: DatagramIo> Driver<S> {
     }
 }
 
-impl Driver<crate::mcast_socket::McastSocket> {
+impl CommDriver {
+    pub fn new(driver: Driver<McastSocket>, background_limit: usize) -> Self {
+        CommDriver {
+            driver,
+            background_limit,
+            pending: Pending::default(),
+        }
+    }
+
     /// One two-stage broadcast of `data` (the root's message; filled in on
     /// the other ranks). It returns once this rank owns the message (the
     /// root: once every datagram is handed to the socket) and has told its
@@ -311,7 +323,7 @@ impl Driver<crate::mcast_socket::McastSocket> {
     /// finished in the background ([`crate::background`]) when the message
     /// is at most `background_limit` bytes, else before it returns. The
     /// caller has finished the previous broadcast's background part
-    /// ([`Driver::finish`]), so the chain frames of consecutive broadcasts
+    /// ([`CommDriver::finish`]), so the chain frames of consecutive broadcasts
     /// never cross.
     pub fn bcast(
         &mut self,
@@ -321,7 +333,8 @@ impl Driver<crate::mcast_socket::McastSocket> {
         stats: &mut Datagrams,
     ) -> P2pResult<()> {
         let start = Instant::now();
-        let b = self.begin(at, data.len(), Some(data), Duration::ZERO, stats);
+        let d = &mut self.driver;
+        let b = d.begin(at, data.len(), Some(data), Duration::ZERO, stats);
         // The root has nothing else to do before stage 1 (its chain starts
         // after it), so it sleeps rather than spin against ranks that share
         // its cores.
@@ -329,7 +342,7 @@ impl Driver<crate::mcast_socket::McastSocket> {
         let mut run = Run::new(b, Messages::new(comm), at.rank, at.size)?;
         let in_background = data.len() <= self.background_limit;
         loop {
-            self.step(&mut run, start.elapsed(), Wait::Progress, stats)?;
+            d.step(&mut run, start.elapsed(), Wait::Progress, stats)?;
             if run.is_done() || (in_background && run.may_return()) {
                 break;
             }
@@ -338,7 +351,7 @@ impl Driver<crate::mcast_socket::McastSocket> {
         if b.params().vrank != 0 {
             data.copy_from_slice(b.data());
         }
-        Self::account(b, stats);
+        Driver::<McastSocket>::account(b, stats);
         debug!(
             "bcast {} of {} bytes {} on vrank {}: {} by multicast, {} by chain",
             b.params().bcast,

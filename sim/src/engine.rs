@@ -1,0 +1,533 @@
+//! The event loop: hosts, their links, the switch, and the ranks' steps.
+
+use std::cell::RefCell;
+use std::cmp::Reverse;
+use std::collections::{BinaryHeap, VecDeque};
+use std::rc::Rc;
+
+use rand_chacha::rand_core::{RngCore, SeedableRng};
+use rand_chacha::ChaCha8Rng;
+
+use crate::network::{self, Network};
+use crate::p2p::{NetMsg, Out, P2pState};
+use crate::programs::Program;
+use crate::socket::SocketState;
+use crate::Ns;
+
+/// One rank's view of the simulated host it runs on.
+#[derive(Clone)]
+pub struct HostIo {
+    pub socket: Rc<RefCell<SocketState>>,
+    pub p2p: Rc<RefCell<P2pState>>,
+}
+
+enum Body {
+    Datagram(Rc<[u8]>),
+    /// A segment of a point-to-point message; the last one completes it.
+    Segment {
+        msg: NetMsg,
+        last: bool,
+    },
+    Request(NetMsg),
+    Clear(NetMsg),
+}
+
+struct Packet {
+    src: usize,
+    /// `None`: every other host (multicast).
+    dst: Option<usize>,
+    wire: usize,
+    body: Body,
+}
+
+enum Event {
+    UplinkDone(usize),
+    AtSwitch(Rc<Packet>),
+    PortDone(usize),
+    AtHost(usize, Rc<Packet>),
+    Wake(usize),
+}
+
+struct Queued {
+    at: Ns,
+    seq: u64,
+    event: Event,
+}
+
+impl PartialEq for Queued {
+    fn eq(&self, o: &Self) -> bool {
+        (self.at, self.seq) == (o.at, o.seq)
+    }
+}
+impl Eq for Queued {}
+impl PartialOrd for Queued {
+    fn partial_cmp(&self, o: &Self) -> Option<std::cmp::Ordering> {
+        Some(self.cmp(o))
+    }
+}
+impl Ord for Queued {
+    fn cmp(&self, o: &Self) -> std::cmp::Ordering {
+        (self.at, self.seq).cmp(&(o.at, o.seq))
+    }
+}
+
+/// A point-to-point message on its way.
+struct Message {
+    src: usize,
+    dst: usize,
+    send_id: usize,
+    len: usize,
+    data: Vec<u8>,
+}
+
+struct Link {
+    queue: VecDeque<Rc<Packet>>,
+    bytes: usize,
+    busy: bool,
+}
+
+impl Link {
+    fn new() -> Self {
+        Link {
+            queue: VecDeque::new(),
+            bytes: 0,
+            busy: false,
+        }
+    }
+}
+
+struct Host {
+    io: HostIo,
+    program: Box<dyn Program>,
+    uplink: Link,
+    busy_until: Ns,
+    wake_pending: bool,
+    /// In a burst of losses (Gilbert-Elliott).
+    lossy: bool,
+    returned_at: Option<Ns>,
+    done: bool,
+}
+
+/// Counts of what the network did, for the conservation checks.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct Counters {
+    pub datagrams_sent: u64,
+    /// Copies of datagrams the switch had to deliver (senders × receivers).
+    pub datagram_copies: u64,
+    pub datagrams_delivered: u64,
+    pub lost: u64,
+    pub queue_drops: u64,
+    pub rcvbuf_drops: u64,
+    pub messages_sent: u64,
+    pub messages_delivered: u64,
+    pub events: u64,
+}
+
+/// What one run of the simulator found.
+#[derive(Clone, Debug)]
+pub struct Outcome {
+    /// Each rank's return from its broadcast call, from the root's entry.
+    pub returned_ns: Vec<Ns>,
+    /// When the last rank had finished everything it owed its neighbours.
+    pub quiet_ns: Ns,
+    pub counters: Counters,
+}
+
+impl Outcome {
+    pub fn completion_max_ns(&self) -> Ns {
+        self.returned_ns.iter().copied().max().unwrap_or(0)
+    }
+}
+
+/// The simulation of one broadcast.
+pub struct Engine {
+    net: Network,
+    hosts: Vec<Host>,
+    ports: Vec<Link>,
+    messages: Vec<Option<Message>>,
+    events: BinaryHeap<Reverse<Queued>>,
+    seq: u64,
+    now: Ns,
+    rng: ChaCha8Rng,
+    /// Gilbert-Elliott transitions: good to lossy, lossy to good.
+    enter_loss: f64,
+    leave_loss: f64,
+    counters: Counters,
+}
+
+impl Engine {
+    pub fn new(net: Network, seed: u64) -> Self {
+        let leave_loss = 1.0 / net.burst.max(1.0);
+        let enter_loss = if net.loss >= 1.0 {
+            1.0
+        } else {
+            net.loss * leave_loss / (1.0 - net.loss)
+        };
+        Engine {
+            net,
+            hosts: Vec::new(),
+            ports: Vec::new(),
+            messages: Vec::new(),
+            events: BinaryHeap::new(),
+            seq: 0,
+            now: 0,
+            rng: ChaCha8Rng::seed_from_u64(seed),
+            enter_loss,
+            leave_loss,
+            counters: Counters::default(),
+        }
+    }
+
+    /// A host's I/O, for the program that will run on it.
+    pub fn host_io(&self) -> HostIo {
+        HostIo {
+            socket: Rc::new(RefCell::new(SocketState {
+                rcvbuf: self.net.rcvbuf,
+                sndbuf: self.net.sndbuf,
+                ..SocketState::default()
+            })),
+            p2p: Rc::new(RefCell::new(P2pState::default())),
+        }
+    }
+
+    /// Adds the next host (its rank is its index) with its program.
+    pub fn add_host(&mut self, io: HostIo, program: Box<dyn Program>) {
+        self.hosts.push(Host {
+            io,
+            program,
+            uplink: Link::new(),
+            busy_until: 0,
+            wake_pending: false,
+            lossy: false,
+            returned_at: None,
+            done: false,
+        });
+        self.ports.push(Link::new());
+    }
+
+    fn at(&mut self, at: Ns, event: Event) {
+        self.seq += 1;
+        self.events.push(Reverse(Queued {
+            at,
+            seq: self.seq,
+            event,
+        }));
+    }
+
+    fn wake(&mut self, h: usize) {
+        let host = &mut self.hosts[h];
+        if host.done || host.wake_pending {
+            return;
+        }
+        host.wake_pending = true;
+        let at = self.now.max(host.busy_until);
+        self.at(at, Event::Wake(h));
+    }
+
+    /// Runs every rank from time 0 (all waiting in the broadcast) until
+    /// nothing more can happen; an error if some rank never finished.
+    pub fn run(mut self, limit_ns: Ns) -> Result<Outcome, String> {
+        for h in 0..self.hosts.len() {
+            self.wake(h);
+        }
+        while let Some(Reverse(q)) = self.events.pop() {
+            if q.at > limit_ns {
+                return Err(format!("still running at {} µs", limit_ns / 1000));
+            }
+            self.now = q.at;
+            self.counters.events += 1;
+            match q.event {
+                Event::Wake(h) => self.step(h)?,
+                Event::UplinkDone(h) => self.uplink_done(h),
+                Event::AtSwitch(p) => self.at_switch(p),
+                Event::PortDone(port) => self.port_done(port),
+                Event::AtHost(h, p) => self.at_host(h, p),
+            }
+        }
+        let stuck: Vec<usize> = (0..self.hosts.len())
+            .filter(|&h| !self.hosts[h].done)
+            .collect();
+        if !stuck.is_empty() {
+            return Err(format!(
+                "{} of {} ranks never finished (first: {:?})",
+                stuck.len(),
+                self.hosts.len(),
+                &stuck[..stuck.len().min(8)]
+            ));
+        }
+        Ok(Outcome {
+            returned_ns: self
+                .hosts
+                .iter()
+                .map(|h| h.returned_at.expect("done ranks returned"))
+                .collect(),
+            quiet_ns: self.now,
+            counters: self.counters,
+        })
+    }
+
+    fn step(&mut self, h: usize) -> Result<(), String> {
+        let now = self.now;
+        let host = &mut self.hosts[h];
+        host.wake_pending = false;
+        let status = host
+            .program
+            .step(now)
+            .map_err(|e| format!("rank {h} at {} µs: {e}", now / 1000))?;
+        // The host's work this step: what went through its socket and its
+        // point-to-point layer.
+        let (messages, bytes) = {
+            let mut s = host.io.socket.borrow_mut();
+            let mut p = host.io.p2p.borrow_mut();
+            let m = (s.messages + p.messages, s.bytes + p.bytes);
+            (s.messages, s.bytes, p.messages, p.bytes) = (0, 0, 0, 0);
+            m
+        };
+        let end = now + self.net.host_cost(messages, bytes);
+        host.busy_until = end;
+        if status.returned && host.returned_at.is_none() {
+            host.returned_at = Some(end);
+        }
+        let datagrams: Vec<Rc<[u8]>> = std::mem::take(&mut host.io.socket.borrow_mut().tx);
+        let outs: Vec<Out> = std::mem::take(&mut host.io.p2p.borrow_mut().out);
+        let wake_at = host.program.wake_at();
+        if status.done {
+            host.done = true;
+        }
+        for d in datagrams {
+            self.counters.datagrams_sent += 1;
+            let wire = network::datagram_wire(d.len());
+            self.send_packet(h, end, None, wire, Body::Datagram(d));
+        }
+        for out in outs {
+            self.start_message(h, end, out);
+        }
+        if status.done {
+            return Ok(());
+        }
+        // A step that did something may have made another one useful, as
+        // the component's own loop would turn again.
+        if messages > 0 || bytes > 0 {
+            self.wake(h);
+        } else if let Some(t) = wake_at.filter(|&t| t > now) {
+            let host = &mut self.hosts[h];
+            if !host.wake_pending {
+                host.wake_pending = true;
+                let at = t.max(host.busy_until);
+                self.at(at, Event::Wake(h));
+            }
+        }
+        Ok(())
+    }
+
+    fn start_message(&mut self, h: usize, at: Ns, out: Out) {
+        match out {
+            Out::Send { id, dst, len, data } => {
+                self.counters.messages_sent += 1;
+                let msg = self.messages.len() as NetMsg;
+                self.messages.push(Some(Message {
+                    src: h,
+                    dst,
+                    send_id: id,
+                    len,
+                    data,
+                }));
+                if len <= self.net.eager_limit {
+                    self.send_segments(h, at, msg);
+                } else {
+                    let wire = network::segment_wire(network::CONTROL_BYTES);
+                    self.send_packet(h, at, Some(dst), wire, Body::Request(msg));
+                }
+            }
+            Out::Clear { msg } => {
+                let src = self.message(msg).src;
+                let wire = network::segment_wire(network::CONTROL_BYTES);
+                self.send_packet(h, at, Some(src), wire, Body::Clear(msg));
+            }
+        }
+    }
+
+    fn message(&self, msg: NetMsg) -> &Message {
+        self.messages[msg as usize]
+            .as_ref()
+            .expect("a message in flight")
+    }
+
+    fn send_segments(&mut self, h: usize, at: Ns, msg: NetMsg) {
+        let (dst, len) = {
+            let m = self.message(msg);
+            (m.dst, m.len)
+        };
+        let total = len + network::MESSAGE_HEADER;
+        let n = total.div_ceil(self.net.segment).max(1);
+        for i in 0..n {
+            let payload = (total - i * self.net.segment).min(self.net.segment);
+            let wire = network::segment_wire(payload);
+            let last = i + 1 == n;
+            self.send_packet(h, at, Some(dst), wire, Body::Segment { msg, last });
+        }
+    }
+
+    /// Queues a packet on host `h`'s link, from time `at` (the end of the
+    /// host's work that made it).
+    fn send_packet(&mut self, h: usize, at: Ns, dst: Option<usize>, wire: usize, body: Body) {
+        let packet = Rc::new(Packet {
+            src: h,
+            dst,
+            wire,
+            body,
+        });
+        let link = &mut self.hosts[h].uplink;
+        link.queue.push_back(packet);
+        link.bytes += wire;
+        if !link.busy {
+            link.busy = true;
+            let done = at.max(self.now) + self.net.serialize(wire);
+            self.at(done, Event::UplinkDone(h));
+        }
+    }
+
+    fn uplink_done(&mut self, h: usize) {
+        let link = &mut self.hosts[h].uplink;
+        let p = link.queue.pop_front().expect("a packet on the wire");
+        link.bytes -= p.wire;
+        if let Some(next) = link.queue.front() {
+            let done = self.now + self.net.serialize(next.wire);
+            self.at(done, Event::UplinkDone(h));
+        } else {
+            link.busy = false;
+        }
+        match &p.body {
+            Body::Datagram(d) => {
+                let mut s = self.hosts[h].io.socket.borrow_mut();
+                s.tx_queued -= d.len();
+                let blocked = std::mem::take(&mut s.blocked);
+                drop(s);
+                if blocked {
+                    self.wake(h);
+                }
+            }
+            Body::Segment { msg, last: true } => {
+                let id = self.message(*msg).send_id;
+                self.hosts[h].io.p2p.borrow_mut().sent(id);
+                self.wake(h);
+            }
+            _ => {}
+        }
+        let at = self.now + self.net.latency_ns;
+        self.at(at, Event::AtSwitch(p));
+    }
+
+    fn at_switch(&mut self, p: Rc<Packet>) {
+        match p.dst {
+            Some(d) => self.to_port(d, p, false),
+            None => {
+                for d in 0..self.hosts.len() {
+                    if d != p.src {
+                        self.counters.datagram_copies += 1;
+                        self.to_port(d, p.clone(), true);
+                    }
+                }
+            }
+        }
+    }
+
+    fn to_port(&mut self, d: usize, p: Rc<Packet>, droppable: bool) {
+        let port = &mut self.ports[d];
+        // Point-to-point messages ride TCP, which would resend what a queue
+        // dropped: they are never dropped here.
+        if droppable && port.bytes + p.wire > self.net.port_queue {
+            self.counters.queue_drops += 1;
+            return;
+        }
+        port.bytes += p.wire;
+        let wire = p.wire;
+        port.queue.push_back(p);
+        if !port.busy {
+            port.busy = true;
+            let done = self.now + self.net.serialize(wire);
+            self.at(done, Event::PortDone(d));
+        }
+    }
+
+    fn port_done(&mut self, d: usize) {
+        let port = &mut self.ports[d];
+        let p = port.queue.pop_front().expect("a packet on the wire");
+        port.bytes -= p.wire;
+        if let Some(next) = port.queue.front() {
+            let done = self.now + self.net.serialize(next.wire);
+            self.at(done, Event::PortDone(d));
+        } else {
+            port.busy = false;
+        }
+        let at = self.now + self.net.latency_ns;
+        self.at(at, Event::AtHost(d, p));
+    }
+
+    /// Whether receiver `h` loses the next datagram.
+    fn loses(&mut self, h: usize) -> bool {
+        if self.net.loss <= 0.0 {
+            return false;
+        }
+        let draw = |rng: &mut ChaCha8Rng| (rng.next_u64() >> 11) as f64 / (1u64 << 53) as f64;
+        if self.net.burst <= 1.0 {
+            return draw(&mut self.rng) < self.net.loss;
+        }
+        let host = &mut self.hosts[h];
+        let flip = if host.lossy {
+            self.leave_loss
+        } else {
+            self.enter_loss
+        };
+        if draw(&mut self.rng) < flip {
+            host.lossy = !host.lossy;
+        }
+        host.lossy
+    }
+
+    fn at_host(&mut self, h: usize, p: Rc<Packet>) {
+        match &p.body {
+            Body::Datagram(d) => {
+                if self.loses(h) {
+                    self.counters.lost += 1;
+                    return;
+                }
+                let mut s = self.hosts[h].io.socket.borrow_mut();
+                if s.rx_bytes + d.len() > s.rcvbuf {
+                    drop(s);
+                    self.counters.rcvbuf_drops += 1;
+                    return;
+                }
+                s.rx_bytes += d.len();
+                s.rx.push_back(d.clone());
+                drop(s);
+                self.counters.datagrams_delivered += 1;
+            }
+            Body::Segment { last: false, .. } => return,
+            Body::Segment { msg, last: true } => {
+                let m = self.messages[*msg as usize].take().expect("delivered once");
+                self.counters.messages_delivered += 1;
+                let mut p2p = self.hosts[h].io.p2p.borrow_mut();
+                if m.len <= self.net.eager_limit {
+                    p2p.eager(m.src, m.len, m.data);
+                } else {
+                    p2p.rendezvous_data(*msg, m.len, m.data);
+                }
+            }
+            Body::Request(msg) => {
+                self.hosts[h].io.p2p.borrow_mut().request(p.src, *msg);
+                // A receive already posted answers at once.
+                let outs: Vec<Out> = std::mem::take(&mut self.hosts[h].io.p2p.borrow_mut().out);
+                let at = self.now.max(self.hosts[h].busy_until);
+                for out in outs {
+                    self.start_message(h, at, out);
+                }
+            }
+            Body::Clear(msg) => {
+                let at = self.now.max(self.hosts[h].busy_until);
+                self.send_segments(h, at, *msg);
+            }
+        }
+        self.wake(h);
+    }
+}

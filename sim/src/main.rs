@@ -1,0 +1,201 @@
+//! `ipmc-simulate`: one broadcast on a simulated cluster, ipmc against
+//! models of Open MPI tuned's broadcasts (`scripts/simulate --help`).
+
+use std::process::ExitCode;
+use std::time::Instant;
+
+use ipmc_sim::network::Network;
+use ipmc_sim::scenario::{Algorithm, Scenario};
+
+const USAGE: &str = "\
+usage: simulate --nodes N --size BYTES [--loss PCT] [--burst LEN] [--rate MBITS]
+                [--latency-us US] [--queue BYTES] [--preset emulated|clic]
+                [--peer NAME]... [--seed S] [--root R] [--fragment BYTES]
+
+Simulates one broadcast of BYTES (suffixes K, M: KiB, MiB) from rank R
+(default 0) to N nodes, one rank each, on one switch, every rank waiting when
+the root enters. ipmc runs its own driver; each --peer (binomial, pipeline,
+scatter-allgather, all, none; default all) runs a model of Open MPI tuned's
+broadcast on the same network. Loss is per receiver and datagram, in bursts
+of mean length LEN (default 1: independent). The last line reads
+  nodes=N size=B loss=P completion_max_us=T wire_us=W
+T: when the slowest rank returned, from the root's entry; W: the message's
+bits at the link rate.";
+
+struct Args {
+    scenario: Scenario,
+    peers: Vec<Algorithm>,
+    loss_pct: f64,
+}
+
+fn bytes(s: &str) -> Result<usize, String> {
+    let (digits, unit) = match s.chars().last() {
+        Some('K' | 'k') => (&s[..s.len() - 1], 1 << 10),
+        Some('M' | 'm') => (&s[..s.len() - 1], 1 << 20),
+        Some('G' | 'g') => (&s[..s.len() - 1], 1 << 30),
+        _ => (s, 1),
+    };
+    digits
+        .parse::<usize>()
+        .map(|n| n * unit)
+        .map_err(|_| format!("not a byte count: {s}"))
+}
+
+fn parse(argv: &[String]) -> Result<Args, String> {
+    let mut nodes = None;
+    let mut size = None;
+    let mut net = Network::emulated();
+    let mut set: Vec<(String, String)> = Vec::new();
+    let mut peers: Option<Vec<Algorithm>> = None;
+    let (mut seed, mut root, mut fragment) = (1, 0, None);
+    let mut it = argv.iter();
+    while let Some(flag) = it.next() {
+        if flag == "--help" || flag == "-h" {
+            return Err(String::new());
+        }
+        let value = it
+            .next()
+            .ok_or_else(|| format!("{flag} needs a value"))?
+            .clone();
+        let num = |v: &str| {
+            v.parse::<f64>()
+                .map_err(|_| format!("{flag}: not a number: {v}"))
+        };
+        match flag.as_str() {
+            "--nodes" => nodes = Some(bytes(&value)?),
+            "--size" => size = Some(bytes(&value)?),
+            "--preset" => {
+                net = match value.as_str() {
+                    "emulated" => Network::emulated(),
+                    "clic" => Network::clic(),
+                    _ => return Err(format!("--preset: emulated or clic, not {value}")),
+                }
+            }
+            "--loss" | "--burst" | "--rate" | "--latency-us" | "--queue" => {
+                set.push((flag.clone(), value))
+            }
+            "--peer" => {
+                let list = peers.get_or_insert_with(Vec::new);
+                match value.as_str() {
+                    "all" => list.extend(Algorithm::PEERS),
+                    "none" => {}
+                    name => list.push(
+                        Algorithm::from_name(name)
+                            .filter(|a| *a != Algorithm::Ipmc)
+                            .ok_or_else(|| format!("--peer: unknown {name}"))?,
+                    ),
+                }
+            }
+            "--seed" => seed = num(&value)? as u64,
+            "--root" => root = num(&value)? as usize,
+            "--fragment" => fragment = Some(bytes(&value)?),
+            _ => return Err(format!("unknown option {flag}")),
+        }
+    }
+    // Presets first, then what was given on top of them.
+    let mut loss_pct = 0.0;
+    for (flag, value) in set {
+        let v: f64 = value
+            .parse()
+            .map_err(|_| format!("{flag}: not a number: {value}"))?;
+        match flag.as_str() {
+            "--loss" if (0.0..100.0).contains(&v) => {
+                loss_pct = v;
+                net.loss = v / 100.0;
+            }
+            "--burst" if v >= 1.0 => net.burst = v,
+            "--rate" if v > 0.0 => net.rate_bps = (v * 1e6) as u64,
+            "--latency-us" if v >= 0.0 => net.latency_ns = (v * 1e3) as u64,
+            "--queue" if v >= 0.0 => net.port_queue = v as usize,
+            _ => return Err(format!("{flag}: out of range: {value}")),
+        }
+    }
+    let nodes = nodes.ok_or("--nodes is required")?;
+    let size = size.ok_or("--size is required")?;
+    if nodes < 2 || root >= nodes {
+        return Err("--nodes must be 2 or more, and --root less than it".into());
+    }
+    let mut scenario = Scenario::new(nodes, size, net);
+    scenario.seed = seed;
+    scenario.root = root;
+    if let Some(f) = fragment {
+        scenario.ipmc.fragment_size = f;
+    }
+    Ok(Args {
+        scenario,
+        peers: peers.unwrap_or_else(|| Algorithm::PEERS.to_vec()),
+        loss_pct,
+    })
+}
+
+fn us(ns: u64) -> f64 {
+    ns as f64 / 1000.0
+}
+
+fn main() -> ExitCode {
+    let argv: Vec<String> = std::env::args().skip(1).collect();
+    let args = match parse(&argv) {
+        Ok(a) => a,
+        Err(e) => {
+            if !e.is_empty() {
+                eprintln!("simulate: {e}");
+            }
+            eprintln!("{USAGE}");
+            return ExitCode::from(2);
+        }
+    };
+    let s = &args.scenario;
+    let started = Instant::now();
+    let ipmc = match s.run() {
+        Ok(o) => o,
+        Err(e) => {
+            eprintln!("simulate: ipmc: {e}");
+            return ExitCode::FAILURE;
+        }
+    };
+    let ipmc_us = us(ipmc.completion_max_ns());
+    let mut sorted = ipmc.returned_ns.clone();
+    sorted.sort_unstable();
+    let c = &ipmc.counters;
+    println!(
+        "algorithm=ipmc completion_max_us={ipmc_us:.1} median_us={:.1} min_us={:.1} quiet_us={:.1} \
+         datagrams={} lost={} queue_drops={} rcvbuf_drops={} messages={} events={} run_s={:.1}",
+        us(sorted[sorted.len() / 2]),
+        us(sorted[0]),
+        us(ipmc.quiet_ns),
+        c.datagrams_sent,
+        c.lost,
+        c.queue_drops,
+        c.rcvbuf_drops,
+        c.messages_sent,
+        c.events,
+        started.elapsed().as_secs_f64()
+    );
+    for &peer in &args.peers {
+        let mut p = s.clone();
+        p.algorithm = peer;
+        let t = Instant::now();
+        match p.run() {
+            Ok(o) => {
+                let peer_us = us(o.completion_max_ns());
+                println!(
+                    "algorithm={} completion_max_us={peer_us:.1} ratio_to_ipmc={:.2} messages={} events={} run_s={:.1}",
+                    peer.name(),
+                    peer_us / ipmc_us,
+                    o.counters.messages_sent,
+                    o.counters.events,
+                    t.elapsed().as_secs_f64()
+                );
+            }
+            Err(e) => eprintln!("simulate: {}: {e}", peer.name()),
+        }
+    }
+    println!(
+        "nodes={} size={} loss={} completion_max_us={ipmc_us:.1} wire_us={:.1}",
+        s.nodes,
+        s.size,
+        args.loss_pct,
+        us(s.wire_ns())
+    );
+    ExitCode::SUCCESS
+}

@@ -1,0 +1,109 @@
+//! What the simulated cluster is: its links, switch and hosts.
+
+use crate::Ns;
+
+/// The cluster's parameters.
+#[derive(Clone, Debug)]
+pub struct Network {
+    /// Every link's rate, bits per second.
+    pub rate_bps: u64,
+    /// One-way latency of a link, switch processing included.
+    pub latency_ns: Ns,
+    /// Bytes a switch output port queues before it drops (tail drop).
+    pub port_queue: usize,
+    /// Fraction of multicast datagrams each receiver loses.
+    pub loss: f64,
+    /// Mean length of a run of lost datagrams (1: independent losses;
+    /// longer: Gilbert-Elliott bursts of that mean length).
+    pub burst: f64,
+    /// A multicast socket's send and receive buffers, bytes.
+    pub sndbuf: usize,
+    pub rcvbuf: usize,
+    /// Payload bytes of one TCP segment of a point-to-point message.
+    pub segment: usize,
+    /// Largest point-to-point message sent without a rendezvous.
+    pub eager_limit: usize,
+    /// Host cost of each message or datagram sent or received.
+    pub per_message_ns: Ns,
+    /// Host cost of each byte sent or received, picoseconds.
+    pub per_byte_ps: u64,
+}
+
+impl Network {
+    /// The repository's emulated cluster (`tests/cluster/cluster.sh`):
+    /// 100 Mbit/s links shaped by `tbf` with queues long enough that nothing
+    /// is dropped, veth and bridge latency, and the host costs of ranks that
+    /// share two cores.
+    pub fn emulated() -> Self {
+        Network {
+            rate_bps: 100_000_000,
+            latency_ns: 30_000,
+            port_queue: 2_500_000,
+            loss: 0.0,
+            burst: 1.0,
+            sndbuf: 212_992,
+            rcvbuf: 4 << 20,
+            segment: 1448,
+            eager_limit: 65536,
+            per_message_ns: 10_000,
+            per_byte_ps: 500,
+        }
+    }
+
+    /// The thesis's CLiC: Fast Ethernet hosts on one Extreme Black Diamond
+    /// switch, hosts of 2006.
+    pub fn clic() -> Self {
+        Network {
+            rate_bps: 100_000_000,
+            latency_ns: 15_000,
+            port_queue: 256 << 10,
+            loss: 0.0,
+            burst: 1.0,
+            sndbuf: 131_072,
+            rcvbuf: 1 << 20,
+            segment: 1448,
+            eager_limit: 65536,
+            per_message_ns: 20_000,
+            per_byte_ps: 2_000,
+        }
+    }
+
+    /// Time to put `wire` bytes on a link.
+    pub fn serialize(&self, wire: usize) -> Ns {
+        (wire as u64 * 8 * 1_000_000_000).div_ceil(self.rate_bps)
+    }
+
+    /// A message's bits at the link rate.
+    pub fn wire_time(&self, bytes: usize) -> Ns {
+        self.serialize(bytes)
+    }
+
+    /// A host's cost of `messages` messages and `bytes` bytes.
+    pub fn host_cost(&self, messages: u64, bytes: u64) -> Ns {
+        messages * self.per_message_ns + bytes * self.per_byte_ps / 1000
+    }
+}
+
+/// Bytes on an Ethernet link of a UDP datagram of `len` bytes, IP fragments
+/// included: each fragment carries IP and Ethernet framing (preamble,
+/// header, FCS, gap).
+pub fn datagram_wire(len: usize) -> usize {
+    let fragments = (len + UDP_HEADER).div_ceil(IP_PAYLOAD);
+    len + UDP_HEADER + fragments * (IP_HEADER + ETHERNET)
+}
+
+/// Bytes on the link of one TCP segment of `payload` bytes.
+pub fn segment_wire(payload: usize) -> usize {
+    payload + IP_HEADER + TCP_HEADER + ETHERNET
+}
+
+/// Bytes of the point-to-point layer's own header on a message.
+pub const MESSAGE_HEADER: usize = 40;
+/// A rendezvous request or its answer.
+pub const CONTROL_BYTES: usize = 64;
+
+const UDP_HEADER: usize = 8;
+const IP_HEADER: usize = 20;
+const IP_PAYLOAD: usize = 1480;
+const TCP_HEADER: usize = 32;
+const ETHERNET: usize = 38;

@@ -1,0 +1,195 @@
+//! Point-to-point messages in the simulator, matched as MPI matches them:
+//! per sender in the order posted. A message up to the eager limit travels
+//! at once and waits at the receiver if no receive is posted; a longer one
+//! sends a request and travels when the receiver has posted its receive.
+
+use std::cell::RefCell;
+use std::collections::{HashMap, VecDeque};
+use std::rc::Rc;
+
+use ipmc::io::{MessageIo, Wait};
+use ipmc::transport::P2pResult;
+
+/// A message handed to the network: its index in the engine's table.
+pub type NetMsg = u32;
+
+/// What a rank asked of the network during a step.
+pub enum Out {
+    /// Start message `id` (a send of this rank) of `len` bytes to `dst`.
+    Send {
+        id: usize,
+        dst: usize,
+        len: usize,
+        data: Vec<u8>,
+    },
+    /// Tell the sender of rendezvous message `msg` to go ahead.
+    Clear { msg: NetMsg },
+}
+
+/// What arrived from one sender and is not matched yet.
+enum Arrival {
+    /// A whole eager message.
+    Eager { len: usize, data: Vec<u8> },
+    /// A rendezvous request.
+    Request { msg: NetMsg },
+}
+
+struct Slot {
+    is_recv: bool,
+    len: usize,
+    data: Vec<u8>,
+    done: bool,
+}
+
+/// A rank's messages, shared by the rank and the network.
+#[derive(Default)]
+pub struct P2pState {
+    slots: Vec<Option<Slot>>,
+    free: Vec<usize>,
+    posted: HashMap<usize, VecDeque<usize>>,
+    arrived: HashMap<usize, VecDeque<Arrival>>,
+    /// Receives matched to a rendezvous message whose data is on its way.
+    bound: HashMap<NetMsg, usize>,
+    pub out: Vec<Out>,
+    /// Messages and bytes since the host's cost was last charged.
+    pub messages: u64,
+    pub bytes: u64,
+}
+
+impl P2pState {
+    fn slot(&mut self, slot: Slot) -> usize {
+        match self.free.pop() {
+            Some(i) => {
+                self.slots[i] = Some(slot);
+                i
+            }
+            None => {
+                self.slots.push(Some(slot));
+                self.slots.len() - 1
+            }
+        }
+    }
+
+    /// Starts a send of `len` bytes (`data` is empty for the models, which
+    /// move no bytes).
+    pub fn send(&mut self, dst: usize, len: usize, data: Vec<u8>) -> usize {
+        self.messages += 1;
+        self.bytes += len as u64;
+        let id = self.slot(Slot {
+            is_recv: false,
+            len,
+            data: Vec::new(),
+            done: false,
+        });
+        self.out.push(Out::Send { id, dst, len, data });
+        id
+    }
+
+    /// Posts a receive from `src`.
+    pub fn recv(&mut self, src: usize) -> usize {
+        self.messages += 1;
+        let id = self.slot(Slot {
+            is_recv: true,
+            len: 0,
+            data: Vec::new(),
+            done: false,
+        });
+        self.posted.entry(src).or_default().push_back(id);
+        self.matching(src);
+        id
+    }
+
+    /// `Some((len, data))` once message `id` completed; it is then gone.
+    pub fn test(&mut self, id: usize) -> Option<(usize, Vec<u8>)> {
+        let slot = self.slots[id].as_ref().expect("a live message");
+        if !slot.done {
+            return None;
+        }
+        let slot = self.slots[id].take().expect("checked");
+        self.free.push(id);
+        Some((slot.len, slot.data))
+    }
+
+    /// The network: send `id` left this host.
+    pub fn sent(&mut self, id: usize) {
+        if let Some(slot) = self.slots[id].as_mut() {
+            slot.done = true;
+        }
+    }
+
+    /// The network: a whole eager message from `src`.
+    pub fn eager(&mut self, src: usize, len: usize, data: Vec<u8>) {
+        self.arrive(src, Arrival::Eager { len, data });
+    }
+
+    /// The network: a rendezvous request from `src`.
+    pub fn request(&mut self, src: usize, msg: NetMsg) {
+        self.arrive(src, Arrival::Request { msg });
+    }
+
+    /// The network: the data of rendezvous message `msg`.
+    pub fn rendezvous_data(&mut self, msg: NetMsg, len: usize, data: Vec<u8>) {
+        let id = self.bound.remove(&msg).expect("data follows a match");
+        self.complete(id, len, data);
+    }
+
+    fn arrive(&mut self, src: usize, a: Arrival) {
+        self.arrived.entry(src).or_default().push_back(a);
+        self.matching(src);
+    }
+
+    fn complete(&mut self, id: usize, len: usize, data: Vec<u8>) {
+        self.bytes += len as u64;
+        let slot = self.slots[id].as_mut().expect("a live receive");
+        debug_assert!(slot.is_recv);
+        slot.len = len;
+        slot.data = data;
+        slot.done = true;
+    }
+
+    fn matching(&mut self, src: usize) {
+        loop {
+            let (Some(posted), Some(arrived)) =
+                (self.posted.get_mut(&src), self.arrived.get_mut(&src))
+            else {
+                return;
+            };
+            if posted.is_empty() || arrived.is_empty() {
+                return;
+            }
+            let id = posted.pop_front().expect("checked");
+            match arrived.pop_front().expect("checked") {
+                Arrival::Eager { len, data } => self.complete(id, len, data),
+                Arrival::Request { msg } => {
+                    self.bound.insert(msg, id);
+                    self.out.push(Out::Clear { msg });
+                }
+            }
+        }
+    }
+
+    /// Whether the rank has nothing in flight.
+    pub fn is_idle(&self) -> bool {
+        self.slots.iter().all(Option::is_none)
+    }
+}
+
+/// The [`MessageIo`] of a simulated ipmc rank.
+pub struct SimMessages(pub Rc<RefCell<P2pState>>);
+
+impl MessageIo for SimMessages {
+    type Id = usize;
+
+    fn send(&mut self, peer: usize, data: Vec<u8>) -> P2pResult<usize> {
+        let len = data.len();
+        Ok(self.0.borrow_mut().send(peer, len, data))
+    }
+
+    fn recv(&mut self, peer: usize, _capacity: usize) -> P2pResult<usize> {
+        Ok(self.0.borrow_mut().recv(peer))
+    }
+
+    fn test(&mut self, id: usize, _wait: Wait) -> P2pResult<Option<Vec<u8>>> {
+        Ok(self.0.borrow_mut().test(id).map(|(_, data)| data))
+    }
+}

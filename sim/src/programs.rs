@@ -1,0 +1,355 @@
+//! What each simulated rank runs: ipmc's own driver, or a model of one of
+//! Open MPI tuned's broadcasts.
+
+use std::cell::RefCell;
+use std::rc::Rc;
+use std::time::Duration;
+
+use ipmc::datagram::Auth;
+use ipmc::io::Wait;
+use ipmc::multicast::{Driver, Ranks, Run};
+use ipmc::stats::Datagrams;
+
+use crate::engine::HostIo;
+use crate::p2p::{P2pState, SimMessages};
+use crate::socket::SimSocket;
+use crate::Ns;
+
+/// Where a rank's broadcast stands after a step.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Status {
+    /// The broadcast call has returned.
+    pub returned: bool,
+    /// Nothing is owed to any neighbour any more.
+    pub done: bool,
+}
+
+/// One rank's part of a broadcast, stepped by the engine whenever
+/// something happened to its host.
+pub trait Program {
+    fn step(&mut self, now: Ns) -> Result<Status, String>;
+    /// When the rank needs a step even if nothing happens.
+    fn wake_at(&self) -> Option<Ns>;
+}
+
+/// How ipmc runs: its parameters that matter on the wire.
+#[derive(Clone, Copy, Debug)]
+pub struct IpmcParams {
+    pub fragment_size: usize,
+    pub auth: Auth,
+    pub root_wait: Duration,
+}
+
+/// A rank running ipmc's two-stage broadcast with the component's driver.
+pub struct IpmcRank {
+    driver: Driver<SimSocket>,
+    run: Option<Run<SimMessages>>,
+    stats: Datagrams,
+    message: Rc<[u8]>,
+    returned: bool,
+}
+
+impl IpmcRank {
+    pub fn new(
+        io: &HostIo,
+        at: Ranks,
+        params: IpmcParams,
+        comm_id: u64,
+        message: Rc<[u8]>,
+    ) -> Result<Self, String> {
+        let mut driver = Driver::new(
+            SimSocket(io.socket.clone()),
+            comm_id,
+            params.fragment_size,
+            params.auth,
+            params.root_wait,
+            (0, 0),
+        );
+        let mut stats = Datagrams::default();
+        let root_data = (at.rank == at.root).then_some(&message[..]);
+        let b = driver.begin(at, message.len(), root_data, Duration::ZERO, &mut stats);
+        let run = Run::new(b, SimMessages(io.p2p.clone()), at.rank, at.size)
+            .map_err(|e| e.to_string())?;
+        Ok(IpmcRank {
+            driver,
+            run: Some(run),
+            stats,
+            message,
+            returned: false,
+        })
+    }
+
+    /// The rank's datagram counters.
+    pub fn stats(&self) -> &Datagrams {
+        &self.stats
+    }
+}
+
+impl Program for IpmcRank {
+    fn step(&mut self, now: Ns) -> Result<Status, String> {
+        let Some(run) = self.run.as_mut() else {
+            return Ok(Status {
+                returned: true,
+                done: true,
+            });
+        };
+        self.driver
+            .step(
+                run,
+                Duration::from_nanos(now),
+                Wait::Progress,
+                &mut self.stats,
+            )
+            .map_err(|e| e.to_string())?;
+        self.returned |= run.is_done() || run.may_return();
+        let done = run.is_done();
+        if done {
+            let b = run.broadcast();
+            if b.data() != &self.message[..] {
+                return Err("the message received differs from the root's".into());
+            }
+            Driver::<SimSocket>::account(b, &mut self.stats);
+            // Ten thousand ranks' copies of a large message do not fit.
+            self.run = None;
+        }
+        Ok(Status {
+            returned: self.returned,
+            done,
+        })
+    }
+
+    fn wake_at(&self) -> Option<Ns> {
+        let run = self.run.as_ref()?;
+        Driver::<SimSocket>::wake_at(run).map(|d| d.as_nanos() as Ns)
+    }
+}
+
+/// One operation of a point-to-point schedule.
+#[derive(Clone, Copy, Debug)]
+pub enum Op {
+    Recv {
+        from: usize,
+    },
+    /// A send of `len` bytes, once receive `after` (an index into the
+    /// schedule) completed.
+    Send {
+        to: usize,
+        len: usize,
+        after: Option<usize>,
+    },
+}
+
+/// Receives a rank keeps posted ahead.
+const RECV_WINDOW: usize = 8;
+
+/// A rank of a point-to-point broadcast given as a schedule: receives are
+/// posted in order, a few ahead; sends start in order, each once the
+/// receive it depends on completed.
+pub struct Schedule {
+    p2p: Rc<RefCell<P2pState>>,
+    ops: Vec<Op>,
+    id: Vec<Option<usize>>,
+    done: Vec<bool>,
+    recvs: Vec<usize>,
+    sends: Vec<usize>,
+    next_recv: usize,
+    next_send: usize,
+    active: Vec<usize>,
+    open_recvs: usize,
+    left: usize,
+}
+
+impl Schedule {
+    pub fn new(io: &HostIo, ops: Vec<Op>) -> Self {
+        let recvs: Vec<usize> = (0..ops.len())
+            .filter(|&i| matches!(ops[i], Op::Recv { .. }))
+            .collect();
+        let sends: Vec<usize> = (0..ops.len())
+            .filter(|&i| matches!(ops[i], Op::Send { .. }))
+            .collect();
+        Schedule {
+            p2p: io.p2p.clone(),
+            id: vec![None; ops.len()],
+            done: vec![false; ops.len()],
+            left: ops.len(),
+            ops,
+            recvs,
+            sends,
+            next_recv: 0,
+            next_send: 0,
+            active: Vec::new(),
+            open_recvs: 0,
+        }
+    }
+}
+
+impl Program for Schedule {
+    fn step(&mut self, _now: Ns) -> Result<Status, String> {
+        let mut p2p = self.p2p.borrow_mut();
+        loop {
+            let mut moved = false;
+            while self.open_recvs < RECV_WINDOW && self.next_recv < self.recvs.len() {
+                let i = self.recvs[self.next_recv];
+                let Op::Recv { from } = self.ops[i] else {
+                    unreachable!("indexed receives")
+                };
+                self.id[i] = Some(p2p.recv(from));
+                self.active.push(i);
+                self.open_recvs += 1;
+                self.next_recv += 1;
+            }
+            while self.next_send < self.sends.len() {
+                let i = self.sends[self.next_send];
+                let Op::Send { to, len, after } = self.ops[i] else {
+                    unreachable!("indexed sends")
+                };
+                if after.is_some_and(|a| !self.done[a]) {
+                    break;
+                }
+                self.id[i] = Some(p2p.send(to, len, Vec::new()));
+                self.active.push(i);
+                self.next_send += 1;
+            }
+            let (ops, id, done) = (&self.ops, &self.id, &mut self.done);
+            let (mut finished, mut recvs) = (0, 0);
+            self.active.retain(|&i| {
+                let complete = p2p.test(id[i].expect("started")).is_some();
+                if complete {
+                    done[i] = true;
+                    finished += 1;
+                    recvs += usize::from(matches!(ops[i], Op::Recv { .. }));
+                }
+                !complete
+            });
+            self.left -= finished;
+            self.open_recvs -= recvs;
+            moved |= finished > 0;
+            if !moved {
+                break;
+            }
+        }
+        let done = self.left == 0;
+        Ok(Status {
+            returned: done,
+            done,
+        })
+    }
+
+    fn wake_at(&self) -> Option<Ns> {
+        None
+    }
+}
+
+/// Open MPI's binomial tree (`ompi_coll_base_bcast_intra_binomial`),
+/// unsegmented: a rank receives from its parent, then sends to its
+/// children, the largest subtree first.
+pub fn binomial(vrank: usize, size: usize, len: usize, real: impl Fn(usize) -> usize) -> Vec<Op> {
+    let mut ops = Vec::new();
+    let mut mask = 1;
+    let mut after = None;
+    while mask < size {
+        if vrank & mask != 0 {
+            ops.push(Op::Recv {
+                from: real(vrank - mask),
+            });
+            after = Some(0);
+            break;
+        }
+        mask <<= 1;
+    }
+    mask >>= 1;
+    while mask > 0 {
+        if vrank + mask < size {
+            ops.push(Op::Send {
+                to: real(vrank + mask),
+                len,
+                after,
+            });
+        }
+        mask >>= 1;
+    }
+    ops
+}
+
+/// Open MPI's pipelined chain (`ompi_coll_base_bcast_intra_pipeline`):
+/// segments of `segment` bytes flow along the ranks in order.
+pub fn pipeline(
+    vrank: usize,
+    size: usize,
+    len: usize,
+    segment: usize,
+    real: impl Fn(usize) -> usize,
+) -> Vec<Op> {
+    let segments = len.div_ceil(segment).max(1);
+    let mut ops = Vec::new();
+    for k in 0..segments {
+        let bytes = len.saturating_sub(k * segment).min(segment);
+        let after = if vrank > 0 {
+            ops.push(Op::Recv {
+                from: real(vrank - 1),
+            });
+            Some(ops.len() - 1)
+        } else {
+            None
+        };
+        if vrank + 1 < size {
+            ops.push(Op::Send {
+                to: real(vrank + 1),
+                len: bytes,
+                after,
+            });
+        }
+    }
+    ops
+}
+
+/// Open MPI's scatter-allgather with a ring allgather
+/// (`ompi_coll_base_bcast_intra_scatter_allgather_ring`): a binomial
+/// scatter of `size` blocks, then `size - 1` ring steps.
+pub fn scatter_allgather(
+    vrank: usize,
+    size: usize,
+    len: usize,
+    real: impl Fn(usize) -> usize,
+) -> Vec<Op> {
+    let block = len.div_ceil(size).max(1);
+    let bytes = |from: usize, to: usize| len.min(to * block).saturating_sub(from * block);
+    let mut ops = Vec::new();
+    let mut mask = 1;
+    let mut got = None;
+    while mask < size {
+        if vrank & mask != 0 {
+            ops.push(Op::Recv {
+                from: real(vrank - mask),
+            });
+            got = Some(0);
+            break;
+        }
+        mask <<= 1;
+    }
+    mask >>= 1;
+    while mask > 0 {
+        if vrank + mask < size {
+            let end = (vrank + 2 * mask).min(size);
+            ops.push(Op::Send {
+                to: real(vrank + mask),
+                len: bytes(vrank + mask, end),
+                after: got,
+            });
+        }
+        mask >>= 1;
+    }
+    let (pred, succ) = ((vrank + size - 1) % size, (vrank + 1) % size);
+    let mut after = got;
+    for step in 0..size.saturating_sub(1) {
+        let send_block = (vrank + size - step) % size;
+        ops.push(Op::Send {
+            to: real(succ),
+            len: bytes(send_block, send_block + 1),
+            after,
+        });
+        ops.push(Op::Recv { from: real(pred) });
+        after = Some(ops.len() - 1);
+    }
+    ops
+}

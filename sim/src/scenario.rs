@@ -1,0 +1,146 @@
+//! One simulated broadcast: a cluster, a message, an algorithm.
+
+use std::rc::Rc;
+use std::time::Duration;
+
+use rand_chacha::rand_core::{RngCore, SeedableRng};
+use rand_chacha::ChaCha8Rng;
+
+use ipmc::config::Config;
+use ipmc::datagram::Key;
+use ipmc::multicast::Ranks;
+use ipmc::setup;
+
+use crate::engine::{Engine, Outcome};
+use crate::network::Network;
+use crate::programs::{self, IpmcParams, IpmcRank, Program, Schedule};
+use crate::Ns;
+
+/// The broadcast a rank runs.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Algorithm {
+    /// ipmc's two-stage multicast broadcast, with the component's driver.
+    Ipmc,
+    /// Models of Open MPI tuned's broadcasts.
+    Binomial,
+    Pipeline,
+    ScatterAllgather,
+}
+
+impl Algorithm {
+    pub const PEERS: [Algorithm; 3] = [
+        Algorithm::Binomial,
+        Algorithm::Pipeline,
+        Algorithm::ScatterAllgather,
+    ];
+
+    pub fn name(self) -> &'static str {
+        match self {
+            Algorithm::Ipmc => "ipmc",
+            Algorithm::Binomial => "binomial",
+            Algorithm::Pipeline => "pipeline",
+            Algorithm::ScatterAllgather => "scatter-allgather",
+        }
+    }
+
+    pub fn from_name(name: &str) -> Option<Self> {
+        [Algorithm::Ipmc]
+            .into_iter()
+            .chain(Self::PEERS)
+            .find(|a| a.name() == name)
+    }
+}
+
+/// What to simulate.
+#[derive(Clone, Debug)]
+pub struct Scenario {
+    pub nodes: usize,
+    pub size: usize,
+    pub root: usize,
+    pub net: Network,
+    pub algorithm: Algorithm,
+    pub ipmc: IpmcParams,
+    /// Segment size of the pipelined chain.
+    pub pipeline_segment: usize,
+    pub seed: u64,
+}
+
+impl Scenario {
+    /// ipmc at its default parameters on `net`.
+    pub fn new(nodes: usize, size: usize, net: Network) -> Self {
+        let cfg = Config::default();
+        Scenario {
+            nodes,
+            size,
+            root: 0,
+            net,
+            algorithm: Algorithm::Ipmc,
+            ipmc: IpmcParams {
+                fragment_size: cfg.fragment_size,
+                auth: setup::auth_of(&cfg, Key([7; ipmc::datagram::KEY_LEN])),
+                root_wait: Duration::from_micros(cfg.root_wait_time_us),
+            },
+            pipeline_segment: 65536,
+            seed: 1,
+        }
+    }
+
+    /// Runs it: when every rank returned, and what the network did.
+    pub fn run(&self) -> Result<Outcome, String> {
+        let n = self.nodes;
+        if n < 2 {
+            return Err("a broadcast needs 2 nodes at least".into());
+        }
+        let mut rng = ChaCha8Rng::seed_from_u64(self.seed);
+        let mut engine = Engine::new(self.net.clone(), rng.next_u64());
+        let message: Rc<[u8]> = if self.algorithm == Algorithm::Ipmc {
+            let mut m = vec![0; self.size];
+            rng.fill_bytes(&mut m);
+            m.into()
+        } else {
+            Rc::from(Vec::new())
+        };
+        let comm_id = rng.next_u64();
+        let root = self.root;
+        let real = move |v: usize| (v + root) % n;
+        for rank in 0..n {
+            let io = engine.host_io();
+            let vrank = (rank + n - root) % n;
+            let program: Box<dyn Program> = match self.algorithm {
+                Algorithm::Ipmc => Box::new(IpmcRank::new(
+                    &io,
+                    Ranks {
+                        rank,
+                        size: n,
+                        root,
+                    },
+                    self.ipmc,
+                    comm_id,
+                    message.clone(),
+                )?),
+                Algorithm::Binomial => Box::new(Schedule::new(
+                    &io,
+                    programs::binomial(vrank, n, self.size, real),
+                )),
+                Algorithm::Pipeline => Box::new(Schedule::new(
+                    &io,
+                    programs::pipeline(vrank, n, self.size, self.pipeline_segment, real),
+                )),
+                Algorithm::ScatterAllgather => Box::new(Schedule::new(
+                    &io,
+                    programs::scatter_allgather(vrank, n, self.size, real),
+                )),
+            };
+            engine.add_host(io, program);
+        }
+        engine.run(LIMIT)
+    }
+
+    /// The message's bits at the link rate.
+    pub fn wire_ns(&self) -> Ns {
+        self.net.wire_time(self.size)
+    }
+}
+
+/// Virtual time after which a run counts as hung.
+const LIMIT: Ns = 3_600 * 1_000_000_000;

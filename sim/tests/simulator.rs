@@ -1,0 +1,140 @@
+//! The simulator's own checks: closed forms, conservation, completion and
+//! determinism.
+
+use ipmc_sim::network::{self, Network};
+use ipmc_sim::scenario::{Algorithm, Scenario};
+
+/// The emulated cluster without host costs: only the wire counts.
+fn wire_only() -> Network {
+    Network {
+        per_message_ns: 0,
+        per_byte_ps: 0,
+        ..Network::emulated()
+    }
+}
+
+fn scenario(nodes: usize, size: usize, net: Network, algorithm: Algorithm) -> Scenario {
+    let mut s = Scenario::new(nodes, size, net);
+    s.algorithm = algorithm;
+    s
+}
+
+#[test]
+fn one_message_between_two_hosts_takes_the_closed_form() {
+    let net = wire_only();
+    // Three full segments: the receiver has the message one segment's time
+    // after the sender put the last on its link, plus a latency per link.
+    let len = 3 * net.segment - network::MESSAGE_HEADER;
+    let out = scenario(2, len, net.clone(), Algorithm::Binomial)
+        .run()
+        .unwrap();
+    let seg = net.serialize(network::segment_wire(net.segment));
+    assert_eq!(out.returned_ns[0], 3 * seg, "the sender returns when sent");
+    assert_eq!(out.returned_ns[1], 4 * seg + 2 * net.latency_ns);
+    assert_eq!(out.completion_max_ns(), 4 * seg + 2 * net.latency_ns);
+}
+
+#[test]
+fn one_datagram_reaches_every_host_at_once() {
+    let net = wire_only();
+    let s = scenario(64, 1000, net.clone(), Algorithm::Ipmc);
+    let out = s.run().unwrap();
+    let dg = ipmc::datagram::HEADER_LEN + 1000 + ipmc::datagram::TAG_LEN;
+    let hop = net.serialize(network::datagram_wire(dg)) + net.latency_ns;
+    assert_eq!(
+        out.returned_ns[0], 0,
+        "the root returns once its datagram is sent"
+    );
+    assert!(
+        out.returned_ns[1..].iter().all(|&t| t == 2 * hop),
+        "{:?}",
+        out.returned_ns
+    );
+    assert_eq!(out.counters.datagrams_sent, 1);
+    assert_eq!(out.counters.datagrams_delivered, 63);
+}
+
+/// Every copy of a datagram is delivered, lost, or dropped by a queue or a
+/// socket buffer; every point-to-point message arrives.
+#[test]
+fn bytes_are_conserved() {
+    for (loss, queue) in [(0.0, 2_500_000), (0.05, 2_500_000), (0.02, 3_000)] {
+        let net = Network {
+            loss,
+            port_queue: queue,
+            ..Network::emulated()
+        };
+        let out = scenario(40, 300_000, net, Algorithm::Ipmc).run().unwrap();
+        let c = &out.counters;
+        assert_eq!(
+            c.datagram_copies,
+            c.datagrams_delivered + c.lost + c.queue_drops + c.rcvbuf_drops,
+            "{c:?}"
+        );
+        assert_eq!(c.datagram_copies, c.datagrams_sent * 39);
+        assert_eq!(c.messages_sent, c.messages_delivered, "{c:?}");
+        if loss > 0.0 {
+            assert!(c.lost > 0, "{c:?}");
+        }
+        if queue < 4_000 {
+            assert!(
+                c.queue_drops > 0,
+                "a queue shorter than a datagram drops: {c:?}"
+            );
+        }
+    }
+}
+
+/// Under heavy and bursty loss every rank of every algorithm finishes, and
+/// ipmc's ranks hold the root's bytes (the run checks them).
+#[test]
+fn every_rank_completes_under_loss() {
+    let net = Network {
+        loss: 0.2,
+        burst: 4.0,
+        ..Network::emulated()
+    };
+    for algorithm in [Algorithm::Ipmc].into_iter().chain(Algorithm::PEERS) {
+        for (nodes, size) in [(2, 10), (5, 70_000), (33, 200_000)] {
+            let out = scenario(nodes, size, net.clone(), algorithm)
+                .run()
+                .unwrap_or_else(|e| panic!("{algorithm:?} {nodes} {size}: {e}"));
+            assert_eq!(out.returned_ns.len(), nodes);
+            assert!(out.completion_max_ns() > 0);
+        }
+    }
+}
+
+#[test]
+fn a_seed_decides_everything() {
+    let net = Network {
+        loss: 0.05,
+        burst: 2.0,
+        ..Network::emulated()
+    };
+    let run = |seed| {
+        let mut s = scenario(50, 100_000, net.clone(), Algorithm::Ipmc);
+        s.seed = seed;
+        s.run().unwrap()
+    };
+    let (a, b, c) = (run(3), run(3), run(4));
+    assert_eq!(a.returned_ns, b.returned_ns);
+    assert_eq!(a.counters, b.counters);
+    assert_ne!(a.counters.lost, 0);
+    assert!(a.returned_ns != c.returned_ns || a.counters != c.counters);
+}
+
+/// Multicast does not grow with the number of hosts; a tree does.
+#[test]
+fn ipmc_stays_flat_while_a_tree_grows() {
+    let at = |nodes, algorithm| {
+        scenario(nodes, 65536, Network::emulated(), algorithm)
+            .run()
+            .unwrap()
+            .completion_max_ns() as f64
+    };
+    let (i4, i256) = (at(4, Algorithm::Ipmc), at(256, Algorithm::Ipmc));
+    let (b4, b256) = (at(4, Algorithm::Binomial), at(256, Algorithm::Binomial));
+    assert!(i256 < 1.1 * i4, "ipmc {i4} → {i256}");
+    assert!(b256 > 3.0 * b4, "binomial {b4} → {b256}");
+}
