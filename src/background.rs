@@ -40,7 +40,7 @@ static SLOTS: Mutex<Vec<Weak<Mutex<Slot>>>> = Mutex::new(Vec::new());
 static RUNNING: AtomicUsize = AtomicUsize::new(0);
 
 fn locked<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
-    // A panic aborts the process, so a lock is never poisoned in practice.
+    // A panic caught at the FFI boundary may poison a lock; the data stays usable.
     m.lock().unwrap_or_else(|p| p.into_inner())
 }
 

@@ -76,7 +76,8 @@ pub struct Config {
 }
 
 impl Default for Config {
-    /// The defaults of the parameter table.
+    /// The defaults of the parameter table (`mca-params/ipmc_params.def`),
+    /// which a test holds these to.
     fn default() -> Self {
         Config {
             priority: 40,
@@ -301,6 +302,152 @@ mod tests {
         ];
         for cfg in shared {
             assert_ne!(cfg.digest(), base.digest(), "{cfg:?}");
+        }
+    }
+
+    /// One row of `mca-params/ipmc_params.def`: name, type, default, min, max.
+    struct Row<'a> {
+        name: &'a str,
+        ty: &'a str,
+        default: &'a str,
+        min: &'a str,
+        max: &'a str,
+    }
+
+    fn table() -> Vec<Row<'static>> {
+        include_str!("../mca-params/ipmc_params.def")
+            .lines()
+            .filter_map(|l| l.strip_prefix("IPMC_PARAM("))
+            .map(|row| {
+                // The help string, last, may contain commas.
+                let f: Vec<&str> = row.splitn(8, ',').map(str::trim).collect();
+                assert_eq!(f.len(), 8, "malformed row: {row}");
+                Row {
+                    name: f[0],
+                    ty: f[1],
+                    default: f[2],
+                    min: f[3],
+                    max: f[4],
+                }
+            })
+            .collect()
+    }
+
+    /// `Config::default()` as the table would write it: every field under
+    /// the name of its parameter, its value in the table's notation.
+    fn defaults_by_parameter() -> Vec<(&'static str, String)> {
+        // Exhaustive: a new field does not compile until it is listed here.
+        let Config {
+            priority,
+            crossover_nodes,
+            crossover_size,
+            fragment_size,
+            root_wait_time_us,
+            use_crc_checking,
+            authenticate,
+            print_statistics,
+            chain_segment_size,
+            bcast_algorithm,
+            verbose,
+            group_range,
+            port_range,
+            if_include,
+            if_exclude,
+            ttl,
+            rcvbuf,
+            inject_loss_percent,
+            inject_seed,
+            ranks_are_nodes,
+            background_limit,
+        } = Config::default();
+        let quoted = |s: String| format!("\"{s}\"");
+        vec![
+            ("priority", priority.to_string()),
+            ("crossover_nodes", crossover_nodes.to_string()),
+            ("crossover_size", crossover_size.to_string()),
+            ("fragment_size", fragment_size.to_string()),
+            ("root_wait_time", root_wait_time_us.to_string()),
+            ("use_crc_checking", use_crc_checking.to_string()),
+            ("authenticate", authenticate.to_string()),
+            ("print_statistics", print_statistics.to_string()),
+            ("chain_segment_size", chain_segment_size.to_string()),
+            ("bcast_algorithm", bcast_algorithm.to_string()),
+            ("verbose", verbose.to_string()),
+            ("group_range", quoted(group_range)),
+            ("port_range", quoted(port_range)),
+            ("if_include", quoted(if_include)),
+            ("if_exclude", quoted(if_exclude)),
+            ("ttl", ttl.to_string()),
+            ("rcvbuf", rcvbuf.to_string()),
+            ("inject_loss", inject_loss_percent.to_string()),
+            ("inject_seed", inject_seed.to_string()),
+            ("ranks_are_nodes", ranks_are_nodes.to_string()),
+            ("background_limit", background_limit.to_string()),
+        ]
+    }
+
+    #[test]
+    fn defaults_are_the_parameter_tables() {
+        let rows = table();
+        let ours = defaults_by_parameter();
+        for row in &rows {
+            let (_, value) = ours
+                .iter()
+                .find(|(name, _)| *name == row.name)
+                .unwrap_or_else(|| panic!("no Config field for parameter {}", row.name));
+            assert_eq!(*value, row.default, "default of {}", row.name);
+        }
+        for (name, _) in &ours {
+            assert_eq!(
+                rows.iter().filter(|r| r.name == *name).count(),
+                1,
+                "parameter {name} is not in the table exactly once"
+            );
+        }
+    }
+
+    #[test]
+    fn table_defaults_lie_in_their_ranges() {
+        for row in table() {
+            match row.ty {
+                "INT" | "SIZE" => {
+                    let num = |s: &str| {
+                        s.parse::<i128>()
+                            .unwrap_or_else(|e| panic!("{}: {s:?}: {e}", row.name))
+                    };
+                    let (default, min, max) = (num(row.default), num(row.min), num(row.max));
+                    assert!(
+                        min <= default && default <= max,
+                        "default of {} outside {min}..={max}",
+                        row.name
+                    );
+                    if row.ty == "SIZE" {
+                        assert!(min >= 0, "{}: a size is not negative", row.name);
+                    } else {
+                        // INT parameters are C `int`s.
+                        assert!(
+                            i32::try_from(min).is_ok() && i32::try_from(max).is_ok(),
+                            "{}: range beyond an int",
+                            row.name
+                        );
+                    }
+                }
+                "BOOL" => assert!(
+                    matches!(row.default, "true" | "false"),
+                    "{}: {}",
+                    row.name,
+                    row.default
+                ),
+                "STRING" => assert!(
+                    row.default.len() >= 2
+                        && row.default.starts_with('"')
+                        && row.default.ends_with('"'),
+                    "{}: {}",
+                    row.name,
+                    row.default
+                ),
+                other => panic!("{}: unknown type {other}", row.name),
+            }
         }
     }
 

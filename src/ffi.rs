@@ -2,12 +2,17 @@
 //!
 //! C calls the `ipmc_rs_*` entry points (declared in `ompi-glue/ipmc_glue.h`);
 //! Rust calls the glue's `ipmc_*` wrappers through the bindgen declarations in
-//! [`sys`]. Open MPI's objects are opaque pointers here. The crate is built
-//! with `panic = "abort"`, so no panic unwinds into C.
+//! [`sys`]. Open MPI's objects are opaque pointers here. Every entry point
+//! runs its body under [`guard`]: a panic stops there, never unwinds into C,
+//! and the MPI process goes on without ipmc where it hit the error.
 
+use std::any::Any;
+use std::cell::{Cell, RefCell};
 use std::ffi::{c_char, c_int, c_void, CStr, CString};
+use std::fmt;
 use std::marker::PhantomData;
 use std::ops::Range;
+use std::panic::{self, AssertUnwindSafe, UnwindSafe};
 use std::ptr;
 use std::sync::atomic::{AtomicBool, Ordering};
 
@@ -58,6 +63,92 @@ same_signature!(
     sys::ipmc_rs_pvar_info = ipmc_rs_pvar_info,
     sys::ipmc_rs_pvar_read = ipmc_rs_pvar_read,
 );
+
+/// A panic caught at the boundary: its message and where it was raised.
+#[derive(Debug)]
+struct Panic {
+    message: String,
+    at: Option<String>,
+}
+
+impl fmt::Display for Panic {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        // One line: `assert_eq!` messages span several.
+        let message: Vec<&str> = self.message.lines().map(str::trim).collect();
+        write!(f, "{}", message.join("; "))?;
+        match &self.at {
+            Some(at) => write!(f, " (at {at})"),
+            None => Ok(()),
+        }
+    }
+}
+
+thread_local! {
+    /// How many guarded entry points run on this thread (progress may run
+    /// inside a broadcast).
+    static GUARDED: Cell<u32> = const { Cell::new(0) };
+    /// Where the last guarded panic on this thread was raised.
+    static PANIC_AT: RefCell<Option<String>> = const { RefCell::new(None) };
+}
+
+/// Chains a panic hook (once per process) that keeps the location of a
+/// panic inside [`caught`] for its warning, and leaves Rust's own report of
+/// it out when that warning is shown, so a panic is told in one line. Any
+/// other panic goes to the hook that was installed before.
+fn install_panic_hook() {
+    static ONCE: std::sync::Once = std::sync::Once::new();
+    ONCE.call_once(|| {
+        let previous = panic::take_hook();
+        panic::set_hook(Box::new(move |info| {
+            if GUARDED.try_with(Cell::get).unwrap_or(0) == 0 {
+                return previous(info);
+            }
+            let at = info.location().map(ToString::to_string);
+            let _ = PANIC_AT.try_with(|p| p.replace(at));
+            if !log::log_enabled!(log::Level::Warn) {
+                previous(info);
+            }
+        }));
+    });
+}
+
+fn panic_message(payload: &(dyn Any + Send)) -> &str {
+    if let Some(s) = payload.downcast_ref::<&str>() {
+        s
+    } else if let Some(s) = payload.downcast_ref::<String>() {
+        s
+    } else {
+        "a panic without a message"
+    }
+}
+
+/// Runs `f`, stopping a panic in it (unwinding into C would be undefined
+/// behaviour).
+fn caught<T>(f: impl FnOnce() -> T + UnwindSafe) -> Result<T, Panic> {
+    install_panic_hook();
+    GUARDED.with(|g| g.set(g.get() + 1));
+    let result = panic::catch_unwind(f);
+    GUARDED.with(|g| g.set(g.get() - 1));
+    result.map_err(|payload| Panic {
+        message: panic_message(&*payload).to_string(),
+        at: PANIC_AT.with(RefCell::take),
+    })
+}
+
+/// The one warning line of a caught panic; `what` says where it happened
+/// and how ipmc goes on.
+fn report(what: &str, panic: &Panic) {
+    log::warn!("hit an internal error {what}: {panic}");
+}
+
+/// The body `f` of an entry point: its value, or after a panic (reported
+/// with `what`, see [`report`]) `fallback`.
+fn guard<T>(what: &str, fallback: T, f: impl FnOnce() -> T + UnwindSafe) -> T {
+    caught(f).unwrap_or_else(|panic| {
+        report(what, &panic);
+        fallback
+    })
+}
 
 impl From<&sys::ipmc_config_t> for Config {
     fn from(c: &sys::ipmc_config_t) -> Self {
@@ -444,26 +535,29 @@ pub unsafe extern "C" fn ipmc_rs_init_query(
     err: *mut std::ffi::c_char,
     err_len: usize,
 ) -> c_int {
-    // SAFETY: the C caller passes its live parameter storage.
-    let cfg = Config::from(unsafe { &*cfg });
-    logging::init(cfg.verbose);
-    match cfg.validate() {
-        Ok(()) => OMPI_SUCCESS,
-        Err(why) => {
-            let why = c_line(&why);
-            let bytes = why.as_bytes_with_nul();
-            let n = bytes.len().min(err_len);
-            if n > 0 {
-                // SAFETY: the caller's buffer has `err_len` writable bytes;
-                // the copy stays within it and ends with a NUL.
-                unsafe {
-                    ptr::copy_nonoverlapping(bytes.as_ptr().cast(), err, n);
-                    *err.add(n - 1) = 0;
+    let what = "in init_query and steps aside in this process";
+    guard(what, OMPI_ERR_NOT_AVAILABLE, || {
+        // SAFETY: the C caller passes its live parameter storage.
+        let cfg = Config::from(unsafe { &*cfg });
+        logging::init(cfg.verbose);
+        match cfg.validate() {
+            Ok(()) => OMPI_SUCCESS,
+            Err(why) => {
+                let why = c_line(&why);
+                let bytes = why.as_bytes_with_nul();
+                let n = bytes.len().min(err_len);
+                if n > 0 {
+                    // SAFETY: the caller's buffer has `err_len` writable bytes;
+                    // the copy stays within it and ends with a NUL.
+                    unsafe {
+                        ptr::copy_nonoverlapping(bytes.as_ptr().cast(), err, n);
+                        *err.add(n - 1) = 0;
+                    }
                 }
+                OMPI_ERR_NOT_AVAILABLE
             }
-            OMPI_ERR_NOT_AVAILABLE
         }
-    }
+    })
 }
 
 /// `collm_comm_query`: the per-communicator state, or NULL to decline.
@@ -473,6 +567,19 @@ pub unsafe extern "C" fn ipmc_rs_init_query(
 /// `priority` a valid out-pointer.
 #[no_mangle]
 pub unsafe extern "C" fn ipmc_rs_comm_query(
+    comm: *mut ompi_communicator_t,
+    cfg: *const sys::ipmc_config_t,
+    priority: *mut c_int,
+) -> *mut c_void {
+    let what = "in comm_query and declines the communicator";
+    // SAFETY: the arguments are as the function's contract says.
+    guard(what, ptr::null_mut(), || unsafe {
+        comm_query(comm, cfg, priority)
+    })
+}
+
+/// The body of [`ipmc_rs_comm_query`], with its contract.
+unsafe fn comm_query(
     comm: *mut ompi_communicator_t,
     cfg: *const sys::ipmc_config_t,
     priority: *mut c_int,
@@ -539,13 +646,16 @@ fn decline(comm: Comm, reason: &str) -> *mut c_void {
 /// `cfg` points to the component's parameter storage.
 #[no_mangle]
 pub unsafe extern "C" fn ipmc_rs_config_digest(cfg: *const sys::ipmc_config_t) -> u64 {
-    // SAFETY: the C caller passes its live parameter storage.
-    let cfg = Config::from(unsafe { &*cfg });
-    if cfg.priority < 0 || cfg.validate().is_err() {
-        0
-    } else {
-        cfg.digest()
-    }
+    let what = "in config_digest and publishes that it does not run in this process";
+    guard(what, 0, || {
+        // SAFETY: the C caller passes its live parameter storage.
+        let cfg = Config::from(unsafe { &*cfg });
+        if cfg.priority < 0 || cfg.validate().is_err() {
+            0
+        } else {
+            cfg.digest()
+        }
+    })
 }
 
 /// `coll_module_enable`.
@@ -558,10 +668,13 @@ pub unsafe extern "C" fn ipmc_rs_module_enable(
     _module: *mut ipmc_module,
     comm: *mut ompi_communicator_t,
 ) -> c_int {
-    // SAFETY: see the function's contract; Open MPI serialises calls on one module.
-    let module = unsafe { &mut *state.cast::<Module>() };
-    module.enable(Comm(comm));
-    OMPI_SUCCESS
+    let what = "in module_enable and steps aside on the communicator";
+    guard(what, OMPI_ERROR, || {
+        // SAFETY: see the function's contract; Open MPI serialises calls on one module.
+        let module = unsafe { &mut *state.cast::<Module>() };
+        module.enable(Comm(comm));
+        OMPI_SUCCESS
+    })
 }
 
 /// `coll_module_disable`: the communicator is being freed.
@@ -573,9 +686,11 @@ pub unsafe extern "C" fn ipmc_rs_module_disable(
     state: *mut c_void,
     comm: *mut ompi_communicator_t,
 ) {
-    // SAFETY: see the function's contract.
-    let module = unsafe { &mut *state.cast::<Module>() };
-    module.disable(Comm(comm));
+    guard("in module_disable and goes on", (), || {
+        // SAFETY: see the function's contract.
+        let module = unsafe { &mut *state.cast::<Module>() };
+        module.disable(Comm(comm));
+    });
 }
 
 /// The module's destructor: releases the state. Makes no MPI call.
@@ -584,11 +699,14 @@ pub unsafe extern "C" fn ipmc_rs_module_disable(
 /// `state` comes from [`ipmc_rs_comm_query`]; it is not used afterwards.
 #[no_mangle]
 pub unsafe extern "C" fn ipmc_rs_module_destroy(state: *mut c_void) {
-    // SAFETY: see the function's contract: this reclaims the Box made in comm_query.
-    drop(unsafe { Box::from_raw(state.cast::<Module>()) });
+    guard("in module_destroy and goes on", (), || {
+        // SAFETY: see the function's contract: this reclaims the Box made in comm_query.
+        drop(unsafe { Box::from_raw(state.cast::<Module>()) });
+    });
 }
 
-/// `coll_bcast`.
+/// `coll_bcast`. After a panic, every later call on the communicator goes to
+/// the broadcast ipmc replaced (see [`Module::poison`]).
 ///
 /// # Safety
 /// `state` as for [`ipmc_rs_module_enable`]; the other arguments are those of
@@ -603,9 +721,7 @@ pub unsafe extern "C" fn ipmc_rs_bcast(
     comm: *mut ompi_communicator_t,
     module: *mut ipmc_module,
 ) -> c_int {
-    // SAFETY: see the function's contract; MPI forbids concurrent collectives
-    // on one communicator, so this is the only reference to the state.
-    let state = unsafe { &mut *state.cast::<Module>() };
+    let state = state.cast::<Module>();
     let mut call = BcastCall {
         buf,
         count,
@@ -614,23 +730,68 @@ pub unsafe extern "C" fn ipmc_rs_bcast(
         comm: Comm(comm),
         module,
     };
-    match state.bcast(&mut call) {
+    let code = |result: Result<(), i32>| match result {
         Ok(()) => OMPI_SUCCESS,
         Err(rc) if rc != OMPI_SUCCESS => rc,
         Err(_) => OMPI_ERROR,
+    };
+    // Unwind safety: after a panic the module is poisoned (its multicast
+    // state is never used again), and the call is handed over whole or fails.
+    // SAFETY: see the function's contract; MPI forbids concurrent collectives
+    // on one communicator, so this is the only reference to the state.
+    let first = caught(AssertUnwindSafe(|| unsafe { &mut *state }.bcast(&mut call)));
+    let panic = match first {
+        Ok(result) => return code(result),
+        Err(panic) => panic,
+    };
+    // SAFETY: as above; the reference of the panicked closure is gone.
+    let module = unsafe { &mut *state };
+    if module.poison() {
+        let name = call.comm().name();
+        report(
+            &format!(
+                "in MPI_Bcast on {name} before any of its messages moved, and the broadcast \
+                 of the component it replaced serves this call and every later one there"
+            ),
+            &panic,
+        );
+        // A broken module goes straight to the replaced broadcast.
+        let what = "in MPI_Bcast's fallback, and the call fails";
+        guard(
+            what,
+            OMPI_ERROR,
+            AssertUnwindSafe(|| code(module.bcast(&mut call))),
+        )
+    } else {
+        // Peers may hold some of this call's messages, which the replaced
+        // broadcast's own (same tag) could meet: handing over could deliver
+        // wrong data silently, an error cannot.
+        let name = call.comm().name();
+        report(
+            &format!(
+                "in MPI_Bcast on {name} after its messages began to move, so the call fails \
+                 (OMPI_ERROR) and the broadcast of the component it replaced serves every \
+                 later one there"
+            ),
+            &panic,
+        );
+        OMPI_ERROR
     }
 }
 
 /// Open MPI's progress engine calls this (once registered) on every turn.
 #[no_mangle]
 pub extern "C" fn ipmc_rs_progress() -> c_int {
-    c_int::try_from(crate::background::progress()).unwrap_or(c_int::MAX)
+    guard("in the background progress and goes on", 0, || {
+        c_int::try_from(crate::background::progress()).unwrap_or(c_int::MAX)
+    })
 }
 
 /// `MPI_Finalize` calls this first (see [`register_progress`]).
 #[no_mangle]
 pub extern "C" fn ipmc_rs_finish_all() {
-    crate::background::finish_all();
+    let what = "finishing the background broadcasts at MPI_Finalize, and goes on";
+    guard(what, (), crate::background::finish_all);
 }
 
 /// Registers [`ipmc_rs_progress`] with Open MPI's progress engine, and
@@ -674,19 +835,22 @@ pub unsafe extern "C" fn ipmc_rs_pvar_info(
     desc: *mut c_char,
     desc_len: usize,
 ) -> c_int {
-    let vars = Stats::default().pvars();
-    let Some(var) = usize::try_from(i).ok().and_then(|i| vars.get(i)) else {
-        return -1;
-    };
-    // SAFETY: the buffers are as the contract says.
-    unsafe {
-        copy_c_string(var.name, name, name_len);
-        copy_c_string(var.description, desc, desc_len);
-    }
-    match var.class {
-        PvarClass::Counter => 0,
-        PvarClass::State => 1,
-    }
+    let what = "describing a performance variable, which is left out";
+    guard(what, -1, || {
+        let vars = Stats::default().pvars();
+        let Some(var) = usize::try_from(i).ok().and_then(|i| vars.get(i)) else {
+            return -1;
+        };
+        // SAFETY: the buffers are as the contract says.
+        unsafe {
+            copy_c_string(var.name, name, name_len);
+            copy_c_string(var.description, desc, desc_len);
+        }
+        match var.class {
+            PvarClass::Counter => 0,
+            PvarClass::State => 1,
+        }
+    })
 }
 
 /// The value of performance variable `i` in a communicator's state; 0 when
@@ -697,12 +861,14 @@ pub unsafe extern "C" fn ipmc_rs_pvar_info(
 /// on its communicator runs at the same time.
 #[no_mangle]
 pub unsafe extern "C" fn ipmc_rs_pvar_read(state: *const c_void, i: c_int) -> u64 {
-    // SAFETY: see the function's contract: a shared reference for this read only.
-    let module = unsafe { &*state.cast::<Module>() };
-    usize::try_from(i)
-        .ok()
-        .and_then(|i| module.stats().pvars().get(i).map(|v| v.value))
-        .unwrap_or(0)
+    guard("reading a performance variable, which reads 0", 0, || {
+        // SAFETY: see the function's contract: a shared reference for this read only.
+        let module = unsafe { &*state.cast::<Module>() };
+        usize::try_from(i)
+            .ok()
+            .and_then(|i| module.stats().pvars().get(i).map(|v| v.value))
+            .unwrap_or(0)
+    })
 }
 
 /// One address of one network interface, as `getifaddrs(3)` lists it.
@@ -1023,4 +1189,46 @@ pub fn thread_cpu_time() -> std::time::Duration {
     // SAFETY: `ts` is a valid out-pointer; this clock exists on every Linux.
     unsafe { libc::clock_gettime(libc::CLOCK_THREAD_CPUTIME_ID, &mut ts) };
     std::time::Duration::new(ts.tv_sec as u64, ts.tv_nsec as u32)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_panic_stops_at_the_guard_and_gives_the_fallback() {
+        assert_eq!(guard("in a test", 7, || 1), 1);
+        assert_eq!(guard("in a test", 7, || -> i32 { panic!("boom") }), 7);
+        let null: *mut c_void = guard("in a test", ptr::null_mut(), || {
+            let v: Vec<u8> = Vec::new();
+            let _ = v[3];
+            ptr::NonNull::dangling().as_ptr()
+        });
+        assert!(null.is_null());
+    }
+
+    #[test]
+    fn a_caught_panic_tells_its_message_and_place_in_one_line() {
+        let p = caught(|| panic!("ranks {} and {}", 1, 2)).unwrap_err();
+        assert_eq!(p.message, "ranks 1 and 2");
+        let at = p.at.as_deref().expect("the hook keeps the place");
+        assert!(at.starts_with("src/ffi.rs:"), "{at}");
+        let p = caught(|| assert_eq!(1 + 1, 3, "sums")).unwrap_err();
+        let line = p.to_string();
+        assert!(!line.contains('\n'), "{line}");
+        assert!(line.contains("sums") && line.contains("left: 2"), "{line}");
+        let p = caught(|| std::panic::panic_any(5u8)).unwrap_err();
+        assert_eq!(p.message, "a panic without a message");
+    }
+
+    #[test]
+    fn a_guard_inside_a_guard_catches_its_own_panic() {
+        let outer = guard("outer", 0, || {
+            let inner = guard("inner", 2, || -> i32 { panic!("inner") });
+            inner + 1
+        });
+        assert_eq!(outer, 3);
+        assert_eq!(GUARDED.with(Cell::get), 0);
+        assert!(PANIC_AT.with(|p| p.borrow().is_none()));
+    }
 }

@@ -151,19 +151,50 @@ pub struct Module {
     stats: Stats,
     reported: bool,
     multicast: Multicast,
+    /// A panic was caught in a call on this module (see [`Module::poison`]).
+    broken: bool,
+    /// The current broadcast call has started to move messages.
+    moved: bool,
 }
 
 impl Module {
     pub fn new(cfg: Config, comm: Comm, nodes: Nodes) -> Self {
+        Self::with(cfg, comm.rank(), comm.size(), comm.cid(), nodes)
+    }
+
+    fn with(cfg: Config, rank: usize, size: usize, cid: u32, nodes: Nodes) -> Self {
         Module {
             cfg,
-            rank: comm.rank(),
-            size: comm.size(),
+            rank,
+            size,
             nodes,
-            cid: comm.cid(),
+            cid,
             stats: Stats::default(),
             reported: false,
             multicast: Multicast::NotSetUp,
+            broken: false,
+            moved: false,
+        }
+    }
+
+    /// Called after a panic in a call on this module was caught: every later
+    /// broadcast goes to the replaced component's, and the multicast state,
+    /// which the panic may have left half-changed, is never used again.
+    /// Returns whether the panicked broadcast may be handed over as well:
+    /// only if none of its messages moved, which could otherwise meet the
+    /// replaced broadcast's (same tag) at a peer, and no earlier multicast
+    /// broadcast may still owe frames in the background for the same reason.
+    pub fn poison(&mut self) -> bool {
+        self.broken = true;
+        !self.moved && !matches!(self.multicast, Multicast::Ready(_))
+    }
+
+    /// The algorithm for a broadcast of `bytes` bytes.
+    fn choose(&self, bytes: usize) -> Algorithm {
+        if self.broken {
+            Algorithm::Previous
+        } else {
+            self.cfg.choose(bytes, self.nodes.count)
         }
     }
 
@@ -198,13 +229,16 @@ impl Module {
         }
         self.reported = true;
         if let Multicast::Ready(group) = &mut self.multicast {
-            // The neighbours may still wait for frames of the last broadcast.
-            if let Err(e) = group.finish() {
-                warn!(
-                    "rank {}: the last broadcast on {} failed: {e}",
-                    self.rank,
-                    comm.name()
-                );
+            // The neighbours may still wait for frames of the last broadcast
+            // (unless a panic left the group's state in doubt).
+            if !self.broken {
+                if let Err(e) = group.finish() {
+                    warn!(
+                        "rank {}: the last broadcast on {} failed: {e}",
+                        self.rank,
+                        comm.name()
+                    );
+                }
             }
         }
         // Leaves the group and closes the sockets.
@@ -213,6 +247,7 @@ impl Module {
 
     /// One `MPI_Bcast` on this communicator; the error is an Open MPI code.
     pub fn bcast(&mut self, call: &mut BcastCall) -> Result<(), i32> {
+        self.moved = false;
         let bytes = call.bytes();
         if bytes == 0 {
             self.stats.empty += 1;
@@ -221,12 +256,16 @@ impl Module {
         if let Multicast::Ready(group) = &mut self.multicast {
             // Every algorithm (and the replaced component's) uses the
             // broadcast tag: the last multicast broadcast's frames must not
-            // meet this call's messages.
-            group.finish().map_err(|e| e.0)?;
+            // meet this call's messages. A broken module's last broadcast
+            // is left alone (see `poison`).
+            if !self.broken {
+                group.finish().map_err(|e| e.0)?;
+            }
         }
-        let mut alg = self.cfg.choose(bytes, self.nodes.count);
+        let mut alg = self.choose(bytes);
         if alg == Algorithm::Multicast {
             if let Multicast::NotSetUp = self.multicast {
+                self.moved = true;
                 self.multicast = self.set_up(call.comm())?;
             }
             if let Multicast::Failed = self.multicast {
@@ -240,6 +279,7 @@ impl Module {
             call.root(),
             alg.name()
         );
+        self.moved = true;
         match alg {
             Algorithm::Previous => call.previous()?,
             Algorithm::Multicast => self.run_multicast(call, bytes)?,
@@ -473,6 +513,31 @@ mod tests {
         assert_eq!(Published::from_modex(None), Absent);
         assert_eq!(Published::from_modex(Some(0)), Disabled);
         assert_eq!(Published::from_modex(Some(7)), Digest(7));
+    }
+
+    #[test]
+    fn a_module_broken_by_a_panic_hands_every_broadcast_to_the_replaced_one() {
+        // Never dropped: the drop of a multicast group needs the C glue,
+        // which unit tests do not link.
+        let module = || {
+            std::mem::ManuallyDrop::new(Module::with(
+                Config::default(),
+                0,
+                8,
+                1,
+                Nodes::one_per_rank(8),
+            ))
+        };
+        let mut m = module();
+        assert_eq!(m.choose(100), Algorithm::Multicast);
+        assert!(m.poison(), "no message moved: the call may be handed over");
+        for bytes in [1, 100, 1 << 20, 1 << 30] {
+            assert_eq!(m.choose(bytes), Algorithm::Previous, "{bytes}");
+        }
+        let mut m = module();
+        m.moved = true;
+        assert!(!m.poison(), "messages moved: the call fails instead");
+        assert_eq!(m.choose(100), Algorithm::Previous);
     }
 
     #[test]
