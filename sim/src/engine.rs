@@ -420,19 +420,19 @@ impl Engine {
 
     fn at_switch(&mut self, p: Rc<Packet>) {
         match p.dst {
-            Some(d) => self.to_port(d, p, false),
+            Some(d) => self.enqueue_at_port(d, p, false),
             None => {
                 for d in 0..self.hosts.len() {
                     if d != p.src {
                         self.counters.datagram_copies += 1;
-                        self.to_port(d, p.clone(), true);
+                        self.enqueue_at_port(d, p.clone(), true);
                     }
                 }
             }
         }
     }
 
-    fn to_port(&mut self, d: usize, p: Rc<Packet>, droppable: bool) {
+    fn enqueue_at_port(&mut self, d: usize, p: Rc<Packet>, droppable: bool) {
         let port = &mut self.ports[d];
         // Point-to-point messages ride TCP, which would resend what a queue
         // dropped: they are never dropped here.
