@@ -2,7 +2,7 @@
 
 use std::cell::RefCell;
 use std::cmp::Reverse;
-use std::collections::{BinaryHeap, VecDeque};
+use std::collections::{BinaryHeap, HashSet, VecDeque};
 use std::rc::Rc;
 
 use rand_chacha::rand_core::{RngCore, SeedableRng};
@@ -22,7 +22,12 @@ pub struct HostIo {
 }
 
 enum Body {
-    Datagram(Rc<[u8]>),
+    /// An IP fragment of multicast datagram `datagram`; the last one
+    /// carries the datagram, which arrives if no fragment was dropped.
+    Fragment {
+        datagram: u64,
+        whole: Option<Rc<[u8]>>,
+    },
     /// A segment of a point-to-point message; the last one completes it.
     Segment {
         msg: NetMsg,
@@ -33,6 +38,8 @@ enum Body {
 }
 
 struct Packet {
+    /// When it was queued, engine-wide: datagrams keep their place.
+    order: u64,
     src: usize,
     /// `None`: every other host (multicast).
     dst: Option<usize>,
@@ -80,19 +87,96 @@ struct Message {
     data: Vec<u8>,
 }
 
+/// One direction of a link, shaped as a token bucket (`tbf`) when the
+/// network has one. On a host's link, point-to-point messages to different
+/// peers share the link in turn (the point-to-point layer interleaves its
+/// connections), while a datagram leaves before anything queued after it
+/// (the kernel's queue is one FIFO). A switch port is one FIFO.
 struct Link {
-    queue: VecDeque<Rc<Packet>>,
+    flows: Vec<(Option<usize>, VecDeque<Rc<Packet>>)>,
+    next_flow: usize,
+    on_wire: Option<Rc<Packet>>,
     bytes: usize,
-    busy: bool,
+    tokens: f64,
+    tokens_at: Ns,
+    /// Datagrams of which a fragment was dropped here.
+    dropped: HashSet<u64>,
 }
 
 impl Link {
-    fn new() -> Self {
+    fn new(net: &Network) -> Self {
         Link {
-            queue: VecDeque::new(),
+            flows: Vec::new(),
+            next_flow: 0,
+            on_wire: None,
             bytes: 0,
-            busy: false,
+            tokens: net.bucket as f64,
+            tokens_at: 0,
+            dropped: HashSet::new(),
         }
+    }
+
+    fn push(&mut self, flow: Option<usize>, p: Rc<Packet>) {
+        self.bytes += p.wire;
+        match self.flows.iter_mut().find(|(f, _)| *f == flow) {
+            Some((_, q)) => q.push_back(p),
+            None => self.flows.push((flow, VecDeque::from([p]))),
+        }
+    }
+
+    /// Puts the next packet on the wire, if any: when it has left.
+    fn start(&mut self, at: Ns, net: &Network) -> Option<Ns> {
+        if self.flows.is_empty() {
+            return None;
+        }
+        let n = self.flows.len();
+        let turn = (0..n)
+            .map(|k| (self.next_flow + k) % n)
+            .find(|&k| self.flows[k].0.is_some());
+        let datagrams = self.flows.iter().position(|(f, _)| f.is_none());
+        let head = |k: usize| self.flows[k].1.front().expect("flows hold packets").order;
+        let i = match (turn, datagrams) {
+            (Some(t), Some(d)) if head(d) < head(t) => d,
+            (Some(t), _) => t,
+            (None, Some(d)) => d,
+            (None, None) => unreachable!("flows is not empty"),
+        };
+        let p = self.flows[i].1.pop_front().expect("flows hold packets");
+        if self.flows[i].1.is_empty() {
+            self.flows.remove(i);
+            self.next_flow = i;
+        } else if self.flows[i].0.is_some() {
+            self.next_flow = i + 1;
+        }
+        let wire = p.wire;
+        self.on_wire = Some(p);
+        Some(at + self.transmit(at, wire, net))
+    }
+
+    /// Time to send `wire` bytes from `at`: at the rate, or at once while
+    /// the bucket holds tokens.
+    fn transmit(&mut self, at: Ns, wire: usize, net: &Network) -> Ns {
+        if net.bucket == 0 {
+            return net.serialize(wire);
+        }
+        let per_ns = net.rate_bps as f64 / 8e9;
+        let refill = at.saturating_sub(self.tokens_at) as f64 * per_ns;
+        self.tokens = (self.tokens + refill).min(net.bucket as f64);
+        self.tokens_at = at;
+        if self.tokens >= wire as f64 {
+            self.tokens -= wire as f64;
+            return 0;
+        }
+        let wait = ((wire as f64 - self.tokens) / per_ns).ceil() as Ns;
+        self.tokens = 0.0;
+        self.tokens_at = at + wait;
+        wait
+    }
+
+    fn finish(&mut self) -> Rc<Packet> {
+        let p = self.on_wire.take().expect("a packet on the wire");
+        self.bytes -= p.wire;
+        p
     }
 }
 
@@ -147,6 +231,7 @@ pub struct Engine {
     messages: Vec<Option<Message>>,
     events: BinaryHeap<Reverse<Queued>>,
     seq: u64,
+    next_datagram: u64,
     now: Ns,
     rng: ChaCha8Rng,
     /// Gilbert-Elliott transitions: good to lossy, lossy to good.
@@ -170,6 +255,7 @@ impl Engine {
             messages: Vec::new(),
             events: BinaryHeap::new(),
             seq: 0,
+            next_datagram: 0,
             now: 0,
             rng: ChaCha8Rng::seed_from_u64(seed),
             enter_loss,
@@ -195,14 +281,14 @@ impl Engine {
         self.hosts.push(Host {
             io,
             program,
-            uplink: Link::new(),
+            uplink: Link::new(&self.net),
             busy_until: 0,
             wake_pending: false,
             lossy: false,
             returned_at: None,
             done: false,
         });
-        self.ports.push(Link::new());
+        self.ports.push(Link::new(&self.net));
     }
 
     fn at(&mut self, at: Ns, event: Event) {
@@ -295,9 +381,7 @@ impl Engine {
             host.done = true;
         }
         for d in datagrams {
-            self.counters.datagrams_sent += 1;
-            let wire = network::datagram_wire(d.len());
-            self.send_packet(h, end, None, wire, Body::Datagram(d));
+            self.send_datagram(h, end, d);
         }
         for out in outs {
             self.start_message(h, end, out);
@@ -332,7 +416,7 @@ impl Engine {
                     len,
                     data,
                 }));
-                if len <= self.net.eager_limit {
+                if self.net.is_eager(len) {
                     self.send_segments(h, at, msg);
                 } else {
                     let wire = network::segment_wire(network::CONTROL_BYTES);
@@ -368,37 +452,49 @@ impl Engine {
         }
     }
 
+    /// Cuts a datagram into IP fragments and queues them.
+    fn send_datagram(&mut self, h: usize, at: Ns, d: Rc<[u8]>) {
+        self.counters.datagrams_sent += 1;
+        let datagram = self.next_datagram;
+        self.next_datagram += 1;
+        let fragments = network::datagram_fragments(d.len());
+        let n = fragments.len();
+        let mut whole = Some(d);
+        for (i, wire) in fragments.into_iter().enumerate() {
+            let whole = if i + 1 == n { whole.take() } else { None };
+            self.send_packet(h, at, None, wire, Body::Fragment { datagram, whole });
+        }
+    }
+
     /// Queues a packet on host `h`'s link, from time `at` (the end of the
     /// host's work that made it).
     fn send_packet(&mut self, h: usize, at: Ns, dst: Option<usize>, wire: usize, body: Body) {
+        self.seq += 1;
         let packet = Rc::new(Packet {
+            order: self.seq,
             src: h,
             dst,
             wire,
             body,
         });
         let link = &mut self.hosts[h].uplink;
-        link.queue.push_back(packet);
-        link.bytes += wire;
-        if !link.busy {
-            link.busy = true;
-            let done = at.max(self.now) + self.net.serialize(wire);
-            self.at(done, Event::UplinkDone(h));
+        link.push(dst, packet);
+        if link.on_wire.is_none() {
+            let at = at.max(self.now);
+            if let Some(done) = link.start(at, &self.net) {
+                self.at(done, Event::UplinkDone(h));
+            }
         }
     }
 
     fn uplink_done(&mut self, h: usize) {
         let link = &mut self.hosts[h].uplink;
-        let p = link.queue.pop_front().expect("a packet on the wire");
-        link.bytes -= p.wire;
-        if let Some(next) = link.queue.front() {
-            let done = self.now + self.net.serialize(next.wire);
+        let p = link.finish();
+        if let Some(done) = link.start(self.now, &self.net) {
             self.at(done, Event::UplinkDone(h));
-        } else {
-            link.busy = false;
         }
         match &p.body {
-            Body::Datagram(d) => {
+            Body::Fragment { whole: Some(d), .. } => {
                 let mut s = self.hosts[h].io.socket.borrow_mut();
                 s.tx_queued -= d.len();
                 let blocked = std::mem::take(&mut s.blocked);
@@ -420,45 +516,47 @@ impl Engine {
 
     fn at_switch(&mut self, p: Rc<Packet>) {
         match p.dst {
-            Some(d) => self.enqueue_at_port(d, p, false),
+            Some(d) => self.enqueue_at_port(d, p),
             None => {
+                let whole = matches!(p.body, Body::Fragment { whole: Some(_), .. });
                 for d in 0..self.hosts.len() {
                     if d != p.src {
-                        self.counters.datagram_copies += 1;
-                        self.enqueue_at_port(d, p.clone(), true);
+                        self.counters.datagram_copies += u64::from(whole);
+                        self.enqueue_at_port(d, p.clone());
                     }
                 }
             }
         }
     }
 
-    fn enqueue_at_port(&mut self, d: usize, p: Rc<Packet>, droppable: bool) {
+    fn enqueue_at_port(&mut self, d: usize, p: Rc<Packet>) {
         let port = &mut self.ports[d];
         // Point-to-point messages ride TCP, which would resend what a queue
-        // dropped: they are never dropped here.
-        if droppable && port.bytes + p.wire > self.net.port_queue {
-            self.counters.queue_drops += 1;
-            return;
+        // dropped: only datagrams are dropped here.
+        if let Body::Fragment { datagram, whole } = &p.body {
+            if port.bytes + p.wire > self.net.port_queue {
+                if whole.is_some() {
+                    port.dropped.remove(datagram);
+                    self.counters.queue_drops += 1;
+                } else {
+                    port.dropped.insert(*datagram);
+                }
+                return;
+            }
         }
-        port.bytes += p.wire;
-        let wire = p.wire;
-        port.queue.push_back(p);
-        if !port.busy {
-            port.busy = true;
-            let done = self.now + self.net.serialize(wire);
-            self.at(done, Event::PortDone(d));
+        port.push(None, p);
+        if port.on_wire.is_none() {
+            if let Some(done) = port.start(self.now, &self.net) {
+                self.at(done, Event::PortDone(d));
+            }
         }
     }
 
     fn port_done(&mut self, d: usize) {
         let port = &mut self.ports[d];
-        let p = port.queue.pop_front().expect("a packet on the wire");
-        port.bytes -= p.wire;
-        if let Some(next) = port.queue.front() {
-            let done = self.now + self.net.serialize(next.wire);
+        let p = port.finish();
+        if let Some(done) = port.start(self.now, &self.net) {
             self.at(done, Event::PortDone(d));
-        } else {
-            port.busy = false;
         }
         let at = self.now + self.net.latency_ns;
         self.at(at, Event::AtHost(d, p));
@@ -487,7 +585,15 @@ impl Engine {
 
     fn at_host(&mut self, h: usize, p: Rc<Packet>) {
         match &p.body {
-            Body::Datagram(d) => {
+            Body::Fragment { whole: None, .. } => return,
+            Body::Fragment {
+                datagram,
+                whole: Some(d),
+            } => {
+                if self.ports[h].dropped.remove(datagram) {
+                    self.counters.queue_drops += 1;
+                    return;
+                }
                 if self.loses(h) {
                     self.counters.lost += 1;
                     return;
@@ -508,7 +614,7 @@ impl Engine {
                 let m = self.messages[*msg as usize].take().expect("delivered once");
                 self.counters.messages_delivered += 1;
                 let mut p2p = self.hosts[h].io.p2p.borrow_mut();
-                if m.len <= self.net.eager_limit {
+                if self.net.is_eager(m.len) {
                     p2p.eager(m.src, m.len, m.data);
                 } else {
                     p2p.rendezvous_data(*msg, m.len, m.data);

@@ -9,7 +9,8 @@ use ipmc_sim::scenario::{Algorithm, Scenario};
 
 const USAGE: &str = "\
 usage: simulate --nodes N --size BYTES [--loss PCT] [--burst LEN] [--rate MBITS]
-                [--latency-us US] [--queue BYTES] [--preset emulated|clic]
+                [--latency-us US] [--queue BYTES] [--bucket BYTES]
+                [--preset emulated|clic]
                 [--peer NAME]... [--seed S] [--root R] [--fragment BYTES]
 
 Simulates one broadcast of BYTES (suffixes K, M: KiB, MiB) from rank R
@@ -71,7 +72,7 @@ fn parse(argv: &[String]) -> Result<Args, String> {
                     _ => return Err(format!("--preset: emulated or clic, not {value}")),
                 }
             }
-            "--loss" | "--burst" | "--rate" | "--latency-us" | "--queue" => {
+            "--loss" | "--burst" | "--rate" | "--latency-us" | "--queue" | "--bucket" => {
                 set.push((flag.clone(), value))
             }
             "--peer" => {
@@ -107,6 +108,7 @@ fn parse(argv: &[String]) -> Result<Args, String> {
             "--rate" if v > 0.0 => net.rate_bps = (v * 1e6) as u64,
             "--latency-us" if v >= 0.0 => net.latency_ns = (v * 1e3) as u64,
             "--queue" if v >= 0.0 => net.port_queue = v as usize,
+            "--bucket" if v >= 0.0 => net.bucket = v as usize,
             _ => return Err(format!("{flag}: out of range: {value}")),
         }
     }
@@ -132,8 +134,64 @@ fn us(ns: u64) -> f64 {
     ns as f64 / 1000.0
 }
 
+/// The simulator's model of each peer of `scripts/compare` it has one of.
+fn model_of(peer: &str) -> Option<Algorithm> {
+    match peer {
+        "ipmc" | "ipmc-mcast" => Some(Algorithm::Ipmc),
+        "tuned-6" => Some(Algorithm::Binomial),
+        "tuned-3-seg64k" => Some(Algorithm::Pipeline),
+        "tuned-9" => Some(Algorithm::ScatterAllgather),
+        _ => None,
+    }
+}
+
+/// `validate RESULTS.csv [--preset P]`: every point of a `scripts/compare`
+/// run the simulator has a model for, measured against simulated.
+fn validate(argv: &[String]) -> Result<(), String> {
+    let path = argv
+        .first()
+        .ok_or("validate: the results.csv of a scripts/compare run")?;
+    let net = match argv.get(1..3) {
+        Some([flag, p]) if flag == "--preset" && p == "clic" => Network::clic(),
+        _ => Network::emulated(),
+    };
+    let text = std::fs::read_to_string(path).map_err(|e| format!("{path}: {e}"))?;
+    println!("| peer | p | bytes | measured µs | simulated µs | simulated / measured |");
+    println!("|---|---|---|---|---|---|");
+    let (mut within, mut all) = (0, 0);
+    for line in text.lines().filter(|l| l.starts_with("summary,")) {
+        let f: Vec<&str> = line.split(',').collect();
+        let (peer, p, size, measured) = (f[1], f[2], f[3], f[6]);
+        let Some(model) = model_of(peer) else {
+            continue;
+        };
+        let (Ok(p), Ok(size), Ok(measured)) = (p.parse(), size.parse(), measured.parse::<f64>())
+        else {
+            continue;
+        };
+        let mut s = Scenario::new(p, size, net.clone());
+        s.algorithm = model;
+        let simulated = us(s.run()?.completion_max_ns());
+        let ratio = simulated / measured;
+        all += 1;
+        within += usize::from((ratio - 1.0).abs() <= 0.15);
+        println!("| {peer} | {p} | {size} | {measured:.1} | {simulated:.1} | {ratio:.2} |");
+    }
+    println!("\n{within} of {all} points within 15 %");
+    Ok(())
+}
+
 fn main() -> ExitCode {
     let argv: Vec<String> = std::env::args().skip(1).collect();
+    if argv.first().map(String::as_str) == Some("validate") {
+        return match validate(&argv[1..]) {
+            Ok(()) => ExitCode::SUCCESS,
+            Err(e) => {
+                eprintln!("simulate: {e}");
+                ExitCode::FAILURE
+            }
+        };
+    }
     let args = match parse(&argv) {
         Ok(a) => a,
         Err(e) => {

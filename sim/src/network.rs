@@ -7,6 +7,9 @@ use crate::Ns;
 pub struct Network {
     /// Every link's rate, bits per second.
     pub rate_bps: u64,
+    /// Bytes a link may send at once before its rate applies (a `tbf`
+    /// bucket); 0: every packet at the rate.
+    pub bucket: usize,
     /// One-way latency of a link, switch processing included.
     pub latency_ns: Ns,
     /// Bytes a switch output port queues before it drops (tail drop).
@@ -37,7 +40,8 @@ impl Network {
     pub fn emulated() -> Self {
         Network {
             rate_bps: 100_000_000,
-            latency_ns: 30_000,
+            bucket: 3072,
+            latency_ns: 15_000,
             port_queue: 2_500_000,
             loss: 0.0,
             burst: 1.0,
@@ -45,7 +49,7 @@ impl Network {
             rcvbuf: 4 << 20,
             segment: 1448,
             eager_limit: 65536,
-            per_message_ns: 10_000,
+            per_message_ns: 5_000,
             per_byte_ps: 500,
         }
     }
@@ -55,6 +59,7 @@ impl Network {
     pub fn clic() -> Self {
         Network {
             rate_bps: 100_000_000,
+            bucket: 0,
             latency_ns: 15_000,
             port_queue: 256 << 10,
             loss: 0.0,
@@ -78,6 +83,12 @@ impl Network {
         self.serialize(bytes)
     }
 
+    /// Whether a message of `len` bytes goes without a rendezvous: its
+    /// header counts against the limit, as in Open MPI's TCP transport.
+    pub fn is_eager(&self, len: usize) -> bool {
+        len + MESSAGE_HEADER <= self.eager_limit
+    }
+
     /// A host's cost of `messages` messages and `bytes` bytes.
     pub fn host_cost(&self, messages: u64, bytes: u64) -> Ns {
         messages * self.per_message_ns + bytes * self.per_byte_ps / 1000
@@ -88,8 +99,16 @@ impl Network {
 /// included: each fragment carries IP and Ethernet framing (preamble,
 /// header, FCS, gap).
 pub fn datagram_wire(len: usize) -> usize {
-    let fragments = (len + UDP_HEADER).div_ceil(IP_PAYLOAD);
-    len + UDP_HEADER + fragments * (IP_HEADER + ETHERNET)
+    datagram_fragments(len).iter().sum()
+}
+
+/// The wire bytes of each IP fragment of a UDP datagram of `len` bytes.
+pub fn datagram_fragments(len: usize) -> Vec<usize> {
+    let ip_payload = len + UDP_HEADER;
+    let n = ip_payload.div_ceil(IP_PAYLOAD).max(1);
+    (0..n)
+        .map(|i| (ip_payload - i * IP_PAYLOAD).min(IP_PAYLOAD) + IP_HEADER + ETHERNET)
+        .collect()
 }
 
 /// Bytes on the link of one TCP segment of `payload` bytes.

@@ -7,6 +7,7 @@ use ipmc_sim::scenario::{Algorithm, Scenario};
 /// The emulated cluster without host costs: only the wire counts.
 fn wire_only() -> Network {
     Network {
+        bucket: 0,
         per_message_ns: 0,
         per_byte_ps: 0,
         ..Network::emulated()
