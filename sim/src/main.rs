@@ -11,7 +11,8 @@ const USAGE: &str = "\
 usage: simulate --nodes N --size BYTES [--loss PCT] [--burst LEN] [--rate MBITS]
                 [--latency-us US] [--queue BYTES] [--bucket BYTES]
                 [--preset emulated|clic]
-                [--peer NAME]... [--seed S] [--root R] [--fragment BYTES]
+                [--peer NAME]... [--only NAME] [--seed S] [--root R]
+                [--fragment BYTES]
 
 Simulates one broadcast of BYTES (suffixes K, M: KiB, MiB) from rank R
 (default 0) to N nodes, one rank each, on one switch, every rank waiting when
@@ -21,10 +22,18 @@ broadcast on the same network. Loss is per receiver and datagram, in bursts
 of mean length LEN (default 1: independent). The last line reads
   nodes=N size=B loss=P completion_max_us=T wire_us=W
 T: when the slowest rank returned, from the root's entry; W: the message's
-bits at the link rate.";
+bits at the link rate. --only NAME (ipmc or a peer) runs that algorithm
+alone and reports it on the last line.
+
+  simulate validate RESULTS.csv [--preset clic]
+sets each point of a scripts/compare run the simulator has a model of
+against its simulation (tuned-6: binomial, tuned-3-seg64k: pipeline,
+tuned-9: scatter-allgather).";
 
 struct Args {
     scenario: Scenario,
+    /// Only this algorithm, reported on the last line.
+    only: Option<Algorithm>,
     peers: Vec<Algorithm>,
     loss_pct: f64,
 }
@@ -48,6 +57,7 @@ fn parse(argv: &[String]) -> Result<Args, String> {
     let mut net = Network::emulated();
     let mut set: Vec<(String, String)> = Vec::new();
     let mut peers: Option<Vec<Algorithm>> = None;
+    let mut only = None;
     let (mut seed, mut root, mut fragment) = (1, 0, None);
     let mut it = argv.iter();
     while let Some(flag) = it.next() {
@@ -87,6 +97,12 @@ fn parse(argv: &[String]) -> Result<Args, String> {
                     ),
                 }
             }
+            "--only" => {
+                only = Some(
+                    Algorithm::from_name(&value)
+                        .ok_or_else(|| format!("--only: unknown {value}"))?,
+                )
+            }
             "--seed" => seed = num(&value)? as u64,
             "--root" => root = num(&value)? as usize,
             "--fragment" => fragment = Some(bytes(&value)?),
@@ -125,6 +141,7 @@ fn parse(argv: &[String]) -> Result<Args, String> {
     }
     Ok(Args {
         scenario,
+        only,
         peers: peers.unwrap_or_else(|| Algorithm::PEERS.to_vec()),
         loss_pct,
     })
@@ -202,12 +219,18 @@ fn main() -> ExitCode {
             return ExitCode::from(2);
         }
     };
-    let s = &args.scenario;
+    let mut s = args.scenario.clone();
+    let mut peers = args.peers.clone();
+    if let Some(only) = args.only {
+        s.algorithm = only;
+        peers.clear();
+    }
+    let s = &s;
     let started = Instant::now();
     let ipmc = match s.run() {
         Ok(o) => o,
         Err(e) => {
-            eprintln!("simulate: ipmc: {e}");
+            eprintln!("simulate: {}: {e}", s.algorithm.name());
             return ExitCode::FAILURE;
         }
     };
@@ -216,8 +239,9 @@ fn main() -> ExitCode {
     sorted.sort_unstable();
     let c = &ipmc.counters;
     println!(
-        "algorithm=ipmc completion_max_us={ipmc_us:.1} median_us={:.1} min_us={:.1} quiet_us={:.1} \
+        "algorithm={} completion_max_us={ipmc_us:.1} median_us={:.1} min_us={:.1} quiet_us={:.1} \
          datagrams={} lost={} queue_drops={} rcvbuf_drops={} messages={} events={} run_s={:.1}",
+        s.algorithm.name(),
         us(sorted[sorted.len() / 2]),
         us(sorted[0]),
         us(ipmc.quiet_ns),
@@ -229,7 +253,7 @@ fn main() -> ExitCode {
         c.events,
         started.elapsed().as_secs_f64()
     );
-    for &peer in &args.peers {
+    for &peer in &peers {
         let mut p = s.clone();
         p.algorithm = peer;
         let t = Instant::now();
