@@ -1105,6 +1105,10 @@ impl MessageIo for Messages {
     fn test(&mut self, id: MsgId, wait: Wait) -> P2pResult<Option<Vec<u8>>> {
         self.check(id, wait == Wait::Progress)
     }
+
+    fn wait(&mut self, id: MsgId) -> P2pResult<Vec<u8>> {
+        Messages::wait(self, id)
+    }
 }
 
 // SAFETY: a `Messages` holds handles of Open MPI requests and a communicator,

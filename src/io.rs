@@ -44,4 +44,13 @@ pub trait MessageIo {
     /// `Some(buffer)` once the message completed: for a receive the bytes
     /// received, for a send the buffer it sent (for reuse).
     fn test(&mut self, id: Self::Id, wait: Wait) -> P2pResult<Option<Vec<u8>>>;
+    /// Waits for the message and returns its buffer as [`Self::test`] does.
+    fn wait(&mut self, id: Self::Id) -> P2pResult<Vec<u8>> {
+        loop {
+            if let Some(buf) = self.test(id, Wait::Progress)? {
+                return Ok(buf);
+            }
+            std::thread::yield_now();
+        }
+    }
 }

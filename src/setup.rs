@@ -13,8 +13,8 @@ use std::net::{IpAddr, Ipv6Addr, SocketAddr};
 
 use crate::config::Config;
 use crate::datagram::{Auth, Key, KEY_LEN};
-use crate::ffi::Messages;
 use crate::groups::{self, GroupRanges, PortRange};
+use crate::io::MessageIo;
 use crate::mcast_socket::OpenError;
 use crate::transport::P2pResult;
 
@@ -223,8 +223,8 @@ pub struct Agreed<S> {
 /// are ports taken by other programs, rank 0 draws again, up to [`DRAWS`]
 /// times, and every rank follows its verdict. On `Failed` the caller drops
 /// the socket.
-pub fn agree<S>(
-    msgs: &mut Messages,
+pub fn agree<S, M: MessageIo>(
+    msgs: &mut M,
     rank: usize,
     size: usize,
     cfg: &Config,
@@ -288,8 +288,8 @@ type Round<S> = (
 /// One draw: announcement, opening, reports, verdict ([`OK`], [`FAILED`] or
 /// [`TAKEN`]: draw again). Failures are known on rank 0 only. `all` is which
 /// address families every rank has.
-fn agree_once<S>(
-    msgs: &mut Messages,
+fn agree_once<S, M: MessageIo>(
+    msgs: &mut M,
     rank: usize,
     size: usize,
     cfg: &Config,
@@ -453,6 +453,124 @@ pub fn failure_message(
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::test_net::run_messages;
+
+    /// Runs the agreement on `size` ranks; `open(rank, draw)` is each rank's
+    /// result of opening its socket (its socket stands for the announcement
+    /// it opened), `families(rank)` its interface's address families.
+    fn agree_on(
+        size: usize,
+        open: fn(usize, usize) -> Result<(), OpenError>,
+        families: fn(usize) -> (bool, bool),
+    ) -> Vec<(Agreed<Announce>, Vec<Announce>)> {
+        run_messages(size, move |rank, msgs| {
+            let cfg = Config::default();
+            let mut opened = Vec::new();
+            let agreed = agree(
+                msgs,
+                rank,
+                size,
+                &cfg,
+                || families(rank),
+                |a| {
+                    opened.push(*a);
+                    open(rank, opened.len()).map(|()| *a)
+                },
+            )
+            .unwrap();
+            (agreed, opened)
+        })
+    }
+
+    #[test]
+    fn every_rank_agrees_on_one_group() {
+        let ranks = agree_on(5, |_, _| Ok(()), |_| (true, true));
+        let a = ranks[0].0.announce.expect("rank 0 drew");
+        assert!(a.group.is_ipv4());
+        for (agreed, opened) in &ranks {
+            assert_eq!(agreed.verdict, Verdict::Ready);
+            assert_eq!(agreed.announce, Some(a));
+            assert_eq!(agreed.local.as_ref().ok(), Some(&a));
+            assert_eq!(opened, &[a]);
+            assert!(agreed.failures.is_empty());
+        }
+    }
+
+    #[test]
+    fn one_rank_that_cannot_join_makes_every_rank_fall_back() {
+        let ranks = agree_on(
+            5,
+            |rank, _| match rank {
+                3 => Err("no interface".to_string().into()),
+                _ => Ok(()),
+            },
+            |_| (true, true),
+        );
+        for (agreed, opened) in &ranks {
+            assert_eq!(agreed.verdict, Verdict::Failed { first: 3 });
+            assert_eq!(opened.len(), 1, "no second draw for a failure");
+        }
+        assert_eq!(ranks[0].0.failures, vec![(3, "no interface".to_string())]);
+        assert_eq!(ranks[3].0.local.as_ref().err().unwrap(), "no interface");
+    }
+
+    #[test]
+    fn a_port_taken_on_one_host_is_drawn_again_by_all() {
+        let ranks = agree_on(
+            4,
+            |rank, draw| match (rank, draw) {
+                (2, 1) => Err(OpenError {
+                    why: "port taken".into(),
+                    taken: true,
+                }),
+                _ => Ok(()),
+            },
+            |_| (true, true),
+        );
+        let second = ranks[0].1[1];
+        for (agreed, opened) in &ranks {
+            assert_eq!(agreed.verdict, Verdict::Ready);
+            assert_eq!(opened.len(), 2, "every rank follows the redraw");
+            assert_ne!(opened[0], opened[1]);
+            assert_eq!(agreed.announce, Some(second));
+        }
+        // Taken on every draw: the agreement gives up after DRAWS.
+        let ranks = agree_on(
+            3,
+            |rank, _| match rank {
+                1 => Err(OpenError {
+                    why: "port taken".into(),
+                    taken: true,
+                }),
+                _ => Ok(()),
+            },
+            |_| (true, true),
+        );
+        for (agreed, opened) in &ranks {
+            assert_eq!(agreed.verdict, Verdict::Failed { first: 1 });
+            assert_eq!(opened.len(), DRAWS);
+        }
+    }
+
+    #[test]
+    fn a_rank_without_ipv4_turns_the_default_range_to_ipv6() {
+        let ranks = agree_on(
+            4,
+            |_, _| Ok(()),
+            |rank| {
+                if rank == 2 {
+                    (false, true)
+                } else {
+                    (true, true)
+                }
+            },
+        );
+        for (agreed, _) in &ranks {
+            assert_eq!(agreed.verdict, Verdict::Ready);
+            let group = agreed.announce.unwrap().group;
+            assert!(group.is_ipv6(), "{group}");
+        }
+    }
 
     #[test]
     fn announcements_round_trip() {

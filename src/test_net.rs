@@ -8,6 +8,7 @@ use std::sync::mpsc::{channel, Receiver, Sender};
 use std::thread;
 use std::time::Duration;
 
+use crate::io::{MessageIo, Wait};
 use crate::transport::{P2pResult, ReqId, Transport};
 
 enum Req {
@@ -144,4 +145,97 @@ where
             "rank {rank} of {size}, root {root}, {len} bytes: {wrong} wrong bytes"
         );
     }
+}
+
+/// Messages that own their buffers ([`MessageIo`]) on the same kind of
+/// network, for code written against it (the setup agreement).
+pub struct MemMessages {
+    to: Vec<Sender<Vec<u8>>>,
+    from: Vec<Receiver<Vec<u8>>>,
+    /// Per message: the sender and capacity of a receive not yet matched.
+    open: Vec<Option<(usize, usize)>>,
+    posted: Vec<VecDeque<usize>>,
+}
+
+impl MessageIo for MemMessages {
+    type Id = usize;
+
+    fn send(&mut self, peer: usize, data: Vec<u8>) -> P2pResult<usize> {
+        self.to[peer].send(data).expect("the peer's thread lives");
+        self.open.push(None);
+        Ok(self.open.len() - 1)
+    }
+
+    fn recv(&mut self, peer: usize, capacity: usize) -> P2pResult<usize> {
+        self.open.push(Some((peer, capacity)));
+        let id = self.open.len() - 1;
+        self.posted[peer].push_back(id);
+        Ok(id)
+    }
+
+    fn test(&mut self, id: usize, _wait: Wait) -> P2pResult<Option<Vec<u8>>> {
+        let Some((src, capacity)) = self.open[id] else {
+            return Ok(Some(Vec::new()));
+        };
+        if self.posted[src].front() != Some(&id) {
+            return Ok(None);
+        }
+        let Ok(mut msg) = self.from[src].try_recv() else {
+            return Ok(None);
+        };
+        msg.truncate(capacity);
+        self.posted[src].pop_front();
+        self.open[id] = None;
+        Ok(Some(msg))
+    }
+
+    fn wait(&mut self, id: usize) -> P2pResult<Vec<u8>> {
+        let deadline = std::time::Instant::now() + Duration::from_secs(10);
+        loop {
+            if let Some(msg) = self.test(id, Wait::Progress)? {
+                return Ok(msg);
+            }
+            assert!(std::time::Instant::now() < deadline, "waits forever");
+            thread::sleep(Duration::from_micros(100));
+        }
+    }
+}
+
+/// Runs `f` on every rank of `size`, one thread each, over [`MemMessages`].
+pub fn run_messages<T, F>(size: usize, f: F) -> Vec<T>
+where
+    T: Send + 'static,
+    F: Fn(usize, &mut MemMessages) -> T + Send + Sync + 'static,
+{
+    let mut to: Vec<Vec<Sender<Vec<u8>>>> = (0..size).map(|_| Vec::new()).collect();
+    let mut from: Vec<Vec<Receiver<Vec<u8>>>> = (0..size).map(|_| Vec::new()).collect();
+    for senders in &mut to {
+        for receivers in &mut from {
+            let (tx, rx) = channel();
+            senders.push(tx);
+            receivers.push(rx);
+        }
+    }
+    let f = std::sync::Arc::new(f);
+    let handles: Vec<_> = to
+        .into_iter()
+        .zip(from)
+        .enumerate()
+        .map(|(rank, (to, from))| {
+            let f = f.clone();
+            thread::spawn(move || {
+                let mut m = MemMessages {
+                    to,
+                    from,
+                    open: Vec::new(),
+                    posted: (0..size).map(|_| VecDeque::new()).collect(),
+                };
+                f(rank, &mut m)
+            })
+        })
+        .collect();
+    handles
+        .into_iter()
+        .map(|h| h.join().expect("a rank panicked"))
+        .collect()
 }
