@@ -20,8 +20,8 @@ use crate::transport::P2pResult;
 
 /// Layout version of the setup messages.
 const VERSION: u8 = 2;
-const ANNOUNCE_LEN: usize = 1 + 1 + 16 + 2 + 8 + 8 + 1 + 8 + KEY_LEN;
-const VERDICT_LEN: usize = 1 + 4;
+pub const ANNOUNCE_LEN: usize = 1 + 1 + 16 + 2 + 8 + 8 + 1 + 8 + KEY_LEN;
+pub const VERDICT_LEN: usize = 1 + 4;
 /// Most bytes of the reason a rank reports with its failure.
 const REASON_MAX: usize = 400;
 /// Draws of group and port, at most, when the drawn port is taken by

@@ -23,7 +23,8 @@ of mean length LEN (default 1: independent). The last line reads
   nodes=N size=B loss=P completion_max_us=T wire_us=W
 T: when the slowest rank returned, from the root's entry; W: the message's
 bits at the link rate. --only NAME (ipmc or a peer) runs that algorithm
-alone and reports it on the last line.
+alone and reports it on the last line; --only ipmc-first runs a
+communicator's first broadcast, the setup of its group through rank 0 first.
 
   simulate validate RESULTS.csv [--preset clic]
 sets each point of a scripts/compare run the simulator has a model of
@@ -92,7 +93,7 @@ fn parse(argv: &[String]) -> Result<Args, String> {
                     "none" => {}
                     name => list.push(
                         Algorithm::from_name(name)
-                            .filter(|a| *a != Algorithm::Ipmc)
+                            .filter(|a| !matches!(a, Algorithm::Ipmc | Algorithm::IpmcFirst))
                             .ok_or_else(|| format!("--peer: unknown {name}"))?,
                     ),
                 }

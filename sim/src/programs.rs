@@ -50,12 +50,14 @@ pub struct IpmcRank {
 }
 
 impl IpmcRank {
+    /// The rank's broadcast, entered at `now`.
     pub fn new(
         io: &HostIo,
         at: Ranks,
         params: IpmcParams,
         comm_id: u64,
         message: Rc<[u8]>,
+        now: Ns,
     ) -> Result<Self, String> {
         let mut driver = Driver::new(
             SimSocket(io.socket.clone()),
@@ -67,7 +69,8 @@ impl IpmcRank {
         );
         let mut stats = Datagrams::default();
         let root_data = (at.rank == at.root).then_some(&message[..]);
-        let b = driver.begin(at, message.len(), root_data, Duration::ZERO, &mut stats);
+        let now = Duration::from_nanos(now);
+        let b = driver.begin(at, message.len(), root_data, now, &mut stats);
         let run = Run::new(b, SimMessages(io.p2p.clone()), at.rank, at.size)
             .map_err(|e| e.to_string())?;
         Ok(IpmcRank {
@@ -130,8 +133,8 @@ pub enum Op {
     Recv {
         from: usize,
     },
-    /// A send of `len` bytes, once receive `after` (an index into the
-    /// schedule) completed.
+    /// A send of `len` bytes, once operation `after` (an index into the
+    /// schedule) and every receive before it completed.
     Send {
         to: usize,
         len: usize,
@@ -156,6 +159,8 @@ pub struct Schedule {
     next_send: usize,
     active: Vec<usize>,
     open_recvs: usize,
+    /// Every receive before this one (an index into `recvs`) completed.
+    recvs_done: usize,
     left: usize,
 }
 
@@ -179,6 +184,7 @@ impl Schedule {
             next_send: 0,
             active: Vec::new(),
             open_recvs: 0,
+            recvs_done: 0,
         }
     }
 }
@@ -203,7 +209,8 @@ impl Program for Schedule {
                 let Op::Send { to, len, after } = self.ops[i] else {
                     unreachable!("indexed sends")
                 };
-                if after.is_some_and(|a| !self.done[a]) {
+                let first_open = self.recvs.get(self.recvs_done).copied();
+                if after.is_some_and(|a| !self.done[a] || first_open.is_some_and(|r| r < a)) {
                     break;
                 }
                 self.id[i] = Some(p2p.send(to, len, Vec::new()));
@@ -223,6 +230,9 @@ impl Program for Schedule {
             });
             self.left -= finished;
             self.open_recvs -= recvs;
+            while self.recvs_done < self.recvs.len() && self.done[self.recvs[self.recvs_done]] {
+                self.recvs_done += 1;
+            }
             moved |= finished > 0;
             if !moved {
                 break;
@@ -352,4 +362,77 @@ pub fn scatter_allgather(
         after = Some(ops.len() - 1);
     }
     ops
+}
+
+/// ipmc's setup of a communicator's group (`ipmc::setup::agree`) as its
+/// messages: every rank tells rank 0 its address families, rank 0 announces
+/// the group, every rank reports whether it joined, rank 0 tells the
+/// verdict. Opening the socket itself is not modelled.
+pub fn setup(rank: usize, size: usize) -> Vec<Op> {
+    use ipmc::setup::{ANNOUNCE_LEN, VERDICT_LEN};
+    let mut ops = Vec::new();
+    if rank == 0 {
+        for round in [(1, ANNOUNCE_LEN), (1, VERDICT_LEN)] {
+            ops.extend((1..size).map(|from| Op::Recv { from }));
+            let after = Some(ops.len() - 1);
+            ops.extend((1..size).map(|to| Op::Send {
+                to,
+                len: round.1,
+                after,
+            }));
+        }
+    } else {
+        ops.push(Op::Send {
+            to: 0,
+            len: 1,
+            after: None,
+        });
+        ops.push(Op::Recv { from: 0 });
+        ops.push(Op::Send {
+            to: 0,
+            len: 1,
+            after: Some(1),
+        });
+        ops.push(Op::Recv { from: 0 });
+    }
+    ops
+}
+
+/// A communicator's first broadcast: the setup, then ipmc's broadcast,
+/// which starts (and posts its first receive) only once the setup is over,
+/// as in the component.
+pub struct FirstBroadcast {
+    setup: Schedule,
+    start: Option<Box<dyn FnOnce(Ns) -> Result<IpmcRank, String>>>,
+    bcast: Option<IpmcRank>,
+}
+
+impl FirstBroadcast {
+    pub fn new(setup: Schedule, start: Box<dyn FnOnce(Ns) -> Result<IpmcRank, String>>) -> Self {
+        FirstBroadcast {
+            setup,
+            start: Some(start),
+            bcast: None,
+        }
+    }
+}
+
+impl Program for FirstBroadcast {
+    fn step(&mut self, now: Ns) -> Result<Status, String> {
+        if self.bcast.is_none() {
+            if !self.setup.step(now)?.done {
+                return Ok(Status {
+                    returned: false,
+                    done: false,
+                });
+            }
+            let start = self.start.take().expect("started once");
+            self.bcast = Some(start(now)?);
+        }
+        self.bcast.as_mut().expect("started").step(now)
+    }
+
+    fn wake_at(&self) -> Option<Ns> {
+        self.bcast.as_ref()?.wake_at()
+    }
 }

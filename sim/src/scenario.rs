@@ -13,7 +13,7 @@ use ipmc::setup;
 
 use crate::engine::{Engine, Outcome};
 use crate::network::Network;
-use crate::programs::{self, IpmcParams, IpmcRank, Program, Schedule};
+use crate::programs::{self, FirstBroadcast, IpmcParams, IpmcRank, Program, Schedule};
 use crate::Ns;
 
 /// The broadcast a rank runs.
@@ -21,6 +21,9 @@ use crate::Ns;
 pub enum Algorithm {
     /// ipmc's two-stage multicast broadcast, with the component's driver.
     Ipmc,
+    /// The same as a communicator's first broadcast: the setup of its group
+    /// through rank 0 first.
+    IpmcFirst,
     /// Models of Open MPI tuned's broadcasts.
     Binomial,
     Pipeline,
@@ -37,6 +40,7 @@ impl Algorithm {
     pub fn name(self) -> &'static str {
         match self {
             Algorithm::Ipmc => "ipmc",
+            Algorithm::IpmcFirst => "ipmc-first",
             Algorithm::Binomial => "binomial",
             Algorithm::Pipeline => "pipeline",
             Algorithm::ScatterAllgather => "scatter-allgather",
@@ -44,7 +48,7 @@ impl Algorithm {
     }
 
     pub fn from_name(name: &str) -> Option<Self> {
-        [Algorithm::Ipmc]
+        [Algorithm::Ipmc, Algorithm::IpmcFirst]
             .into_iter()
             .chain(Self::PEERS)
             .find(|a| a.name() == name)
@@ -93,7 +97,8 @@ impl Scenario {
         }
         let mut rng = ChaCha8Rng::seed_from_u64(self.seed);
         let mut engine = Engine::new(self.net.clone(), rng.next_u64());
-        let message: Rc<[u8]> = if self.algorithm == Algorithm::Ipmc {
+        let multicast = matches!(self.algorithm, Algorithm::Ipmc | Algorithm::IpmcFirst);
+        let message: Rc<[u8]> = if multicast {
             let mut m = vec![0; self.size];
             rng.fill_bytes(&mut m);
             m.into()
@@ -106,18 +111,27 @@ impl Scenario {
         for rank in 0..n {
             let io = engine.host_io();
             let vrank = (rank + n - root) % n;
+            let at = Ranks {
+                rank,
+                size: n,
+                root,
+            };
             let program: Box<dyn Program> = match self.algorithm {
                 Algorithm::Ipmc => Box::new(IpmcRank::new(
                     &io,
-                    Ranks {
-                        rank,
-                        size: n,
-                        root,
-                    },
+                    at,
                     self.ipmc,
                     comm_id,
                     message.clone(),
+                    0,
                 )?),
+                Algorithm::IpmcFirst => {
+                    let (io2, params, message) = (io.clone(), self.ipmc, message.clone());
+                    Box::new(FirstBroadcast::new(
+                        Schedule::new(&io, programs::setup(rank, n)),
+                        Box::new(move |now| IpmcRank::new(&io2, at, params, comm_id, message, now)),
+                    ))
+                }
                 Algorithm::Binomial => Box::new(Schedule::new(
                     &io,
                     programs::binomial(vrank, n, self.size, real),

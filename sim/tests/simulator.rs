@@ -139,3 +139,23 @@ fn ipmc_stays_flat_while_a_tree_grows() {
     assert!(i256 < 1.1 * i4, "ipmc {i4} → {i256}");
     assert!(b256 > 3.0 * b4, "binomial {b4} → {b256}");
 }
+
+/// A communicator's first broadcast sets up its group through rank 0
+/// first: it costs more than a later one, the more the more nodes, and still
+/// delivers the root's bytes.
+#[test]
+fn the_first_broadcast_pays_for_the_setup() {
+    let at = |nodes, algorithm| {
+        scenario(nodes, 65536, Network::emulated(), algorithm)
+            .run()
+            .unwrap()
+            .completion_max_ns()
+    };
+    let (later8, first8) = (at(8, Algorithm::Ipmc), at(8, Algorithm::IpmcFirst));
+    let (later200, first200) = (at(200, Algorithm::Ipmc), at(200, Algorithm::IpmcFirst));
+    assert!(first8 > later8, "{first8} {later8}");
+    assert!(
+        first200 - later200 > first8 - later8,
+        "setup grows with the nodes"
+    );
+}
