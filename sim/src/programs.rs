@@ -398,17 +398,20 @@ pub fn setup(rank: usize, size: usize) -> Vec<Op> {
     ops
 }
 
+/// Starts a rank's broadcast at a time.
+pub type Start = Box<dyn FnOnce(Ns) -> Result<IpmcRank, String>>;
+
 /// A communicator's first broadcast: the setup, then ipmc's broadcast,
 /// which starts (and posts its first receive) only once the setup is over,
 /// as in the component.
 pub struct FirstBroadcast {
     setup: Schedule,
-    start: Option<Box<dyn FnOnce(Ns) -> Result<IpmcRank, String>>>,
+    start: Option<Start>,
     bcast: Option<IpmcRank>,
 }
 
 impl FirstBroadcast {
-    pub fn new(setup: Schedule, start: Box<dyn FnOnce(Ns) -> Result<IpmcRank, String>>) -> Self {
+    pub fn new(setup: Schedule, start: Start) -> Self {
         FirstBroadcast {
             setup,
             start: Some(start),
