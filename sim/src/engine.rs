@@ -202,6 +202,9 @@ pub struct Counters {
     pub lost: u64,
     pub queue_drops: u64,
     pub rcvbuf_drops: u64,
+    /// Duplicated, truncated, corrupted or garbage datagrams the faults
+    /// added (not counted as delivered).
+    pub faulty: u64,
     pub messages_sent: u64,
     pub messages_delivered: u64,
     pub events: u64,
@@ -558,8 +561,44 @@ impl Engine {
         if let Some(done) = port.start(self.now, &self.net) {
             self.at(done, Event::PortDone(d));
         }
-        let at = self.now + self.net.latency_ns;
+        let mut at = self.now + self.net.latency_ns;
+        let jitter = self.net.faults.jitter_ns;
+        if jitter > 0 && matches!(p.body, Body::Fragment { whole: Some(_), .. }) {
+            at += self.rng.next_u64() % jitter;
+        }
         self.at(at, Event::AtHost(d, p));
+    }
+
+    fn chance(&mut self, p: f64) -> bool {
+        p > 0.0 && ((self.rng.next_u64() >> 11) as f64 / (1u64 << 53) as f64) < p
+    }
+
+    /// The copy of datagram `d` that reaches host `h` as the faults make it,
+    /// and what else comes along.
+    fn misbehave(&mut self, d: &Rc<[u8]>) -> Vec<Rc<[u8]>> {
+        let f = self.net.faults;
+        let mut copy = d.clone();
+        if self.chance(f.truncate) && !d.is_empty() {
+            let n = (self.rng.next_u64() % d.len() as u64) as usize;
+            copy = d[..n].into();
+        }
+        if self.chance(f.corrupt) && !copy.is_empty() {
+            let mut bytes = copy.to_vec();
+            let i = (self.rng.next_u64() % bytes.len() as u64) as usize;
+            bytes[i] ^= 1 << (self.rng.next_u32() % 8);
+            copy = bytes.into();
+        }
+        let mut out = vec![copy.clone()];
+        if self.chance(f.duplicate) {
+            out.push(copy);
+        }
+        if self.chance(f.garbage) {
+            let mut junk = vec![0; (self.rng.next_u64() % 200) as usize];
+            self.rng.fill_bytes(&mut junk);
+            out.push(junk.into());
+        }
+        self.counters.faulty += out.len() as u64 - 1;
+        out
     }
 
     /// Whether receiver `h` loses the next datagram.
@@ -598,14 +637,17 @@ impl Engine {
                     self.counters.lost += 1;
                     return;
                 }
+                let copies = self.misbehave(d);
                 let mut s = self.hosts[h].io.socket.borrow_mut();
-                if s.rx_bytes + d.len() > s.rcvbuf {
+                if s.rx_bytes > 0 && s.rx_bytes + d.len() > s.rcvbuf {
                     drop(s);
                     self.counters.rcvbuf_drops += 1;
                     return;
                 }
-                s.rx_bytes += d.len();
-                s.rx.push_back(d.clone());
+                for c in copies {
+                    s.rx_bytes += c.len();
+                    s.rx.push_back(c);
+                }
                 drop(s);
                 self.counters.datagrams_delivered += 1;
             }

@@ -2,6 +2,22 @@
 
 use crate::Ns;
 
+/// Faults of a network that misbehaves, per datagram copy a receiver gets
+/// (fractions); for testing the driver, not for predictions.
+#[derive(Clone, Copy, Debug, Default)]
+pub struct Faults {
+    /// The copy comes twice.
+    pub duplicate: f64,
+    /// The copy is cut short.
+    pub truncate: f64,
+    /// The copy has one byte changed.
+    pub corrupt: f64,
+    /// Random bytes come along with the copy.
+    pub garbage: f64,
+    /// Each copy is delayed by up to this much more (reordering).
+    pub jitter_ns: Ns,
+}
+
 /// The cluster's parameters.
 #[derive(Clone, Debug)]
 pub struct Network {
@@ -19,6 +35,8 @@ pub struct Network {
     /// Mean length of a run of lost datagrams (1: independent losses;
     /// longer: Gilbert-Elliott bursts of that mean length).
     pub burst: f64,
+    /// What else the network does to datagrams.
+    pub faults: Faults,
     /// A multicast socket's send and receive buffers, bytes.
     pub sndbuf: usize,
     pub rcvbuf: usize,
@@ -45,6 +63,7 @@ impl Network {
             port_queue: 2_500_000,
             loss: 0.0,
             burst: 1.0,
+            faults: Faults::default(),
             sndbuf: 212_992,
             rcvbuf: 4 << 20,
             segment: 1448,
@@ -64,6 +83,7 @@ impl Network {
             port_queue: 256 << 10,
             loss: 0.0,
             burst: 1.0,
+            faults: Faults::default(),
             sndbuf: 131_072,
             rcvbuf: 1 << 20,
             segment: 1448,

@@ -33,7 +33,9 @@ pub struct SimSocket(pub Rc<RefCell<SocketState>>);
 impl DatagramIo for SimSocket {
     fn send(&mut self, datagram: &[u8]) -> std::io::Result<bool> {
         let mut s = self.0.borrow_mut();
-        if s.tx_queued + datagram.len() > s.sndbuf {
+        // As Linux does, a datagram goes whenever the buffer is not full
+        // yet, however long it is.
+        if s.tx_queued > 0 && s.tx_queued + datagram.len() > s.sndbuf {
             s.blocked = true;
             return Ok(false);
         }

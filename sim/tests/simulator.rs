@@ -159,3 +159,59 @@ fn the_first_broadcast_pays_for_the_setup() {
         "setup grows with the nodes"
     );
 }
+
+/// The component's driver on random clusters that misbehave: loss in bursts,
+/// short queues and socket buffers, duplicated, reordered, truncated,
+/// corrupted and garbage datagrams, any root, fragment size and length.
+/// Every rank must end with the root's bytes (the run checks them).
+#[test]
+fn the_driver_survives_a_misbehaving_network() {
+    use rand_chacha::rand_core::{RngCore, SeedableRng};
+    let seeds: u64 = std::env::var("IPMC_SIM_SEEDS")
+        .ok()
+        .and_then(|s| s.parse().ok())
+        .unwrap_or(1)
+        * 60;
+    for seed in 0..seeds {
+        let mut rng = rand_chacha::ChaCha8Rng::seed_from_u64(seed);
+        let mut pick = |n: u64| rng.next_u64() % n;
+        let frac = |x: u64| x as f64 / 100.0;
+        let net = Network {
+            loss: frac(pick(30)),
+            burst: 1.0 + pick(5) as f64,
+            port_queue: [1_000, 20_000, 2_500_000][pick(3) as usize],
+            sndbuf: [1, 10_000, 212_992][pick(3) as usize],
+            rcvbuf: [1, 30_000, 4 << 20][pick(3) as usize],
+            faults: network::Faults {
+                duplicate: frac(pick(20)),
+                truncate: frac(pick(10)),
+                corrupt: frac(pick(10)),
+                garbage: frac(pick(10)),
+                jitter_ns: [0, 100_000, 5_000_000][pick(3) as usize],
+            },
+            ..Network::emulated()
+        };
+        let nodes = 2 + pick(30) as usize;
+        let size = [0, 1, 4095, 4096, 70_000, 300_000][pick(6) as usize];
+        let mut s = scenario(nodes, size, net, Algorithm::Ipmc);
+        s.root = pick(nodes as u64) as usize;
+        s.ipmc.fragment_size = [256, 1000, 4096, 8192][pick(4) as usize];
+        // Every protection that detects a changed byte.
+        let key = ipmc::datagram::Key([seed as u8; ipmc::datagram::KEY_LEN]);
+        s.ipmc.auth = [
+            ipmc::datagram::Auth::Tag(key),
+            ipmc::datagram::Auth::Encrypt(key),
+            ipmc::datagram::Auth::crc(true),
+        ][pick(3) as usize];
+        s.seed = seed;
+        let out = s
+            .run()
+            .unwrap_or_else(|e| panic!("seed {seed}: {e}\n{s:?}"));
+        let c = &out.counters;
+        assert_eq!(
+            c.datagram_copies,
+            c.datagrams_delivered + c.lost + c.queue_drops + c.rcvbuf_drops,
+            "seed {seed}: {c:?}"
+        );
+    }
+}
