@@ -13,7 +13,7 @@ use ipmc::setup;
 
 use crate::engine::{Engine, Outcome};
 use crate::network::Network;
-use crate::programs::{self, FirstBroadcast, IpmcParams, IpmcRank, Program, Schedule};
+use crate::programs::{self, FirstBroadcast, IpmcParams, IpmcRank, Program, Schedule, Status};
 use crate::Ns;
 
 /// The broadcast a rank runs.
@@ -66,6 +66,9 @@ pub struct Scenario {
     pub ipmc: IpmcParams,
     /// Segment size of the pipelined chain.
     pub pipeline_segment: usize,
+    /// Each rank enters the broadcast at a random time up to this (0: all
+    /// waiting when it starts).
+    pub skew_ns: Ns,
     pub seed: u64,
 }
 
@@ -85,6 +88,7 @@ impl Scenario {
                 root_wait: Duration::from_micros(cfg.root_wait_time_us),
             },
             pipeline_segment: 65536,
+            skew_ns: 0,
             seed: 1,
         }
     }
@@ -145,6 +149,13 @@ impl Scenario {
                     programs::scatter_allgather(vrank, n, self.size, real),
                 )),
             };
+            let program = match self.skew_ns {
+                0 => program,
+                skew => Box::new(Late {
+                    enter: rng.next_u64() % (skew + 1),
+                    program,
+                }),
+            };
             engine.add_host(io, program);
         }
         engine.run(LIMIT)
@@ -153,6 +164,31 @@ impl Scenario {
     /// The message's bits at the link rate.
     pub fn wire_ns(&self) -> Ns {
         self.net.wire_time(self.size)
+    }
+}
+
+/// A rank that enters the broadcast at `enter`; what arrives before waits
+/// for it in its socket and point-to-point layer.
+struct Late {
+    enter: Ns,
+    program: Box<dyn Program>,
+}
+
+impl Program for Late {
+    fn step(&mut self, now: Ns) -> Result<Status, String> {
+        if now < self.enter {
+            return Ok(Status {
+                returned: false,
+                done: false,
+            });
+        }
+        self.program.step(now)
+    }
+
+    fn wake_at(&self) -> Option<Ns> {
+        Some(self.enter)
+            .filter(|&t| t > 0)
+            .max(self.program.wake_at())
     }
 }
 

@@ -162,7 +162,8 @@ fn the_first_broadcast_pays_for_the_setup() {
 
 /// The component's driver on random clusters that misbehave: loss in bursts,
 /// short queues and socket buffers, duplicated, reordered, truncated,
-/// corrupted and garbage datagrams, any root, fragment size and length.
+/// corrupted and garbage datagrams, ranks entering at different times, any
+/// root, fragment size, length, protection and root wait.
 /// Every rank must end with the root's bytes (the run checks them).
 #[test]
 fn the_driver_survives_a_misbehaving_network() {
@@ -203,6 +204,8 @@ fn the_driver_survives_a_misbehaving_network() {
             ipmc::datagram::Auth::Encrypt(key),
             ipmc::datagram::Auth::crc(true),
         ][pick(3) as usize];
+        s.skew_ns = [0, 1_000_000, 50_000_000][pick(3) as usize];
+        s.ipmc.root_wait = std::time::Duration::from_micros([0, 500][pick(2) as usize]);
         s.seed = seed;
         let out = s
             .run()
