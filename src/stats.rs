@@ -44,11 +44,19 @@ const VERDICTS: [(Verdict, &str); 10] = [
 
 impl Datagrams {
     pub fn count(&mut self, v: Verdict) {
-        let i = VERDICTS
+        self.verdicts[Self::index(v)] += 1;
+    }
+
+    /// How many received datagrams got verdict `v`.
+    pub fn verdict(&self, v: Verdict) -> u64 {
+        self.verdicts[Self::index(v)]
+    }
+
+    fn index(v: Verdict) -> usize {
+        VERDICTS
             .iter()
             .position(|(w, _)| *w == v)
-            .expect("every verdict has a counter");
-        self.verdicts[i] += 1;
+            .expect("every verdict has a counter")
     }
 }
 

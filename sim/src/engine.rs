@@ -8,6 +8,9 @@ use std::rc::Rc;
 use rand_chacha::rand_core::{RngCore, SeedableRng};
 use rand_chacha::ChaCha8Rng;
 
+use ipmc::datagram::{self, Auth, Protection};
+use ipmc::stats::Datagrams;
+
 use crate::network::{self, Network};
 use crate::p2p::{NetMsg, Out, P2pState};
 use crate::programs::Program;
@@ -217,6 +220,8 @@ pub struct Outcome {
     pub returned_ns: Vec<Ns>,
     /// When the last rank had finished everything it owed its neighbours.
     pub quiet_ns: Ns,
+    /// ipmc's datagram counters per rank (empty for the other algorithms).
+    pub datagrams: Vec<Datagrams>,
     pub counters: Counters,
 }
 
@@ -241,6 +246,8 @@ pub struct Engine {
     enter_loss: f64,
     leave_loss: f64,
     counters: Counters,
+    /// The datagrams' protection, to forge valid foreign ones.
+    protection: Option<Protection>,
 }
 
 impl Engine {
@@ -264,7 +271,14 @@ impl Engine {
             enter_loss,
             leave_loss,
             counters: Counters::default(),
+            protection: None,
         }
+    }
+
+    /// The protection of the datagrams on the network, for the `foreign`
+    /// fault.
+    pub fn protect(&mut self, auth: Auth) {
+        self.protection = Some(Protection::new(auth));
     }
 
     /// A host's I/O, for the program that will run on it.
@@ -351,6 +365,11 @@ impl Engine {
                 .map(|h| h.returned_at.expect("done ranks returned"))
                 .collect(),
             quiet_ns: self.now,
+            datagrams: self
+                .hosts
+                .iter()
+                .filter_map(|h| h.program.datagrams())
+                .collect(),
             counters: self.counters,
         })
     }
@@ -592,6 +611,12 @@ impl Engine {
         if self.chance(f.duplicate) {
             out.push(copy);
         }
+        // Ahead of the genuine copy, so that taking it would show.
+        if self.chance(f.foreign) {
+            if let Some(forged) = self.forge(d) {
+                out.insert(0, forged);
+            }
+        }
         if self.chance(f.garbage) {
             let mut junk = vec![0; (self.rng.next_u64() % 200) as usize];
             self.rng.fill_bytes(&mut junk);
@@ -599,6 +624,24 @@ impl Engine {
         }
         self.counters.faulty += out.len() as u64 - 1;
         out
+    }
+
+    /// A valid datagram of another communicator or a later broadcast, for
+    /// the fragment of `d`.
+    fn forge(&mut self, d: &[u8]) -> Option<Rc<[u8]>> {
+        let prot = self.protection.as_ref()?;
+        let mut bytes = d.to_vec();
+        let dg = datagram::decode(&mut bytes, prot).ok()?;
+        let mut header = dg.header;
+        match self.rng.next_u32() % 2 {
+            0 => header.comm_id ^= 1 + u64::from(self.rng.next_u32()),
+            _ => header.bcast += 1 + u64::from(self.rng.next_u32() % 3),
+        }
+        // Other bytes than the genuine fragment's: taking it would show.
+        let payload: Vec<u8> = dg.payload.iter().map(|b| !b).collect();
+        let mut out = Vec::new();
+        datagram::encode(&header, &payload, prot, &mut out);
+        Some(out.into())
     }
 
     /// Whether receiver `h` loses the next datagram.

@@ -30,6 +30,10 @@ pub trait Program {
     fn step(&mut self, now: Ns) -> Result<Status, String>;
     /// When the rank needs a step even if nothing happens.
     fn wake_at(&self) -> Option<Ns>;
+    /// ipmc's datagram counters on this rank, if it runs ipmc.
+    fn datagrams(&self) -> Option<Datagrams> {
+        None
+    }
 }
 
 /// How ipmc runs: its parameters that matter on the wire.
@@ -124,6 +128,10 @@ impl Program for IpmcRank {
     fn wake_at(&self) -> Option<Ns> {
         let run = self.run.as_ref()?;
         Driver::<SimSocket>::wake_at(run).map(|d| d.as_nanos() as Ns)
+    }
+
+    fn datagrams(&self) -> Option<Datagrams> {
+        Some(self.stats)
     }
 }
 
@@ -437,5 +445,9 @@ impl Program for FirstBroadcast {
 
     fn wake_at(&self) -> Option<Ns> {
         self.bcast.as_ref()?.wake_at()
+    }
+
+    fn datagrams(&self) -> Option<Datagrams> {
+        self.bcast.as_ref()?.datagrams()
     }
 }

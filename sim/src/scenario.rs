@@ -110,6 +110,9 @@ impl Scenario {
             Rc::from(Vec::new())
         };
         let comm_id = rng.next_u64();
+        if multicast {
+            engine.protect(self.ipmc.auth);
+        }
         let root = self.root;
         let real = move |v: usize| (v + root) % n;
         for rank in 0..n {

@@ -188,6 +188,7 @@ fn the_driver_survives_a_misbehaving_network() {
                 truncate: frac(pick(10)),
                 corrupt: frac(pick(10)),
                 garbage: frac(pick(10)),
+                foreign: frac(pick(10)),
                 jitter_ns: [0, 100_000, 5_000_000][pick(3) as usize],
             },
             ..Network::emulated()

@@ -1,0 +1,135 @@
+//! The component's own driver (`ipmc::multicast::Driver`) on simulated
+//! clusters: what the multicast delivers, what the chain repairs, what is
+//! never taken, and what repair costs as the ring grows.
+
+use ipmc::datagram::{Auth, Key, KEY_LEN};
+use ipmc::two_stage::Verdict;
+use ipmc_sim::engine::Outcome;
+use ipmc_sim::network::{Faults, Network};
+use ipmc_sim::scenario::{Algorithm, Scenario};
+
+fn ipmc(nodes: usize, size: usize, net: Network) -> Scenario {
+    let mut s = Scenario::new(nodes, size, net);
+    s.algorithm = Algorithm::Ipmc;
+    s
+}
+
+fn run(s: &Scenario) -> Outcome {
+    s.run().unwrap_or_else(|e| panic!("{e}\n{s:?}"))
+}
+
+/// The non-root ranks' counters.
+fn receivers(s: &Scenario, out: &Outcome) -> Vec<ipmc::stats::Datagrams> {
+    (0..s.nodes)
+        .filter(|&r| r != s.root)
+        .map(|r| out.datagrams[r])
+        .collect()
+}
+
+#[test]
+fn a_perfect_network_delivers_everything_by_multicast() {
+    for fragment in [1000, 4096] {
+        for size in [1, fragment - 1, fragment, fragment + 1, 5 * fragment] {
+            for nodes in [2, 3, 7, 33] {
+                let mut s = ipmc(nodes, size, Network::emulated());
+                s.ipmc.fragment_size = fragment;
+                s.root = nodes / 2;
+                let out = run(&s);
+                for d in receivers(&s, &out) {
+                    assert_eq!(d.bytes_multicast, size as u64, "{s:?}");
+                    assert_eq!(d.bytes_chain, 0, "the chain carried data: {s:?}");
+                }
+            }
+        }
+    }
+}
+
+#[test]
+fn total_loss_delivers_everything_by_the_chain() {
+    let net = Network {
+        loss: 1.0,
+        ..Network::emulated()
+    };
+    for (nodes, size) in [(2, 5000), (5, 70_000), (17, 300_000)] {
+        let s = ipmc(nodes, size, net.clone());
+        let out = run(&s);
+        for d in receivers(&s, &out) {
+            assert_eq!(d.bytes_multicast, 0);
+            assert_eq!(d.bytes_chain, size as u64);
+        }
+    }
+}
+
+/// Genuine datagrams of another communicator or of later broadcasts, valid
+/// under the key (or unprotected), are never taken: every rank still ends
+/// with the root's bytes (the run checks them), and the ranks counted them
+/// as what they are.
+#[test]
+fn foreign_datagrams_are_never_taken() {
+    let key = Key([9; KEY_LEN]);
+    for auth in [
+        Auth::Tag(key),
+        Auth::Encrypt(key),
+        Auth::crc(true),
+        Auth::crc(false),
+    ] {
+        let net = Network {
+            loss: 0.05,
+            faults: Faults {
+                foreign: 0.5,
+                ..Faults::default()
+            },
+            ..Network::emulated()
+        };
+        let mut s = ipmc(9, 200_000, net);
+        s.ipmc.auth = auth;
+        let out = run(&s);
+        // Those of later broadcasts are kept for them, uncounted until then.
+        let mut comm = 0;
+        for d in receivers(&s, &out) {
+            comm += d.verdict(Verdict::WrongComm);
+            assert_eq!(d.bytes_multicast + d.bytes_chain, 200_000);
+        }
+        assert!(
+            comm > 0,
+            "{auth:?}: no datagram of another communicator came"
+        );
+        assert!(
+            out.counters.faulty > comm,
+            "{auth:?}: no later broadcast's came"
+        );
+    }
+}
+
+#[test]
+fn an_empty_message_is_done_at_once() {
+    let out = run(&ipmc(16, 0, Network::emulated()));
+    assert_eq!(out.counters.datagrams_sent, 0);
+    assert!(out.completion_max_ns() < 1_000_000, "{out:?}");
+}
+
+/// Under loss a rank asks its predecessor once and gets what it lacks, so
+/// repair does not walk the ring: 512 ranks pay about what 8 pay.
+#[test]
+fn repair_costs_about_the_same_on_a_ring_of_8_or_512() {
+    let net = Network {
+        loss: 0.03,
+        ..Network::emulated()
+    };
+    let median = |nodes: usize| {
+        let mut t: Vec<u64> = (0..5)
+            .map(|seed| {
+                let mut s = ipmc(nodes, 65536, net.clone());
+                s.seed = seed;
+                run(&s).completion_max_ns()
+            })
+            .collect();
+        t.sort_unstable();
+        t[2] as f64
+    };
+    let (small, large) = (median(8), median(512));
+    assert!(
+        large < 1.3 * small,
+        "8 ranks: {small} ns, 512 ranks: {large} ns"
+    );
+}
