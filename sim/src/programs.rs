@@ -51,6 +51,8 @@ pub struct IpmcRank {
     stats: Datagrams,
     message: Rc<[u8]>,
     returned: bool,
+    /// The fragments this rank's `NEED` asked for, in bytes, once it asked.
+    asked_bytes: Option<u64>,
 }
 
 impl IpmcRank {
@@ -83,6 +85,7 @@ impl IpmcRank {
             stats,
             message,
             returned: false,
+            asked_bytes: None,
         })
     }
 
@@ -109,11 +112,38 @@ impl Program for IpmcRank {
             )
             .map_err(|e| e.to_string())?;
         self.returned |= run.is_done() || run.may_return();
+        let b = run.broadcast();
+        if let (None, Some(asked)) = (self.asked_bytes, b.requested()) {
+            // The NEED went in this step, after the last datagram this rank
+            // read: it must list exactly what the rank lacks.
+            let lacking: Vec<u32> = (0..b.fragments()).filter(|&k| !b.owns(k)).collect();
+            if asked != lacking {
+                return Err(format!("NEED asked for {asked:?}, lacking {lacking:?}"));
+            }
+            let fragment = b.params().fragment_size as u64;
+            let last = b.params().message_len as u64 - (b.fragments() as u64 - 1) * fragment;
+            let bytes = |&k: &u32| {
+                if k + 1 == b.fragments() {
+                    last
+                } else {
+                    fragment
+                }
+            };
+            self.asked_bytes = Some(asked.iter().map(bytes).sum());
+        }
         let done = run.is_done();
         if done {
-            let b = run.broadcast();
             if b.data() != &self.message[..] {
                 return Err("the message received differs from the root's".into());
+            }
+            // The chain brings nothing that was not asked for (a datagram
+            // late after the NEED may still bring an asked fragment first).
+            let asked = self.asked_bytes.unwrap_or(0);
+            if b.params().vrank != 0 && b.bytes_by_chain() > asked {
+                return Err(format!(
+                    "{} bytes came by the chain, {asked} were asked for",
+                    b.bytes_by_chain()
+                ));
             }
             Driver::<SimSocket>::account(b, &mut self.stats);
             // Ten thousand ranks' copies of a large message do not fit.
