@@ -17,14 +17,14 @@ use std::sync::{Arc, Mutex, MutexGuard, Weak};
 
 use log::warn;
 
+use crate::driver::io::Wait;
+use crate::driver::multicast;
 use crate::ffi;
 use crate::ffi::Messages;
-use crate::io::Wait;
-use crate::multicast;
 
 /// A broadcast over Open MPI.
 type Run = multicast::Run<Messages>;
-use crate::transport::P2pResult;
+use crate::algorithms::transport::P2pResult;
 
 /// One communicator's broadcast in the background, if any.
 #[derive(Default)]

@@ -6,16 +6,16 @@ use std::time::{Duration, Instant};
 
 use log::{debug, info, warn};
 
-use crate::config::{Algorithm, Config};
+use crate::algorithms::transport::Transport;
+use crate::algorithms::{chain, linear};
+use crate::component::config::{Algorithm, Config};
+use crate::component::nodes::Nodes;
+use crate::component::stats::Stats;
+use crate::driver::multicast::{CommDriver, Driver, Ranks};
 use crate::ffi::{self, BcastCall, Comm, Messages, PmlTransport};
-use crate::interfaces::{self, IfList};
-use crate::mcast_socket::{self, McastSocket, OpenError};
-use crate::multicast::{CommDriver, Driver, Ranks};
-use crate::nodes::Nodes;
-use crate::setup::{self, Announce};
-use crate::stats::Stats;
-use crate::transport::Transport;
-use crate::{chain, linear};
+use crate::group::setup::{self, Announce};
+use crate::net::interfaces::{self, IfList};
+use crate::net::mcast_socket::{self, McastSocket, OpenError};
 
 /// Open MPI's generic error code, for failures that have no code of their own.
 const OMPI_ERROR: i32 = -1;
@@ -433,7 +433,7 @@ fn open_socket(cfg: &Config, comm: Comm, a: &Announce) -> Result<McastSocket, Op
             "{e}; the group {} is IPv4, and this host has only IPv6: where every host \
              has IPv6, an IPv6 group range works, for example coll_ipmc_group_range={}",
             a.group.ip(),
-            crate::groups::IPV6_DEFAULT_GROUPS
+            crate::group::groups::IPV6_DEFAULT_GROUPS
         )
     })?;
     if let IpAddr::V6(group) = a.group.ip() {
