@@ -28,14 +28,18 @@
 //!   spread over nodes, the counters of `coll_ipmc_print_statistics`, and the
 //!   per-communicator module with the broadcast entry point
 //!   ([`component::module`]);
-//! - [`ffi`]: the Open MPI boundary, the only place with `unsafe`.
+//! - [`ffi`]: the Open MPI boundary, the only place with `unsafe`: the entry
+//!   points C calls ([`ffi::exports`]) on top, and below every layer that
+//!   does I/O, the calls into Open MPI ([`ffi::ompi`]) and the operating
+//!   system ([`ffi::os`]).
 //!
 //! Each layer builds on the ones before it in this list. The exceptions are
 //! shared definitions, not calls back up: the I/O traits of [`driver::io`],
 //! which [`net`] implements and [`group::setup`] is written against; the
-//! parameters ([`component::config`]), which every layer reads; the counters
-//! of [`component::stats`], which the driver fills; and [`ffi`], whose host
-//! calls sit below everything that does I/O while its entry points sit on top.
+//! parameters ([`component::config`]), which the setup reads; the counters of
+//! [`component::stats`], which the driver fills; and [`ffi::ompi`] and
+//! [`ffi::os`], which the layers call, and which import no more of the crate
+//! than the traits they implement.
 //!
 //! Tests only: `testing`, the seeded simulated network of the protocol's tests
 //! and an in-memory point-to-point network of threads.

@@ -8,7 +8,7 @@ use std::net::SocketAddr;
 use std::process::Command;
 use std::time::{Duration, Instant};
 
-use ipmc::ffi::interface_addresses;
+use ipmc::ffi::os::interface_addresses;
 use ipmc::net::interfaces::{choose, IfList};
 use ipmc::net::mcast_socket::{McastSocket, Options};
 

@@ -19,8 +19,8 @@ use log::warn;
 
 use crate::driver::io::Wait;
 use crate::driver::multicast;
-use crate::ffi;
-use crate::ffi::Messages;
+use crate::ffi::ompi;
+use crate::ffi::ompi::Messages;
 
 /// A broadcast over Open MPI.
 type Run = multicast::Run<Messages>;
@@ -56,7 +56,7 @@ impl Pending {
         let slot = self.slot.get_or_insert_with(|| {
             let slot = Arc::new(Mutex::new(Slot::default()));
             locked(&SLOTS).push(Arc::downgrade(&slot));
-            ffi::register_progress();
+            ompi::register_progress();
             slot
         });
         let mut slot = locked(slot);

@@ -17,7 +17,7 @@ use crate::algorithms::transport::{P2pError, P2pResult};
 use crate::component::stats::Datagrams;
 use crate::driver::background::Pending;
 use crate::driver::io::{DatagramIo, MessageIo, Wait};
-use crate::ffi::{Comm, Messages};
+use crate::ffi::ompi::{Comm, Messages};
 use crate::net::mcast_socket::McastSocket;
 use crate::protocol::datagram::{self, Auth};
 use crate::protocol::two_stage::{Broadcast, Params, Verdict};

@@ -58,7 +58,7 @@ impl Announce {
         let mut rng = groups::generator(crate::group::entropy::collect());
         let mut key = [0u8; KEY_LEN];
         if cfg.authenticate != 0 {
-            crate::ffi::os_random(&mut key)
+            crate::ffi::os::os_random(&mut key)
                 .map_err(|e| format!("cannot draw a secret key (getrandom): {e}"))?;
         }
         Ok(Announce {
