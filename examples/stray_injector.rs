@@ -27,9 +27,11 @@ use std::process::ExitCode;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant};
 
-use ipmc::datagram::{encode, header, Auth, Header, Key, Protection, HEADER_LEN, KEY_LEN};
-use ipmc::ffi::interface_addresses;
-use ipmc::interfaces::{choose, Chosen, IfList};
+use ipmc::ffi::os::interface_addresses;
+use ipmc::net::interfaces::{choose, Chosen, IfList};
+use ipmc::protocol::datagram::{
+    encode, header, Auth, Header, Key, Protection, HEADER_LEN, KEY_LEN,
+};
 use rand_chacha::rand_core::{RngCore, SeedableRng};
 use rand_chacha::ChaCha8Rng;
 use socket2::{Domain, InterfaceIndexOrAddress, Protocol, Socket, Type};

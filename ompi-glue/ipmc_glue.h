@@ -4,7 +4,7 @@
  * Rust sees only this header (through bindgen and ../wrapper.h): Open MPI's
  * objects are opaque here, their layouts stay on the C side. Functions named
  * ipmc_* are implemented in C (ipmc_glue.c) and called by Rust; functions named
- * ipmc_rs_* are implemented in Rust (src/ffi.rs) and called by C.
+ * ipmc_rs_* are implemented in Rust (src/ffi/exports.rs) and called by C.
  */
 #ifndef IPMC_GLUE_H
 #define IPMC_GLUE_H

@@ -8,9 +8,9 @@ use std::net::SocketAddr;
 use std::process::Command;
 use std::time::{Duration, Instant};
 
-use ipmc::ffi::interface_addresses;
-use ipmc::interfaces::{choose, IfList};
-use ipmc::mcast_socket::{McastSocket, Options};
+use ipmc::ffi::os::interface_addresses;
+use ipmc::net::interfaces::{choose, IfList};
+use ipmc::net::mcast_socket::{McastSocket, Options};
 
 const INSIDE: &str = "IPMC_SOCKET_TEST_INSIDE_NETNS";
 

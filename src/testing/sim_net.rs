@@ -1,5 +1,5 @@
 //! A seeded, deterministic simulated network for the two-stage broadcast
-//! ([`crate::two_stage`]): one root and N receivers exchange multicast
+//! ([`crate::protocol::two_stage`]): one root and N receivers exchange multicast
 //! datagrams over a faulty group, and chain frames and replies over reliable
 //! FIFO links between ring neighbours, in discrete steps. Each step the ranks
 //! take turns in a random order and each does a bounded amount of work, so
@@ -19,8 +19,8 @@ use std::time::Duration;
 use rand_chacha::rand_core::{RngCore, SeedableRng};
 use rand_chacha::ChaCha8Rng;
 
-use crate::datagram::{self, Header};
-use crate::two_stage::{Broadcast, Frame, Params, Verdict, END};
+use crate::protocol::datagram::{self, Header};
+use crate::protocol::two_stage::{Broadcast, Frame, Params, Verdict, END};
 
 /// What the network does to multicast datagrams.
 #[derive(Clone, Copy, Debug, Default)]
@@ -721,7 +721,7 @@ impl Sim {
         let encoded: Vec<u8> = missing.iter().copied().flat_map(u32::to_le_bytes).collect();
         check!(
             self,
-            out[..4] == crate::two_stage::NEED.to_le_bytes() && out[4..] == encoded[..],
+            out[..4] == crate::protocol::two_stage::NEED.to_le_bytes() && out[4..] == encoded[..],
             "rank {r}: the reply is not what it lacks"
         );
         self.ranks[r - 1].succ_asked = Some(missing);

@@ -4,7 +4,7 @@
 
 use log::{Level, LevelFilter, Log, Metadata, Record};
 
-use crate::ffi;
+use crate::ffi::ompi;
 
 /// The `coll_ipmc_verbose` level at which a message of `level` is shown.
 pub fn verbosity_of(level: Level) -> i32 {
@@ -37,7 +37,7 @@ impl Log for OmpiLogger {
 
     fn log(&self, record: &Record) {
         if self.enabled(record.metadata()) {
-            ffi::log_line(
+            ompi::log_line(
                 verbosity_of(record.level()),
                 &format!("ipmc: {}", record.args()),
             );

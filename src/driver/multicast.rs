@@ -1,7 +1,7 @@
 //! The driver of the two-stage broadcast: runs the protocol core
-//! ([`crate::two_stage`]) over a communicator's multicast group and
+//! ([`crate::protocol::two_stage`]) over a communicator's multicast group and
 //! point-to-point messages for the chain. It is written against the I/O of
-//! [`crate::io`] and told the time at every step, so the same driver runs
+//! [`crate::driver::io`] and told the time at every step, so the same driver runs
 //! over real sockets and Open MPI (a blocking call, [`Driver::bcast`]) and
 //! inside a simulated network (which calls [`Driver::step`] whenever
 //! something happens to a rank).
@@ -13,14 +13,14 @@ use log::{debug, warn};
 use rand_chacha::rand_core::{RngCore, SeedableRng};
 use rand_chacha::ChaCha8Rng;
 
-use crate::background::Pending;
-use crate::datagram::{self, Auth};
-use crate::ffi::{Comm, Messages};
-use crate::io::{DatagramIo, MessageIo, Wait};
-use crate::mcast_socket::McastSocket;
-use crate::stats::Datagrams;
-use crate::transport::{P2pError, P2pResult};
-use crate::two_stage::{Broadcast, Params, Verdict};
+use crate::algorithms::transport::{P2pError, P2pResult};
+use crate::component::stats::Datagrams;
+use crate::driver::background::Pending;
+use crate::driver::io::{DatagramIo, MessageIo, Wait};
+use crate::ffi::ompi::{Comm, Messages};
+use crate::net::mcast_socket::McastSocket;
+use crate::protocol::datagram::{self, Auth};
+use crate::protocol::two_stage::{Broadcast, Params, Verdict};
 
 /// One broadcast's chain on this rank: the protocol state and the
 /// point-to-point messages it has in flight, which own their buffers, so a
@@ -320,7 +320,7 @@ impl CommDriver {
     /// the other ranks). It returns once this rank owns the message (the
     /// root: once every datagram is handed to the socket) and has told its
     /// predecessor what it lacked; what it still owes its neighbours is
-    /// finished in the background ([`crate::background`]) when the message
+    /// finished in the background ([`crate::driver::background`]) when the message
     /// is at most `background_limit` bytes, else before it returns. The
     /// caller has finished the previous broadcast's background part
     /// ([`CommDriver::finish`]), so the chain frames of consecutive broadcasts

@@ -43,7 +43,7 @@ use std::collections::VecDeque;
 use std::ops::Range;
 use std::time::Duration;
 
-use crate::datagram::{self, Auth, Header, Protection, Reject};
+use crate::protocol::datagram::{self, Auth, Header, Protection, Reject};
 
 /// Bytes of a chain frame before the fragment's payload.
 pub const CHAIN_HEADER_LEN: usize = 4;
@@ -919,7 +919,7 @@ mod tests {
     /// broadcast and for later ones; the root's are taken (and decrypted).
     #[test]
     fn with_a_key_forgeries_are_rejected_and_the_roots_datagrams_taken() {
-        use crate::datagram::Key;
+        use crate::protocol::datagram::Key;
         for auth in [Auth::Tag(Key([1; 32])), Auth::Encrypt(Key([1; 32]))] {
             let p = Params {
                 auth,

@@ -11,12 +11,12 @@
 
 use std::net::{IpAddr, Ipv6Addr, SocketAddr};
 
-use crate::config::Config;
-use crate::datagram::{Auth, Key, KEY_LEN};
-use crate::groups::{self, GroupRanges, PortRange};
-use crate::io::MessageIo;
-use crate::mcast_socket::OpenError;
-use crate::transport::P2pResult;
+use crate::algorithms::transport::P2pResult;
+use crate::component::config::Config;
+use crate::driver::io::MessageIo;
+use crate::group::groups::{self, GroupRanges, PortRange};
+use crate::net::mcast_socket::OpenError;
+use crate::protocol::datagram::{Auth, Key, KEY_LEN};
 
 /// Layout version of the setup messages.
 const VERSION: u8 = 2;
@@ -55,10 +55,10 @@ impl Announce {
     pub fn draw(cfg: &Config, group_range: &str) -> Result<Self, String> {
         let ranges = GroupRanges::parse(group_range)?;
         let ports = PortRange::parse(&cfg.port_range)?;
-        let mut rng = groups::generator(crate::entropy::collect());
+        let mut rng = groups::generator(crate::group::entropy::collect());
         let mut key = [0u8; KEY_LEN];
         if cfg.authenticate != 0 {
-            crate::ffi::os_random(&mut key)
+            crate::ffi::os::os_random(&mut key)
                 .map_err(|e| format!("cannot draw a secret key (getrandom): {e}"))?;
         }
         Ok(Announce {
@@ -453,7 +453,7 @@ pub fn failure_message(
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::test_net::run_messages;
+    use crate::testing::test_net::run_messages;
 
     /// Runs the agreement on `size` ranks; `open(rank, draw)` is each rank's
     /// result of opening its socket (its socket stands for the announcement

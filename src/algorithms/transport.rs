@@ -1,8 +1,9 @@
 //! The point-to-point operations the broadcast algorithms are written against.
 //!
 //! A transport owns one message buffer; algorithms name parts of it by byte
-//! range. Open MPI's PML implements it in production ([`crate::ffi`]); the tests
-//! run the same algorithms over an in-memory network.
+//! range. Open MPI's PML implements it in production
+//! ([`crate::ffi::ompi::PmlTransport`]); the tests run the same algorithms
+//! over an in-memory network.
 
 use std::fmt;
 use std::ops::Range;

@@ -6,7 +6,7 @@
 use std::collections::VecDeque;
 use std::ops::Range;
 
-use crate::transport::{P2pResult, ReqId, Transport};
+use crate::algorithms::transport::{P2pResult, ReqId, Transport};
 
 /// Receives and sends a rank keeps in flight: enough to keep the pipeline full
 /// without posting one request per segment of a huge message.
@@ -67,7 +67,7 @@ pub fn bcast<T: Transport>(t: &mut T, root: usize, segment_size: usize) -> P2pRe
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::test_net::run_bcast;
+    use crate::testing::test_net::run_bcast;
 
     #[test]
     fn neighbours_form_a_chain_from_the_root() {

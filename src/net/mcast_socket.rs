@@ -13,7 +13,7 @@ use std::net::{IpAddr, SocketAddr, SocketAddrV6, UdpSocket};
 
 use socket2::{Domain, InterfaceIndexOrAddress, Protocol, Socket, Type};
 
-use crate::interfaces::Chosen;
+use crate::net::interfaces::Chosen;
 
 /// How the sockets are set up, beyond group and interface.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -65,7 +65,7 @@ fn doing<T>(what: &str, r: io::Result<T>) -> Result<T, String> {
 
 impl McastSocket {
     /// Joins `group` on `iface` and prepares sending to it, for IPv6 from
-    /// `iface.addr` (see [`crate::interfaces::ipv6_source`]).
+    /// `iface.addr` (see [`crate::net::interfaces::ipv6_source`]).
     pub fn open(group: SocketAddr, iface: &Chosen, opts: Options) -> Result<Self, OpenError> {
         if !group.ip().is_multicast() {
             return Err(format!("{} is not a multicast address", group.ip()).into());
@@ -233,7 +233,7 @@ fn bind_address(group: SocketAddr, iface: &Chosen) -> SocketAddr {
     }
 }
 
-impl crate::io::DatagramIo for McastSocket {
+impl crate::driver::io::DatagramIo for McastSocket {
     fn send(&mut self, datagram: &[u8]) -> io::Result<bool> {
         McastSocket::send(self, datagram)
     }

@@ -2,7 +2,7 @@
 //! non-blocking send to every other rank and waits for all of them, so a late
 //! rank delays only itself.
 
-use crate::transport::{P2pResult, Transport};
+use crate::algorithms::transport::{P2pResult, Transport};
 
 /// Broadcasts the transport's buffer from `root` to every rank.
 pub fn bcast<T: Transport>(t: &mut T, root: usize) -> P2pResult<()> {
@@ -21,7 +21,7 @@ pub fn bcast<T: Transport>(t: &mut T, root: usize) -> P2pResult<()> {
 
 #[cfg(test)]
 mod tests {
-    use crate::test_net::run_bcast;
+    use crate::testing::test_net::run_bcast;
 
     #[test]
     fn every_rank_gets_the_roots_bytes() {

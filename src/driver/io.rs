@@ -1,11 +1,11 @@
-//! The I/O the multicast driver ([`crate::multicast`]) is written against,
+//! The I/O the multicast driver ([`crate::driver::multicast`]) is written against,
 //! so that one driver runs over real sockets and Open MPI's point-to-point
 //! layer, and over the simulated networks of the tests and the simulator.
 //! Time is not I/O here: the driver is told the time at every step.
 
 use std::fmt;
 
-use crate::transport::P2pResult;
+use crate::algorithms::transport::P2pResult;
 
 /// A communicator's multicast group as one non-blocking datagram socket.
 pub trait DatagramIo {

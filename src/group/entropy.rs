@@ -1,6 +1,6 @@
 //! The entropy collector of the thesis (§3.3) in today's terms: a few bits
 //! that differ between processes, hosts and calls, compressed to the 64-bit
-//! seed of the Blum-Blum-Shub generator ([`crate::bbs`]). Every source is
+//! seed of the Blum-Blum-Shub generator ([`crate::group::bbs`]). Every source is
 //! optional; the collector never blocks, never fails and never panics.
 
 use std::collections::hash_map::DefaultHasher;

@@ -1,6 +1,6 @@
 //! The choice of a communicator's multicast group and port (thesis §1.7.2,
 //! §3.4): the configured address and port ranges, the generator that
-//! stretches a collected seed ([`crate::entropy`]) through Blum-Blum-Shub
+//! stretches a collected seed ([`crate::group::entropy`]) through Blum-Blum-Shub
 //! into ChaCha20, and uniform draws from the ranges.
 
 use std::fmt;
@@ -10,7 +10,7 @@ use std::str::FromStr;
 use rand_chacha::rand_core::{RngCore, SeedableRng};
 use rand_chacha::ChaCha20Rng;
 
-use crate::bbs::Bbs;
+use crate::group::bbs::Bbs;
 
 /// The default groups: the IPv4 organization-local scope of RFC 2365. It is
 /// administratively scoped (routers at the organization's edge keep it in),

@@ -17,14 +17,14 @@ use std::sync::{Arc, Mutex, MutexGuard, Weak};
 
 use log::warn;
 
-use crate::ffi;
-use crate::ffi::Messages;
-use crate::io::Wait;
-use crate::multicast;
+use crate::driver::io::Wait;
+use crate::driver::multicast;
+use crate::ffi::ompi;
+use crate::ffi::ompi::Messages;
 
 /// A broadcast over Open MPI.
 type Run = multicast::Run<Messages>;
-use crate::transport::P2pResult;
+use crate::algorithms::transport::P2pResult;
 
 /// One communicator's broadcast in the background, if any.
 #[derive(Default)]
@@ -56,7 +56,7 @@ impl Pending {
         let slot = self.slot.get_or_insert_with(|| {
             let slot = Arc::new(Mutex::new(Slot::default()));
             locked(&SLOTS).push(Arc::downgrade(&slot));
-            ffi::register_progress();
+            ompi::register_progress();
             slot
         });
         let mut slot = locked(slot);

@@ -16,7 +16,7 @@ use std::collections::BTreeMap;
 use std::fmt;
 use std::net::{IpAddr, Ipv6Addr};
 
-use crate::ffi::IfAddr;
+use crate::ffi::os::IfAddr;
 
 /// One item of an interface list.
 #[derive(Clone, Debug, PartialEq, Eq)]

@@ -1,7 +1,7 @@
 //! The MCA parameters as the Rust core sees them, and the choice of algorithm.
 
-use crate::groups::{GroupRanges, PortRange};
-use crate::interfaces::IfList;
+use crate::group::groups::{GroupRanges, PortRange};
+use crate::net::interfaces::IfList;
 
 /// A broadcast algorithm of ipmc, or the broadcast of the component ipmc replaced.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
@@ -91,7 +91,7 @@ impl Default for Config {
             chain_segment_size: 65536,
             bcast_algorithm: 0,
             verbose: 0,
-            group_range: crate::groups::DEFAULT_GROUPS.into(),
+            group_range: crate::group::groups::DEFAULT_GROUPS.into(),
             port_range: "5000-32767".into(),
             if_include: String::new(),
             if_exclude: String::new(),
@@ -143,7 +143,7 @@ impl Config {
              root_wait_time={} use_crc_checking={} authenticate={} chain_segment_size={} \
              bcast_algorithm={} group_range={} port_range={} ttl={} ranks_are_nodes={}",
             env!("CARGO_PKG_VERSION"),
-            crate::datagram::VERSION,
+            crate::protocol::datagram::VERSION,
             self.priority,
             self.crossover_nodes,
             self.crossover_size,
@@ -167,7 +167,7 @@ impl Config {
 
     /// The algorithm for a broadcast of `bytes` bytes on a communicator that
     /// spans `nodes` nodes (thesis §3.5, where each node ran one process). Both
-    /// inputs are equal on every rank (MPI's rules; [`crate::nodes`]), so every
+    /// inputs are equal on every rank (MPI's rules; [`crate::component::nodes`]), so every
     /// rank chooses the same.
     pub fn choose(&self, bytes: usize, nodes: usize) -> Algorithm {
         if let Some(forced) = Algorithm::forced(self.bcast_algorithm) {
@@ -315,7 +315,7 @@ mod tests {
     }
 
     fn table() -> Vec<Row<'static>> {
-        include_str!("../mca-params/ipmc_params.def")
+        include_str!("../../mca-params/ipmc_params.def")
             .lines()
             .filter_map(|l| l.strip_prefix("IPMC_PARAM("))
             .map(|row| {

@@ -3,8 +3,8 @@
 
 use std::fmt::Write;
 
-use crate::config::Algorithm;
-use crate::two_stage::Verdict;
+use crate::component::config::Algorithm;
+use crate::protocol::two_stage::Verdict;
 
 /// What the multicast algorithm did with datagrams and bytes.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]

@@ -6,16 +6,17 @@ use std::time::{Duration, Instant};
 
 use log::{debug, info, warn};
 
-use crate::config::{Algorithm, Config};
-use crate::ffi::{self, BcastCall, Comm, Messages, PmlTransport};
-use crate::interfaces::{self, IfList};
-use crate::mcast_socket::{self, McastSocket, OpenError};
-use crate::multicast::{CommDriver, Driver, Ranks};
-use crate::nodes::Nodes;
-use crate::setup::{self, Announce};
-use crate::stats::Stats;
-use crate::transport::Transport;
-use crate::{chain, linear};
+use crate::algorithms::transport::Transport;
+use crate::algorithms::{chain, linear};
+use crate::component::config::{Algorithm, Config};
+use crate::component::nodes::Nodes;
+use crate::component::stats::Stats;
+use crate::driver::multicast::{CommDriver, Driver, Ranks};
+use crate::ffi::ompi::{self, BcastCall, Comm, Messages, PmlTransport};
+use crate::ffi::os;
+use crate::group::setup::{self, Announce};
+use crate::net::interfaces::{self, IfList};
+use crate::net::mcast_socket::{self, McastSocket, OpenError};
 
 /// Open MPI's generic error code, for failures that have no code of their own.
 const OMPI_ERROR: i32 = -1;
@@ -219,7 +220,7 @@ impl Module {
     /// Called when the communicator is freed: prints the statistics once.
     pub fn disable(&mut self, comm: Comm) {
         if self.cfg.print_statistics && !self.reported {
-            crate::ffi::print_line(&self.stats.report(
+            ompi::print_line(&self.stats.report(
                 self.rank,
                 self.size,
                 self.nodes.count,
@@ -348,7 +349,7 @@ impl Module {
             static TOLD: AtomicBool = AtomicBool::new(false);
             let told = TOLD.swap(true, Ordering::Relaxed);
             if !told && self.rank == 0 {
-                ffi::print_line(&setup::failure_message(&name, &failures, |r| {
+                ompi::print_line(&setup::failure_message(&name, &failures, |r| {
                     comm.member_host(r)
                 }));
             }
@@ -422,7 +423,7 @@ fn on_message_bytes(
 fn open_socket(cfg: &Config, comm: Comm, a: &Announce) -> Result<McastSocket, OpenError> {
     let include = IfList::parse(&cfg.if_include)?;
     let exclude = IfList::parse(&cfg.if_exclude)?;
-    let addrs = ffi::interface_addresses().map_err(|e| format!("listing interfaces: {e}"))?;
+    let addrs = os::interface_addresses().map_err(|e| format!("listing interfaces: {e}"))?;
     let v6 = a.group.is_ipv6();
     let mut iface = interfaces::choose(&addrs, &include, &exclude, v6).map_err(|e| {
         if v6 || interfaces::choose(&addrs, &include, &exclude, true).is_err() {
@@ -433,7 +434,7 @@ fn open_socket(cfg: &Config, comm: Comm, a: &Announce) -> Result<McastSocket, Op
             "{e}; the group {} is IPv4, and this host has only IPv6: where every host \
              has IPv6, an IPv6 group range works, for example coll_ipmc_group_range={}",
             a.group.ip(),
-            crate::groups::IPV6_DEFAULT_GROUPS
+            crate::group::groups::IPV6_DEFAULT_GROUPS
         )
     })?;
     if let IpAddr::V6(group) = a.group.ip() {
@@ -453,7 +454,7 @@ fn interface_families(cfg: &Config) -> (bool, bool) {
     let (Ok(include), Ok(exclude), Ok(addrs)) = (
         IfList::parse(&cfg.if_include),
         IfList::parse(&cfg.if_exclude),
-        ffi::interface_addresses(),
+        os::interface_addresses(),
     ) else {
         return (true, true); // no say in the family; opening will tell
     };

@@ -8,8 +8,8 @@ use std::sync::mpsc::{channel, Receiver, Sender};
 use std::thread;
 use std::time::Duration;
 
-use crate::io::{MessageIo, Wait};
-use crate::transport::{P2pResult, ReqId, Transport};
+use crate::algorithms::transport::{P2pResult, ReqId, Transport};
+use crate::driver::io::{MessageIo, Wait};
 
 enum Req {
     Done,

@@ -1,0 +1,574 @@
+//! Calls into Open MPI, through the glue: a communicator ([`Comm`]), the
+//! arguments of one `MPI_Bcast` ([`BcastCall`]), point-to-point messages on
+//! the PML ([`PmlTransport`], [`Messages`]), the component's output, and the
+//! registration with the progress engine.
+
+use std::ffi::{c_int, c_void, CStr};
+use std::marker::PhantomData;
+use std::ops::Range;
+use std::ptr;
+
+use super::sys::{self, ipmc_module, ompi_communicator_t, ompi_datatype_t, ompi_request_t};
+use super::{c_line, OMPI_SUCCESS};
+use crate::algorithms::transport::{P2pError, P2pResult, ReqId, Transport};
+use crate::driver::io::{MessageIo, Wait};
+
+/// A line at a verbosity level of the component's output stream.
+pub fn log_line(level: i32, line: &str) {
+    let line = c_line(line);
+    // SAFETY: `line` is a valid NUL-terminated string for the duration of the call.
+    unsafe { sys::ipmc_log(level, line.as_ptr()) }
+}
+
+/// A line that is always shown (Open MPI's stream 0, standard error).
+pub fn print_line(line: &str) {
+    let line = c_line(line);
+    // SAFETY: `line` is a valid NUL-terminated string for the duration of the call.
+    unsafe { sys::ipmc_print(line.as_ptr()) }
+}
+
+/// A communicator handle, valid for as long as Open MPI's call that handed it
+/// to ipmc runs.
+#[derive(Clone, Copy)]
+pub struct Comm(pub(super) *mut ompi_communicator_t);
+
+impl Comm {
+    pub fn rank(self) -> usize {
+        // SAFETY: the handle is a live communicator (see the type's contract).
+        let r = unsafe { sys::ipmc_comm_rank(self.0) };
+        usize::try_from(r).expect("ranks are not negative")
+    }
+
+    pub fn size(self) -> usize {
+        // SAFETY: as in `rank`.
+        let s = unsafe { sys::ipmc_comm_size(self.0) };
+        usize::try_from(s).expect("sizes are not negative")
+    }
+
+    pub fn is_inter(self) -> bool {
+        // SAFETY: as in `rank`.
+        unsafe { sys::ipmc_comm_is_inter(self.0) != 0 }
+    }
+
+    pub fn cid(self) -> u32 {
+        // SAFETY: as in `rank`.
+        unsafe { sys::ipmc_comm_cid(self.0) }
+    }
+
+    /// What member `rank` published in the modex about its ipmc.
+    pub fn member_config(self, rank: usize) -> Option<u64> {
+        let rank = c_int::try_from(rank).ok()?;
+        let mut digest = 0;
+        // SAFETY: as in `rank`; `digest` is a valid out-pointer.
+        let found = unsafe { sys::ipmc_modex_member_digest(self.0, rank, &mut digest) };
+        (found != 0).then_some(digest)
+    }
+
+    /// The host name of member `rank`.
+    pub fn member_host(self, rank: usize) -> String {
+        let Ok(rank) = c_int::try_from(rank) else {
+            return "unknown".into();
+        };
+        // SAFETY: as in `rank`; the glue returns a NUL-terminated string that
+        // Open MPI keeps for the process's lifetime (or a literal).
+        unsafe { CStr::from_ptr(sys::ipmc_comm_member_host(self.0, rank)) }
+            .to_string_lossy()
+            .into_owned()
+    }
+
+    pub fn name(self) -> String {
+        // SAFETY: as in `rank`; the glue returns the communicator's own
+        // NUL-terminated name array, which lives as long as the communicator.
+        unsafe { CStr::from_ptr(sys::ipmc_comm_name(self.0)) }
+            .to_string_lossy()
+            .into_owned()
+    }
+}
+
+/// The arguments of one `MPI_Bcast` call.
+pub struct BcastCall {
+    // Set by `ipmc_rs_bcast` from C's arguments.
+    pub(super) buf: *mut c_void,
+    pub(super) count: c_int,
+    pub(super) dt: *mut ompi_datatype_t,
+    pub(super) root: c_int,
+    pub(super) comm: Comm,
+    pub(super) module: *mut ipmc_module,
+}
+
+impl BcastCall {
+    pub fn comm(&self) -> Comm {
+        self.comm
+    }
+
+    pub fn root(&self) -> usize {
+        usize::try_from(self.root).expect("MPI checked the root")
+    }
+
+    /// Size of the message in bytes (the packed size of `count` elements).
+    pub fn bytes(&self) -> usize {
+        // SAFETY: `dt` is the call's live datatype.
+        let size = unsafe { sys::ipmc_dt_size(self.dt) };
+        size * usize::try_from(self.count).unwrap_or(0)
+    }
+
+    /// The message as bytes in the user's buffer, when the datatype lays
+    /// `count` elements out contiguously.
+    /// `bytes` is [`Self::bytes`], which the caller has already computed.
+    pub fn contiguous(&mut self, bytes: usize) -> Option<&mut [u8]> {
+        // SAFETY: `dt` is the call's live datatype.
+        let contiguous = unsafe { sys::ipmc_dt_is_contiguous(self.dt, self.count) } != 0;
+        if !contiguous || bytes == 0 {
+            return None;
+        }
+        // SAFETY: for a contiguous datatype, MPI guarantees that `bytes` bytes
+        // starting at the buffer plus the type's true lower bound belong to the
+        // message; the caller lends them to ipmc until `MPI_Bcast` returns,
+        // which outlives the borrow of `self`.
+        unsafe {
+            let lb = sys::ipmc_dt_true_lb(self.dt);
+            let start = self.buf.cast::<u8>().wrapping_offset(lb);
+            Some(std::slice::from_raw_parts_mut(start, bytes))
+        }
+    }
+
+    /// Packs the user's message into `out` (exactly [`Self::bytes`] long).
+    pub fn pack(&self, out: &mut [u8]) -> Result<(), i32> {
+        // SAFETY: buffer, count and datatype are the call's; `out` is a valid
+        // writable region of the given length.
+        let rc = unsafe {
+            sys::ipmc_pack(
+                self.buf,
+                self.count,
+                self.dt,
+                out.as_mut_ptr().cast(),
+                out.len(),
+            )
+        };
+        ok(rc)
+    }
+
+    /// Unpacks `packed` (exactly [`Self::bytes`] long) into the user's buffer.
+    pub fn unpack(&mut self, packed: &[u8]) -> Result<(), i32> {
+        // SAFETY: as in `pack`, with `packed` a valid readable region.
+        let rc = unsafe {
+            sys::ipmc_unpack(
+                packed.as_ptr().cast(),
+                packed.len(),
+                self.buf,
+                self.count,
+                self.dt,
+            )
+        };
+        ok(rc)
+    }
+
+    /// Hands the whole call to the broadcast ipmc replaced.
+    pub fn previous(&mut self) -> Result<(), i32> {
+        // SAFETY: the arguments are the call's own; the module is ipmc's, whose
+        // saved broadcast was retained in `module_enable`.
+        let rc = unsafe {
+            sys::ipmc_prev_bcast(
+                self.module,
+                self.buf,
+                self.count,
+                self.dt,
+                self.root,
+                self.comm.0,
+            )
+        };
+        ok(rc)
+    }
+}
+
+fn ok(rc: c_int) -> Result<(), i32> {
+    if rc == OMPI_SUCCESS {
+        Ok(())
+    } else {
+        Err(rc)
+    }
+}
+
+/// [`Transport`] over Open MPI's PML. Every request points into the borrowed
+/// buffer, so the transport waits for all of them before it is dropped.
+pub struct PmlTransport<'a> {
+    comm: Comm,
+    rank: usize,
+    size: usize,
+    base: *mut u8,
+    len: usize,
+    reqs: Vec<*mut ompi_request_t>,
+    /// For each request: the bytes a receive must get (`None` for a send).
+    expect: Vec<Option<usize>>,
+    _buf: PhantomData<&'a mut [u8]>,
+}
+
+impl<'a> PmlTransport<'a> {
+    /// `rank` and `size` are the caller's in `comm` (known to the module, so
+    /// the broadcast path does not ask Open MPI again).
+    pub fn new(comm: Comm, rank: usize, size: usize, buf: &'a mut [u8]) -> Self {
+        PmlTransport {
+            comm,
+            rank,
+            size,
+            // Every request derives its pointer from this one, so no later
+            // reference to the buffer invalidates an outstanding request's.
+            base: buf.as_mut_ptr(),
+            len: buf.len(),
+            reqs: Vec::new(),
+            expect: Vec::new(),
+            _buf: PhantomData,
+        }
+    }
+
+    fn part(&self, range: &Range<usize>) -> *mut u8 {
+        assert!(
+            range.start <= range.end && range.end <= self.len,
+            "range {range:?} outside a {}-byte message",
+            self.len
+        );
+        self.base.wrapping_add(range.start)
+    }
+
+    fn peer(&self, peer: usize) -> c_int {
+        assert!(peer < self.size && peer != self.rank, "bad peer {peer}");
+        c_int::try_from(peer).expect("ranks fit in an int")
+    }
+
+    fn started(
+        &mut self,
+        rc: c_int,
+        req: *mut ompi_request_t,
+        expect: Option<usize>,
+    ) -> P2pResult<ReqId> {
+        if rc != OMPI_SUCCESS {
+            return Err(P2pError(rc));
+        }
+        self.reqs.push(req);
+        self.expect.push(expect);
+        Ok(ReqId(self.reqs.len() - 1))
+    }
+}
+
+impl Transport for PmlTransport<'_> {
+    fn rank(&self) -> usize {
+        self.rank
+    }
+
+    fn size(&self) -> usize {
+        self.size
+    }
+
+    fn len(&self) -> usize {
+        self.len
+    }
+
+    fn isend(&mut self, range: Range<usize>, peer: usize) -> P2pResult<ReqId> {
+        let (data, peer) = (self.part(&range), self.peer(peer));
+        let mut req = ptr::null_mut();
+        // SAFETY: `data..data+range.len()` lies inside the borrowed buffer
+        // (checked by `part`), which outlives the request (waited for at the
+        // latest in `drop`); `req` is a valid out-pointer.
+        let rc =
+            unsafe { sys::ipmc_isend_bytes(data.cast(), range.len(), peer, self.comm.0, &mut req) };
+        self.started(rc, req, None)
+    }
+
+    fn irecv(&mut self, range: Range<usize>, peer: usize) -> P2pResult<ReqId> {
+        let (data, peer) = (self.part(&range), self.peer(peer));
+        let mut req = ptr::null_mut();
+        // SAFETY: as in `isend`; the buffer is borrowed mutably, so nothing
+        // else reads it while the receive writes.
+        let rc =
+            unsafe { sys::ipmc_irecv_bytes(data.cast(), range.len(), peer, self.comm.0, &mut req) };
+        self.started(rc, req, Some(range.len()))
+    }
+
+    fn wait_all(&mut self, ids: &[ReqId]) -> P2pResult<()> {
+        let (mut pending, expect): (Vec<*mut ompi_request_t>, Vec<Option<usize>>) = ids
+            .iter()
+            .map(|&ReqId(i)| {
+                let req = std::mem::replace(&mut self.reqs[i], ptr::null_mut());
+                (req, self.expect[i])
+            })
+            .filter(|(r, _)| !r.is_null())
+            .unzip();
+        if pending.is_empty() {
+            return Ok(());
+        }
+        let mut counts = vec![0usize; pending.len()];
+        // SAFETY: every entry is a live request started by this transport and
+        // not yet waited for; the glue completes and frees all of them and
+        // writes one count per request into `counts`, which is as long.
+        let rc = unsafe {
+            sys::ipmc_wait_all_counts(pending.len(), pending.as_mut_ptr(), counts.as_mut_ptr())
+        };
+        ok(rc).map_err(P2pError)?;
+        check_counts(&expect, &counts)
+    }
+}
+
+/// MPI's error class for a message that does not fit its receive.
+const MPI_ERR_TRUNCATE: c_int = 15;
+
+/// Every receive got exactly the bytes it was posted for: a shorter message
+/// (a rank that called `MPI_Bcast` with fewer bytes than this one) would
+/// otherwise leave the rest of the buffer silently unchanged.
+fn check_counts(expect: &[Option<usize>], counts: &[usize]) -> P2pResult<()> {
+    for (want, &got) in expect.iter().zip(counts) {
+        if let Some(want) = *want {
+            if got != want {
+                log::warn!(
+                    "received {got} bytes where the broadcast expects {want}: the ranks' \
+                     counts or datatypes differ"
+                );
+                return Err(P2pError(MPI_ERR_TRUNCATE));
+            }
+        }
+    }
+    Ok(())
+}
+
+impl Drop for PmlTransport<'_> {
+    fn drop(&mut self) {
+        // Only an algorithm that stopped on an error leaves requests behind:
+        // they must finish before the buffer they point into is released.
+        // Receives are cancelled: their messages may never come.
+        for (&req, expect) in self.reqs.iter().zip(&self.expect) {
+            if !req.is_null() && expect.is_some() {
+                // SAFETY: `req` is a live receive of this transport, waited
+                // for just below.
+                unsafe { sys::ipmc_cancel(req) };
+            }
+        }
+        let ids: Vec<ReqId> = (0..self.reqs.len()).map(ReqId).collect();
+        let _ = self.wait_all(&ids);
+    }
+}
+
+/// Registers [`ipmc_rs_progress`](super::exports::ipmc_rs_progress) with Open
+/// MPI's progress engine, and
+/// [`ipmc_rs_finish_all`](super::exports::ipmc_rs_finish_all) with
+/// `MPI_Finalize`, once.
+pub fn register_progress() {
+    static ONCE: std::sync::Once = std::sync::Once::new();
+    // SAFETY: the glue registers callbacks that live as long as the
+    // component's library, which is never unloaded (`-z nodelete`); this runs
+    // inside an MPI call, between MPI_Init and MPI_Finalize.
+    ONCE.call_once(|| unsafe {
+        sys::ipmc_progress_register();
+        sys::ipmc_finish_at_finalize();
+    });
+}
+
+/// A point-to-point message started by [`Messages`].
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct MsgId(usize);
+
+struct Slot {
+    buf: Vec<u8>,
+    req: *mut ompi_request_t,
+    is_recv: bool,
+}
+
+/// Point-to-point messages on a communicator whose buffers the messages own:
+/// a request can never outlive the memory it reads or writes, whatever the
+/// caller does. The multicast algorithm's chain and its setup use it.
+pub struct Messages {
+    comm: Comm,
+    slots: Vec<Slot>,
+    free: Vec<usize>,
+}
+
+impl Messages {
+    pub fn new(comm: Comm) -> Self {
+        Messages {
+            comm,
+            slots: Vec::new(),
+            free: Vec::new(),
+        }
+    }
+
+    fn start(&mut self, buf: Vec<u8>, peer: usize, is_recv: bool) -> P2pResult<MsgId> {
+        let peer = c_int::try_from(peer).expect("ranks fit in an int");
+        let mut slot = Slot {
+            buf,
+            req: ptr::null_mut(),
+            is_recv,
+        };
+        // SAFETY: the buffer is owned by the slot, which keeps it (its heap
+        // memory does not move) until the request completes; `req` is a valid
+        // out-pointer.
+        let rc = unsafe {
+            if is_recv {
+                sys::ipmc_irecv_bytes(
+                    slot.buf.as_mut_ptr().cast(),
+                    slot.buf.len(),
+                    peer,
+                    self.comm.0,
+                    &mut slot.req,
+                )
+            } else {
+                sys::ipmc_isend_bytes(
+                    slot.buf.as_ptr().cast(),
+                    slot.buf.len(),
+                    peer,
+                    self.comm.0,
+                    &mut slot.req,
+                )
+            }
+        };
+        ok(rc).map_err(P2pError)?;
+        Ok(MsgId(match self.free.pop() {
+            Some(i) => {
+                self.slots[i] = slot;
+                i
+            }
+            None => {
+                self.slots.push(slot);
+                self.slots.len() - 1
+            }
+        }))
+    }
+
+    /// The communicator the messages travel on.
+    pub fn comm(&self) -> Comm {
+        self.comm
+    }
+
+    /// Starts sending `data` to `peer`.
+    pub fn send(&mut self, peer: usize, data: Vec<u8>) -> P2pResult<MsgId> {
+        self.start(data, peer, false)
+    }
+
+    /// Starts receiving a message of at most `capacity` bytes from `peer`.
+    pub fn recv(&mut self, peer: usize, capacity: usize) -> P2pResult<MsgId> {
+        self.start(vec![0; capacity], peer, true)
+    }
+
+    /// `Some(buffer)` once the message completed: for a receive the bytes
+    /// received, for a send the buffer it sent (for reuse).
+    pub fn test(&mut self, id: MsgId) -> P2pResult<Option<Vec<u8>>> {
+        self.check(id, true)
+    }
+
+    /// As [`Self::test`], but only looks at the request, without entering
+    /// Open MPI's progress engine: for use from inside it.
+    pub fn look(&mut self, id: MsgId) -> P2pResult<Option<Vec<u8>>> {
+        self.check(id, false)
+    }
+
+    fn check(&mut self, id: MsgId, progress: bool) -> P2pResult<Option<Vec<u8>>> {
+        let slot = &mut self.slots[id.0];
+        assert!(!slot.req.is_null(), "message {id:?} already completed");
+        let (mut done, mut count) = (0, 0);
+        // SAFETY: `slot.req` is the live request of this slot.
+        let rc = unsafe {
+            if progress {
+                sys::ipmc_test(&mut slot.req, &mut done, &mut count)
+            } else {
+                sys::ipmc_look(&mut slot.req, &mut done, &mut count)
+            }
+        };
+        if rc != OMPI_SUCCESS {
+            return Err(P2pError(rc));
+        }
+        Ok((done != 0).then(|| self.finish(id, count)))
+    }
+
+    /// Waits for the message and returns its buffer as [`Self::test`] does.
+    pub fn wait(&mut self, id: MsgId) -> P2pResult<Vec<u8>> {
+        let slot = &mut self.slots[id.0];
+        assert!(!slot.req.is_null(), "message {id:?} already completed");
+        let mut count = 0;
+        // SAFETY: `slot.req` is the live request of this slot.
+        let rc = unsafe { sys::ipmc_wait(&mut slot.req, &mut count) };
+        if rc != OMPI_SUCCESS {
+            return Err(P2pError(rc));
+        }
+        Ok(self.finish(id, count))
+    }
+
+    fn finish(&mut self, id: MsgId, count: usize) -> Vec<u8> {
+        let slot = &mut self.slots[id.0];
+        slot.req = ptr::null_mut();
+        let mut buf = std::mem::take(&mut slot.buf);
+        if slot.is_recv {
+            buf.truncate(count);
+        }
+        self.free.push(id.0);
+        buf
+    }
+}
+
+impl MessageIo for Messages {
+    type Id = MsgId;
+
+    fn send(&mut self, peer: usize, data: Vec<u8>) -> P2pResult<MsgId> {
+        Messages::send(self, peer, data)
+    }
+
+    fn recv(&mut self, peer: usize, capacity: usize) -> P2pResult<MsgId> {
+        Messages::recv(self, peer, capacity)
+    }
+
+    fn test(&mut self, id: MsgId, wait: Wait) -> P2pResult<Option<Vec<u8>>> {
+        self.check(id, wait == Wait::Progress)
+    }
+
+    fn wait(&mut self, id: MsgId) -> P2pResult<Vec<u8>> {
+        Messages::wait(self, id)
+    }
+}
+
+// SAFETY: a `Messages` holds handles of Open MPI requests and a communicator,
+// and the buffers they use, which it owns. Open MPI lets any thread test or
+// wait for a request, and ipmc touches a `Messages` only under the lock of its
+// broadcast (see `crate::driver::background`), never from two threads at once.
+unsafe impl Send for Messages {}
+
+impl Drop for Messages {
+    fn drop(&mut self) {
+        // Only a broadcast that stopped on an error leaves messages behind:
+        // receives are cancelled, and every request finishes before its
+        // buffer is freed.
+        for slot in &mut self.slots {
+            if slot.req.is_null() {
+                continue;
+            }
+            let mut count = 0;
+            // SAFETY: `slot.req` is a live request of this slot; after the
+            // wait it is complete and freed.
+            unsafe {
+                if slot.is_recv {
+                    sys::ipmc_cancel(slot.req);
+                }
+                sys::ipmc_wait(&mut slot.req, &mut count);
+            }
+        }
+    }
+}
+
+impl Comm {
+    /// Takes a reference on the communicator, so that freeing it (which MPI
+    /// allows while operations on it are pending) does not destroy it.
+    pub fn retain(self) {
+        // SAFETY: as in `rank`.
+        unsafe { sys::ipmc_comm_retain(self.0) }
+    }
+
+    /// Gives back a reference taken by [`Comm::retain`]. The communicator is
+    /// destroyed if that was the last one (and with it ipmc's module, whose
+    /// `disable` and destructor then run): call this with no lock held and
+    /// nothing of the module borrowed.
+    pub fn release(self) {
+        // SAFETY: the caller holds a reference from `retain`, given back once.
+        unsafe { sys::ipmc_comm_release(self.0) }
+    }
+
+    /// Whether another rank of the communicator runs on this node.
+    pub fn has_local_peer(self) -> bool {
+        // SAFETY: as in `rank`.
+        unsafe { sys::ipmc_comm_has_local_peer(self.0) != 0 }
+    }
+}
