@@ -54,12 +54,3 @@ pub mod protocol;
 
 #[cfg(test)]
 mod testing;
-
-// The paths the simulator (`sim/`) imports, from before the layers: it uses
-// `ipmc::datagram::…` inline too, and is being changed on another branch.
-// To drop once it imports the layered paths.
-pub use algorithms::transport;
-pub use component::{config, stats};
-pub use driver::{io, multicast};
-pub use group::setup;
-pub use protocol::datagram;

@@ -8,8 +8,8 @@ use std::rc::Rc;
 use rand_chacha::rand_core::{RngCore, SeedableRng};
 use rand_chacha::ChaCha8Rng;
 
-use ipmc::datagram::{self, Auth, Protection};
-use ipmc::stats::Datagrams;
+use ipmc::component::stats::Datagrams;
+use ipmc::protocol::datagram::{self, Auth, Protection};
 
 use crate::network::{self, Network};
 use crate::p2p::{NetMsg, Out, P2pState};

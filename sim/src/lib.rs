@@ -2,7 +2,7 @@
 //! virtual time and deterministic by seed.
 //!
 //! Every rank runs in one process. ipmc's ranks run the component's own
-//! driver ([`ipmc::multicast::Driver`]) and protocol core unchanged, over a
+//! driver ([`ipmc::driver::multicast::Driver`]) and protocol core unchanged, over a
 //! simulated multicast socket and simulated point-to-point messages; the
 //! peers are models of Open MPI tuned's broadcasts over the same messages.
 //! The network ([`network`]): full-duplex host links of one rate and

@@ -7,8 +7,8 @@ use std::cell::RefCell;
 use std::collections::{HashMap, VecDeque};
 use std::rc::Rc;
 
-use ipmc::io::{MessageIo, Wait};
-use ipmc::transport::P2pResult;
+use ipmc::algorithms::transport::P2pResult;
+use ipmc::driver::io::{MessageIo, Wait};
 
 /// A message handed to the network: its index in the engine's table.
 pub type NetMsg = u32;

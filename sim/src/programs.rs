@@ -5,10 +5,10 @@ use std::cell::RefCell;
 use std::rc::Rc;
 use std::time::Duration;
 
-use ipmc::datagram::Auth;
-use ipmc::io::Wait;
-use ipmc::multicast::{Driver, Ranks, Run};
-use ipmc::stats::Datagrams;
+use ipmc::component::stats::Datagrams;
+use ipmc::driver::io::Wait;
+use ipmc::driver::multicast::{Driver, Ranks, Run};
+use ipmc::protocol::datagram::Auth;
 
 use crate::engine::HostIo;
 use crate::p2p::{P2pState, SimMessages};
@@ -402,12 +402,12 @@ pub fn scatter_allgather(
     ops
 }
 
-/// ipmc's setup of a communicator's group (`ipmc::setup::agree`) as its
+/// ipmc's setup of a communicator's group (`ipmc::group::setup::agree`) as its
 /// messages: every rank tells rank 0 its address families, rank 0 announces
 /// the group, every rank reports whether it joined, rank 0 tells the
 /// verdict. Opening the socket itself is not modelled.
 pub fn setup(rank: usize, size: usize) -> Vec<Op> {
-    use ipmc::setup::{ANNOUNCE_LEN, VERDICT_LEN};
+    use ipmc::group::setup::{ANNOUNCE_LEN, VERDICT_LEN};
     let mut ops = Vec::new();
     if rank == 0 {
         for round in [(1, ANNOUNCE_LEN), (1, VERDICT_LEN)] {

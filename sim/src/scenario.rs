@@ -6,10 +6,10 @@ use std::time::Duration;
 use rand_chacha::rand_core::{RngCore, SeedableRng};
 use rand_chacha::ChaCha8Rng;
 
-use ipmc::config::Config;
-use ipmc::datagram::Key;
-use ipmc::multicast::Ranks;
-use ipmc::setup;
+use ipmc::component::config::Config;
+use ipmc::driver::multicast::Ranks;
+use ipmc::group::setup;
+use ipmc::protocol::datagram::Key;
 
 use crate::engine::{Engine, Outcome};
 use crate::network::Network;
@@ -84,7 +84,7 @@ impl Scenario {
             algorithm: Algorithm::Ipmc,
             ipmc: IpmcParams {
                 fragment_size: cfg.fragment_size,
-                auth: setup::auth_of(&cfg, Key([7; ipmc::datagram::KEY_LEN])),
+                auth: setup::auth_of(&cfg, Key([7; ipmc::protocol::datagram::KEY_LEN])),
                 root_wait: Duration::from_micros(cfg.root_wait_time_us),
             },
             pipeline_segment: 65536,

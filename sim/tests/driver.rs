@@ -1,9 +1,9 @@
-//! The component's own driver (`ipmc::multicast::Driver`) on simulated
+//! The component's own driver (`ipmc::driver::multicast::Driver`) on simulated
 //! clusters: what the multicast delivers, what the chain repairs, what is
 //! never taken, and what repair costs as the ring grows.
 
-use ipmc::datagram::{Auth, Key, KEY_LEN};
-use ipmc::two_stage::Verdict;
+use ipmc::protocol::datagram::{Auth, Key, KEY_LEN};
+use ipmc::protocol::two_stage::Verdict;
 use ipmc_sim::engine::Outcome;
 use ipmc_sim::network::{Faults, Network};
 use ipmc_sim::scenario::{Algorithm, Scenario};
@@ -19,7 +19,7 @@ fn run(s: &Scenario) -> Outcome {
 }
 
 /// The non-root ranks' counters.
-fn receivers(s: &Scenario, out: &Outcome) -> Vec<ipmc::stats::Datagrams> {
+fn receivers(s: &Scenario, out: &Outcome) -> Vec<ipmc::component::stats::Datagrams> {
     (0..s.nodes)
         .filter(|&r| r != s.root)
         .map(|r| out.datagrams[r])

@@ -40,7 +40,7 @@ fn one_datagram_reaches_every_host_at_once() {
     let net = wire_only();
     let s = scenario(64, 1000, net.clone(), Algorithm::Ipmc);
     let out = s.run().unwrap();
-    let dg = ipmc::datagram::HEADER_LEN + 1000 + ipmc::datagram::TAG_LEN;
+    let dg = ipmc::protocol::datagram::HEADER_LEN + 1000 + ipmc::protocol::datagram::TAG_LEN;
     let hop = net.serialize(network::datagram_wire(dg)) + net.latency_ns;
     assert_eq!(
         out.returned_ns[0], 0,
@@ -199,11 +199,11 @@ fn the_driver_survives_a_misbehaving_network() {
         s.root = pick(nodes as u64) as usize;
         s.ipmc.fragment_size = [256, 1000, 4096, 8192][pick(4) as usize];
         // Every protection that detects a changed byte.
-        let key = ipmc::datagram::Key([seed as u8; ipmc::datagram::KEY_LEN]);
+        let key = ipmc::protocol::datagram::Key([seed as u8; ipmc::protocol::datagram::KEY_LEN]);
         s.ipmc.auth = [
-            ipmc::datagram::Auth::Tag(key),
-            ipmc::datagram::Auth::Encrypt(key),
-            ipmc::datagram::Auth::crc(true),
+            ipmc::protocol::datagram::Auth::Tag(key),
+            ipmc::protocol::datagram::Auth::Encrypt(key),
+            ipmc::protocol::datagram::Auth::crc(true),
         ][pick(3) as usize];
         s.skew_ns = [0, 1_000_000, 50_000_000][pick(3) as usize];
         s.ipmc.root_wait = std::time::Duration::from_micros([0, 500][pick(2) as usize]);
