@@ -41,8 +41,8 @@
 //! [`ffi::os`], which the layers call, and which import no more of the crate
 //! than the traits they implement.
 //!
-//! Tests only: `testing`, the seeded simulated network of the protocol's tests
-//! and an in-memory point-to-point network of threads.
+//! Tests only: `testing`, an in-memory point-to-point network of threads. The
+//! protocol and its driver are tested on the simulator (`sim/`).
 
 pub mod algorithms;
 pub mod component;

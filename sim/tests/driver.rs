@@ -133,3 +133,20 @@ fn repair_costs_about_the_same_on_a_ring_of_8_or_512() {
         "8 ranks: {small} ns, 512 ranks: {large} ns"
     );
 }
+
+#[test]
+fn every_loss_level_ends_with_the_roots_bytes() {
+    for loss in [0.0, 0.01, 0.1, 0.5, 0.9, 0.99, 1.0] {
+        for (nodes, size) in [(2, 4097), (9, 65536), (64, 20_000)] {
+            let net = Network {
+                loss,
+                ..Network::emulated()
+            };
+            let s = ipmc(nodes, size, net);
+            let out = run(&s);
+            for d in receivers(&s, &out) {
+                assert_eq!(d.bytes_multicast + d.bytes_chain, size as u64, "{s:?}");
+            }
+        }
+    }
+}

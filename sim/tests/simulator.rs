@@ -160,7 +160,7 @@ fn the_first_broadcast_pays_for_the_setup() {
     );
 }
 
-/// The component's driver on random clusters that misbehave: loss in bursts,
+/// The component's driver on 300 random clusters that misbehave: loss in bursts,
 /// short queues and socket buffers, duplicated, reordered, truncated,
 /// corrupted and garbage datagrams, ranks entering at different times, any
 /// root, fragment size, length, protection and root wait.
@@ -172,8 +172,12 @@ fn the_driver_survives_a_misbehaving_network() {
         .ok()
         .and_then(|s| s.parse().ok())
         .unwrap_or(1)
-        * 60;
-    for seed in 0..seeds {
+        * 300;
+    let base: u64 = std::env::var("IPMC_SIM_SEED_BASE")
+        .ok()
+        .and_then(|s| s.parse().ok())
+        .unwrap_or(0);
+    for seed in base..base + seeds {
         let mut rng = rand_chacha::ChaCha8Rng::seed_from_u64(seed);
         let mut pick = |n: u64| rng.next_u64() % n;
         let frac = |x: u64| x as f64 / 100.0;

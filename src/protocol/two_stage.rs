@@ -3,8 +3,9 @@
 //! One [`Broadcast`] is one rank's view of one broadcast. It holds no socket
 //! and no MPI handle: the driver feeds it received datagrams, chain frames and
 //! the time, and asks it what to multicast and what to send along the chain.
-//! The unit tests drive it through a seeded simulated network (`sim_net`);
-//! production drives it with real sockets and Open MPI point-to-point.
+//! Production drives it with real sockets and Open MPI point-to-point
+//! ([`crate::driver::multicast`]); the simulator (`sim/`) drives it with the
+//! same driver over simulated networks.
 //!
 //! Stage 1: the root, after `root_wait`, multicasts every fragment once, with
 //! no preceding synchronisation. Stage 2: a reliable chain along the virtual

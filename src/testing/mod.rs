@@ -1,5 +1,4 @@
-//! Test-only networks: the seeded simulated multicast network of the
-//! protocol's tests, and an in-memory point-to-point network of threads.
+//! Test-only: an in-memory point-to-point network of threads. The protocol
+//! and its driver are tested on the simulator (`sim/`).
 
-pub mod sim_net;
 pub mod test_net;
