@@ -335,14 +335,14 @@ impl Module {
         let setup::Agreed {
             announce,
             local,
-            verdict,
+            joined,
             failures,
         } = setup::agree(&mut msgs, self.rank, self.size, cfg, families, open).map_err(|e| e.0)?;
         let name = comm.name();
         if let Err(why) = &local {
             warn!("rank {} cannot multicast on {name}: {why}", self.rank);
         }
-        if let setup::Verdict::Failed { .. } = verdict {
+        if let setup::Joined::Failed { .. } = joined {
             // Rank 0 heard every rank's reason and tells them all, once: the
             // first failing communicator (usually MPI_COMM_WORLD) holds the
             // reason of most processes, so the others stay silent.
@@ -354,8 +354,8 @@ impl Module {
                 }));
             }
         }
-        match (verdict, local, announce) {
-            (setup::Verdict::Ready, Ok(socket), Some(a)) => {
+        match (joined, local, announce) {
+            (setup::Joined::All, Ok(socket), Some(a)) => {
                 info!(
                     "rank {} multicasts on {name} (cid {}) with group {}, receive buffer {} bytes",
                     self.rank,
@@ -378,10 +378,10 @@ impl Module {
                     cfg.background_limit,
                 ))))
             }
-            (verdict, _, _) => {
-                let first = match verdict {
-                    setup::Verdict::Failed { first } => first,
-                    setup::Verdict::Ready => self.rank,
+            (joined, _, _) => {
+                let first = match joined {
+                    setup::Joined::Failed { first } => first,
+                    setup::Joined::All => self.rank,
                 };
                 warn!(
                     "rank {} falls back to the replaced broadcast on {name}: rank {first} \

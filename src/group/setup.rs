@@ -195,11 +195,12 @@ fn fingerprint(cfg: &Config) -> u64 {
     })
 }
 
-/// The verdict of the agreement, the same on every rank.
+/// Whether every rank joined the group: the agreement's verdict, the same
+/// on every rank.
 #[derive(Clone, Debug, PartialEq, Eq)]
-pub enum Verdict {
+pub enum Joined {
     /// Every rank joined.
-    Ready,
+    All,
     /// At least one rank failed; `first` is the lowest such rank.
     Failed { first: usize },
 }
@@ -211,7 +212,7 @@ pub struct Agreed<S> {
     /// This rank's socket, or why it could not open one.
     pub local: Result<S, String>,
     /// The verdict, the same on every rank.
-    pub verdict: Verdict,
+    pub joined: Joined,
     /// On rank 0: every rank that failed, with its reason (empty elsewhere).
     pub failures: Vec<(usize, String)>,
 }
@@ -262,16 +263,16 @@ pub fn agree<S, M: MessageIo>(
             draw += 1;
             continue;
         }
-        let verdict = match code {
-            OK => Verdict::Ready,
-            _ => Verdict::Failed {
+        let joined = match code {
+            OK => Joined::All,
+            _ => Joined::Failed {
                 first: failures.first().map_or(0, |&(r, _)| r),
             },
         };
         return Ok(Agreed {
             announce: announce.ok(),
             local: local.map_err(|e| e.why),
-            verdict,
+            joined,
             failures,
         });
     }
@@ -488,7 +489,7 @@ mod tests {
         let a = ranks[0].0.announce.expect("rank 0 drew");
         assert!(a.group.is_ipv4());
         for (agreed, opened) in &ranks {
-            assert_eq!(agreed.verdict, Verdict::Ready);
+            assert_eq!(agreed.joined, Joined::All);
             assert_eq!(agreed.announce, Some(a));
             assert_eq!(agreed.local.as_ref().ok(), Some(&a));
             assert_eq!(opened, &[a]);
@@ -507,7 +508,7 @@ mod tests {
             |_| (true, true),
         );
         for (agreed, opened) in &ranks {
-            assert_eq!(agreed.verdict, Verdict::Failed { first: 3 });
+            assert_eq!(agreed.joined, Joined::Failed { first: 3 });
             assert_eq!(opened.len(), 1, "no second draw for a failure");
         }
         assert_eq!(ranks[0].0.failures, vec![(3, "no interface".to_string())]);
@@ -529,7 +530,7 @@ mod tests {
         );
         let second = ranks[0].1[1];
         for (agreed, opened) in &ranks {
-            assert_eq!(agreed.verdict, Verdict::Ready);
+            assert_eq!(agreed.joined, Joined::All);
             assert_eq!(opened.len(), 2, "every rank follows the redraw");
             assert_ne!(opened[0], opened[1]);
             assert_eq!(agreed.announce, Some(second));
@@ -547,7 +548,7 @@ mod tests {
             |_| (true, true),
         );
         for (agreed, opened) in &ranks {
-            assert_eq!(agreed.verdict, Verdict::Failed { first: 1 });
+            assert_eq!(agreed.joined, Joined::Failed { first: 1 });
             assert_eq!(opened.len(), DRAWS);
         }
     }
@@ -566,7 +567,7 @@ mod tests {
             },
         );
         for (agreed, _) in &ranks {
-            assert_eq!(agreed.verdict, Verdict::Ready);
+            assert_eq!(agreed.joined, Joined::All);
             let group = agreed.announce.unwrap().group;
             assert!(group.is_ipv6(), "{group}");
         }
