@@ -35,12 +35,14 @@ typedef mca_coll_base_component_2_0_0_t ipmc_coll_component_t;
 #include "opal/mca/pmix/pmix-internal.h"
 #define IPMC_MODEX_SCOPE PMIX_GLOBAL
 #define IPMC_MODEX_UINT64 PMIX_UINT64
-#define IPMC_MODEX_SEES_OTHER_NODES 0
+/* 5.0 exchanges process data between nodes on demand: another node's digest
+   may have to be fetched. */
+#define IPMC_MODEX_FETCHES 1
 #else
 #include "opal/mca/pmix/pmix.h"
 #define IPMC_MODEX_SCOPE OPAL_PMIX_GLOBAL
 #define IPMC_MODEX_UINT64 OPAL_UINT64
-#define IPMC_MODEX_SEES_OTHER_NODES 1
+#define IPMC_MODEX_FETCHES 0
 #endif
 
 /* The visibility of the component structure: 5.0 has no OMPI_MODULE_DECLSPEC. */

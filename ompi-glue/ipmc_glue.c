@@ -4,6 +4,9 @@
  */
 #include "ompi_config.h"
 
+#include <pthread.h>
+#include <stdlib.h>
+
 #include "ompi/communicator/communicator.h"
 #include "ompi/datatype/ompi_datatype.h"
 #include "ompi/mca/coll/base/coll_base_functions.h"
@@ -230,6 +233,70 @@ int ipmc_modex_publish(uint64_t digest)
     return rc;
 }
 
+#if IPMC_MODEX_FETCHES
+/* Seconds a process's digest is waited for. A read of another node's data
+   asks that node, which answers as soon as the process has published
+   (always before its MPI_Init's fence); a key that was never published is
+   waited for. A process silent this long does not run ipmc. */
+#define IPMC_MODEX_WAIT_S 10
+
+/* Processes that did not publish, so that each costs the wait once per job;
+   comm_query may run on several threads. */
+static opal_process_name_t *ipmc_silent;
+static size_t ipmc_silent_n;
+static pthread_mutex_t ipmc_silent_lock = PTHREAD_MUTEX_INITIALIZER;
+
+static int ipmc_is_silent(const opal_process_name_t *name)
+{
+    int found = 0;
+    pthread_mutex_lock(&ipmc_silent_lock);
+    for (size_t i = 0; i < ipmc_silent_n && !found; i++) {
+        found = 0 == opal_compare_proc(ipmc_silent[i], *name);
+    }
+    pthread_mutex_unlock(&ipmc_silent_lock);
+    return found;
+}
+
+static void ipmc_remember_silent(const opal_process_name_t *name)
+{
+    pthread_mutex_lock(&ipmc_silent_lock);
+    opal_process_name_t *grown = realloc(ipmc_silent, (ipmc_silent_n + 1) * sizeof *grown);
+    if (NULL != grown) {
+        grown[ipmc_silent_n++] = *name;
+        ipmc_silent = grown;
+    }
+    pthread_mutex_unlock(&ipmc_silent_lock);
+}
+
+/* Fetches another node's process's digest, waiting IPMC_MODEX_WAIT_S. */
+static int ipmc_modex_fetch(const opal_process_name_t *name, uint64_t *value)
+{
+    pmix_proc_t proc;
+    pmix_value_t *kv = NULL;
+    pmix_info_t info;
+    int wait = IPMC_MODEX_WAIT_S, rc;
+    if (ipmc_is_silent(name)) {
+        return PMIX_ERR_NOT_FOUND;
+    }
+    OPAL_PMIX_CONVERT_NAME(&proc, name);
+    PMIX_INFO_LOAD(&info, PMIX_TIMEOUT, &wait, PMIX_INT);
+    rc = PMIx_Get(&proc, IPMC_MODEX_KEY, &info, 1, &kv);
+    PMIX_INFO_DESTRUCT(&info);
+    if (PMIX_SUCCESS == rc && (NULL == kv || PMIX_UINT64 != kv->type)) {
+        rc = PMIX_ERR_TYPE_MISMATCH;
+    }
+    if (PMIX_SUCCESS == rc) {
+        *value = kv->data.uint64;
+    } else {
+        ipmc_remember_silent(name);
+    }
+    if (NULL != kv) {
+        PMIX_VALUE_RELEASE(kv);
+    }
+    return rc;
+}
+#endif
+
 int ipmc_modex_member_digest(struct ompi_communicator_t *comm, int rank, uint64_t *digest)
 {
     ompi_proc_t *proc = ompi_comm_peer_lookup(comm, rank);
@@ -239,14 +306,17 @@ int ipmc_modex_member_digest(struct ompi_communicator_t *comm, int rank, uint64_
         return 0;
     }
     OPAL_MODEX_RECV_VALUE_OPTIONAL(rc, IPMC_MODEX_KEY, &proc->super.proc_name, &ptr, IPMC_MODEX_UINT64);
+#if IPMC_MODEX_FETCHES
+    if (OPAL_SUCCESS != rc) {
+        rc = ipmc_modex_fetch(&proc->super.proc_name, &value);
+    }
+#endif
     if (OPAL_SUCCESS != rc) {
         return 0;
     }
     *digest = value;
     return 1;
 }
-
-int ipmc_modex_sees_other_nodes(void) { return IPMC_MODEX_SEES_OTHER_NODES; }
 
 const char *ipmc_comm_member_host(struct ompi_communicator_t *comm, int rank)
 {

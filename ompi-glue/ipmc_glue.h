@@ -95,13 +95,11 @@ void ipmc_finish_at_finalize(void);
    process's ipmc configuration digest (0: ipmc will not run here), published
    from the component's open, and a member's published digest: 1 and
    *digest if it published one, 0 if not (ipmc not installed or not loaded
-   there). Reading needs no message: the data came with MPI_Init's fence. */
+   there). With 4.1 the data came with MPI_Init's fence; 5.0 fetches another
+   node's on demand, and a process that never published costs a wait of 10 s,
+   once per job. */
 int ipmc_modex_publish(uint64_t digest);
 int ipmc_modex_member_digest(struct ompi_communicator_t *comm, int rank, uint64_t *digest);
-/* Whether another node's published digest is here without asking: 1 with
-   Open MPI 4.1, whose MPI_Init exchanges all process data; 0 with 5.0, which
-   exchanges it on demand (only the own node's is certain to be here). */
-int ipmc_modex_sees_other_nodes(void);
 /* The host name of a member of the communicator ("unknown" if not known). */
 const char *ipmc_comm_member_host(struct ompi_communicator_t *comm, int rank);
 

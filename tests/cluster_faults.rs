@@ -283,3 +283,79 @@ fn a_host_that_cannot_multicast_makes_all_fall_back() {
         job.run.output
     );
 }
+
+/// One host (rank 2 of 4, on h3) runs ipmc with another configuration, or
+/// not at all: every rank reads that host's published configuration (with
+/// Open MPI 5.0, fetched from the other node on demand), so ipmc steps aside
+/// on every communicator with rank 2, on every rank alike; every byte is
+/// right, the job ends, and one message names the rank and its host.
+#[test]
+fn a_host_with_another_configuration_makes_ipmc_step_aside_everywhere() {
+    let system_only = format!(
+        "OMPI_MCA_mca_base_component_path={}",
+        common::system_component_dir()
+    );
+    let cases = [
+        (
+            "OMPI_MCA_coll_ipmc_chain_segment_size=4096",
+            "parameters differ",
+        ),
+        (
+            system_only.as_str(),
+            "ipmc is not installed or not loaded there",
+        ),
+    ];
+    let cluster = Cluster::hosts(4);
+    for (setting, why) in cases {
+        let wrapper = [
+            "sh",
+            concat!(env!("CARGO_MANIFEST_DIR"), "/tests/mpi/on_rank.sh"),
+            "2",
+            setting,
+        ];
+        let mca = [
+            ("coll_ipmc_print_statistics", "1"),
+            ("coll_ipmc_crossover_nodes", "2"),
+        ];
+        let started = Instant::now();
+        let run = cluster.mpirun_wrapped(&mca, &wrapper, "bcast_check", &["--max-bytes", "70000"]);
+        println!("{setting}: {:.1} s", started.elapsed().as_secs_f64());
+        assert!(
+            run.ok && run.output.contains("bcast_check: PASS"),
+            "{setting}: {}",
+            run.output
+        );
+        let stats = stats_lines(&run.output);
+        for s in &stats {
+            assert!(
+                !["world", "dup", "reversed", "even"].contains(&s["comm"].as_str()),
+                "{setting}: ipmc ran on {s:?}"
+            );
+        }
+        // "odd" (world ranks 1 and 3) does not hold rank 2: ipmc serves it.
+        assert!(
+            stats
+                .iter()
+                .any(|s| s["comm"] == "odd" && s["setup"] == "ok"),
+            "{setting}: ipmc should serve odd:\n{}",
+            run.output
+        );
+        let told: Vec<&str> = run
+            .output
+            .lines()
+            .filter(|l| l.contains("do not share one ipmc configuration"))
+            .collect();
+        assert_eq!(told.len(), 1, "{setting}: told once:\n{}", run.output);
+        let named = run.output.lines().any(|l| {
+            l.split("rank 2 on host ")
+                .nth(1)
+                .and_then(|rest| rest.split(':').next())
+                .is_some_and(|host| host.ends_with("h3"))
+        });
+        assert!(
+            named && run.output.contains(why),
+            "{setting}: {}",
+            run.output
+        );
+    }
+}

@@ -241,18 +241,10 @@ unsafe fn comm_query(
     let hosts = Nodes::from_hosts((0..size).map(|r| comm.member_host(r)));
     // Every member reads the same published values, so all decline alike:
     // then the component below ipmc serves the communicator everywhere. This
-    // comes first: what follows depends on parameters that may differ. With
-    // Open MPI 5.0 only the own node's values are certain to be here, so a
-    // communicator across nodes is not checked there (every member skips it).
-    // SAFETY: a constant of the glue.
-    let checkable = hosts.is_single() || unsafe { sys::ipmc_modex_sees_other_nodes() } != 0;
-    let published: Vec<Published> = if checkable {
-        (0..size)
-            .map(|r| Published::from_modex(comm.member_config(r)))
-            .collect()
-    } else {
-        Vec::new()
-    };
+    // comes first: what follows depends on parameters that may differ.
+    let published: Vec<Published> = (0..size)
+        .map(|r| Published::from_modex(comm.member_config(r)))
+        .collect();
     if let Some(d) = disagreement(&published) {
         // The first communicator with a disagreement is MPI_COMM_WORLD (it
         // holds every process), where every process sees it: told once per job.

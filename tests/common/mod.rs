@@ -361,11 +361,23 @@ impl Cluster {
 
     /// Runs `program args` on every slot of the cluster, over TCP.
     pub fn mpirun(&self, mca: &[(&str, &str)], program: &str, args: &[&str]) -> Run {
+        self.mpirun_wrapped(mca, &[], program, args)
+    }
+
+    /// As [`Cluster::mpirun`], with every rank's program started through
+    /// `wrapper`.
+    pub fn mpirun_wrapped(
+        &self,
+        mca: &[(&str, &str)],
+        wrapper: &[&str],
+        program: &str,
+        args: &[&str],
+    ) -> Run {
         let job = format!(
             "timeout --kill-after=10 {MPIRUN_TIMEOUT} mpirun $CLUSTER_MPIRUN \
              --host \"$CLUSTER_HOSTS\" -np {} {}",
             self.ranks(),
-            shell_join(&job_words(mca, &[], program, args))
+            shell_join(&job_words(mca, wrapper, program, args))
         );
         self.run_script(&format!("exec {job}"))
     }
