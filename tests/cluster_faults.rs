@@ -284,8 +284,8 @@ fn a_host_that_cannot_multicast_makes_all_fall_back() {
     );
 }
 
-/// One host (rank 2 of 4, on h3) runs ipmc with another configuration, or
-/// not at all: every rank reads that host's published configuration (with
+/// One host (rank 2 of 4, on h3) runs ipmc with other parameters, a value
+/// out of range, ipmc disabled, or no ipmc at all: every rank reads that host's published configuration (with
 /// Open MPI 5.0, fetched from the other node on demand), so ipmc steps aside
 /// on every communicator with rank 2, on every rank alike; every byte is
 /// right, the job ends, and one message names the rank and its host.
@@ -300,6 +300,15 @@ fn a_host_with_another_configuration_makes_ipmc_step_aside_everywhere() {
             "OMPI_MCA_coll_ipmc_chain_segment_size=4096",
             "parameters differ",
         ),
+        (
+            "OMPI_MCA_coll_ipmc_crossover_size=1000",
+            "parameters differ",
+        ),
+        (
+            "OMPI_MCA_coll_ipmc_fragment_size=100",
+            "ipmc is disabled there",
+        ),
+        ("OMPI_MCA_coll_ipmc_priority=-1", "ipmc is disabled there"),
         (
             system_only.as_str(),
             "ipmc is not installed or not loaded there",
