@@ -168,24 +168,40 @@ impl Program for IpmcRank {
 /// One operation of a point-to-point schedule.
 #[derive(Clone, Copy, Debug)]
 pub enum Op {
-    Recv {
-        from: usize,
-    },
-    /// A send of `len` bytes, once operation `after` (an index into the
-    /// schedule) and every receive before it completed.
+    /// A receive, posted once operation `after` (an index into the
+    /// schedule) completed.
+    Recv { from: usize, after: Option<usize> },
+    /// A send of `len` bytes, once operation `after` and every receive
+    /// before it completed, and operation `also`.
     Send {
         to: usize,
         len: usize,
         after: Option<usize>,
+        also: Option<usize>,
     },
+}
+
+impl Op {
+    fn recv(from: usize) -> Self {
+        Op::Recv { from, after: None }
+    }
+
+    fn send(to: usize, len: usize, after: Option<usize>) -> Self {
+        Op::Send {
+            to,
+            len,
+            after,
+            also: None,
+        }
+    }
 }
 
 /// Receives a rank keeps posted ahead.
 const RECV_WINDOW: usize = 8;
 
 /// A rank of a point-to-point broadcast given as a schedule: receives are
-/// posted in order, a few ahead; sends start in order, each once the
-/// receive it depends on completed.
+/// posted in order, a few ahead at most; sends start in order, each once
+/// what it depends on completed.
 pub struct Schedule {
     p2p: Rc<RefCell<P2pState>>,
     ops: Vec<Op>,
@@ -234,9 +250,12 @@ impl Program for Schedule {
             let mut moved = false;
             while self.open_recvs < RECV_WINDOW && self.next_recv < self.recvs.len() {
                 let i = self.recvs[self.next_recv];
-                let Op::Recv { from } = self.ops[i] else {
+                let Op::Recv { from, after } = self.ops[i] else {
                     unreachable!("indexed receives")
                 };
+                if after.is_some_and(|a| !self.done[a]) {
+                    break;
+                }
                 self.id[i] = Some(p2p.recv(from));
                 self.active.push(i);
                 self.open_recvs += 1;
@@ -244,11 +263,19 @@ impl Program for Schedule {
             }
             while self.next_send < self.sends.len() {
                 let i = self.sends[self.next_send];
-                let Op::Send { to, len, after } = self.ops[i] else {
+                let Op::Send {
+                    to,
+                    len,
+                    after,
+                    also,
+                } = self.ops[i]
+                else {
                     unreachable!("indexed sends")
                 };
                 let first_open = self.recvs.get(self.recvs_done).copied();
-                if after.is_some_and(|a| !self.done[a] || first_open.is_some_and(|r| r < a)) {
+                if after.is_some_and(|a| !self.done[a] || first_open.is_some_and(|r| r < a))
+                    || also.is_some_and(|a| !self.done[a])
+                {
                     break;
                 }
                 self.id[i] = Some(p2p.send(to, len, Vec::new()));
@@ -297,9 +324,7 @@ pub fn binomial(vrank: usize, size: usize, len: usize, real: impl Fn(usize) -> u
     let mut after = None;
     while mask < size {
         if vrank & mask != 0 {
-            ops.push(Op::Recv {
-                from: real(vrank - mask),
-            });
+            ops.push(Op::recv(real(vrank - mask)));
             after = Some(0);
             break;
         }
@@ -308,19 +333,19 @@ pub fn binomial(vrank: usize, size: usize, len: usize, real: impl Fn(usize) -> u
     mask >>= 1;
     while mask > 0 {
         if vrank + mask < size {
-            ops.push(Op::Send {
-                to: real(vrank + mask),
-                len,
-                after,
-            });
+            ops.push(Op::send(real(vrank + mask), len, after));
         }
         mask >>= 1;
     }
     ops
 }
 
-/// Open MPI's pipelined chain (`ompi_coll_base_bcast_intra_pipeline`):
-/// segments of `segment` bytes flow along the ranks in order.
+/// Open MPI's pipelined chain (`ompi_coll_base_bcast_intra_pipeline`, the
+/// generic tree broadcast on a chain): segments of `segment` bytes flow along
+/// the ranks in order. As there, a rank sends one segment at a time and
+/// waits for it before the next; an inner rank posts the receive of segment
+/// k once it has sent segment k − 2, the last rank once it has received
+/// segment k − 2 (two receives in flight).
 pub fn pipeline(
     vrank: usize,
     size: usize,
@@ -329,23 +354,32 @@ pub fn pipeline(
     real: impl Fn(usize) -> usize,
 ) -> Vec<Op> {
     let segments = len.div_ceil(segment).max(1);
+    let bytes = |k: usize| len.saturating_sub(k * segment).min(segment);
+    let (has_pred, has_succ) = (vrank > 0, vrank + 1 < size);
     let mut ops = Vec::new();
+    let mut recv_at = Vec::new();
+    let mut send_at: Vec<usize> = Vec::new();
     for k in 0..segments {
-        let bytes = len.saturating_sub(k * segment).min(segment);
-        let after = if vrank > 0 {
+        if has_pred {
+            let after = match (k >= 2, has_succ) {
+                (false, _) => None,
+                (true, true) => Some(send_at[k - 2]),
+                (true, false) => Some(recv_at[k - 2]),
+            };
             ops.push(Op::Recv {
                 from: real(vrank - 1),
-            });
-            Some(ops.len() - 1)
-        } else {
-            None
-        };
-        if vrank + 1 < size {
-            ops.push(Op::Send {
-                to: real(vrank + 1),
-                len: bytes,
                 after,
             });
+            recv_at.push(ops.len() - 1);
+        }
+        if has_succ {
+            ops.push(Op::Send {
+                to: real(vrank + 1),
+                len: bytes(k),
+                after: recv_at.get(k).copied(),
+                also: send_at.last().copied(),
+            });
+            send_at.push(ops.len() - 1);
         }
     }
     ops
@@ -367,9 +401,7 @@ pub fn scatter_allgather(
     let mut got = None;
     while mask < size {
         if vrank & mask != 0 {
-            ops.push(Op::Recv {
-                from: real(vrank - mask),
-            });
+            ops.push(Op::recv(real(vrank - mask)));
             got = Some(0);
             break;
         }
@@ -379,11 +411,7 @@ pub fn scatter_allgather(
     while mask > 0 {
         if vrank + mask < size {
             let end = (vrank + 2 * mask).min(size);
-            ops.push(Op::Send {
-                to: real(vrank + mask),
-                len: bytes(vrank + mask, end),
-                after: got,
-            });
+            ops.push(Op::send(real(vrank + mask), bytes(vrank + mask, end), got));
         }
         mask >>= 1;
     }
@@ -391,12 +419,8 @@ pub fn scatter_allgather(
     let mut after = got;
     for step in 0..size.saturating_sub(1) {
         let send_block = (vrank + size - step) % size;
-        ops.push(Op::Send {
-            to: real(succ),
-            len: bytes(send_block, send_block + 1),
-            after,
-        });
-        ops.push(Op::Recv { from: real(pred) });
+        ops.push(Op::send(real(succ), bytes(send_block, send_block + 1), after));
+        ops.push(Op::recv(real(pred)));
         after = Some(ops.len() - 1);
     }
     ops
@@ -411,27 +435,15 @@ pub fn setup(rank: usize, size: usize) -> Vec<Op> {
     let mut ops = Vec::new();
     if rank == 0 {
         for round in [(1, ANNOUNCE_LEN), (1, VERDICT_LEN)] {
-            ops.extend((1..size).map(|from| Op::Recv { from }));
+            ops.extend((1..size).map(Op::recv));
             let after = Some(ops.len() - 1);
-            ops.extend((1..size).map(|to| Op::Send {
-                to,
-                len: round.1,
-                after,
-            }));
+            ops.extend((1..size).map(|to| Op::send(to, round.1, after)));
         }
     } else {
-        ops.push(Op::Send {
-            to: 0,
-            len: 1,
-            after: None,
-        });
-        ops.push(Op::Recv { from: 0 });
-        ops.push(Op::Send {
-            to: 0,
-            len: 1,
-            after: Some(1),
-        });
-        ops.push(Op::Recv { from: 0 });
+        ops.push(Op::send(0, 1, None));
+        ops.push(Op::recv(0));
+        ops.push(Op::send(0, 1, Some(1)));
+        ops.push(Op::recv(0));
     }
     ops
 }
