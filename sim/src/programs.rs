@@ -419,7 +419,11 @@ pub fn scatter_allgather(
     let mut after = got;
     for step in 0..size.saturating_sub(1) {
         let send_block = (vrank + size - step) % size;
-        ops.push(Op::send(real(succ), bytes(send_block, send_block + 1), after));
+        ops.push(Op::send(
+            real(succ),
+            bytes(send_block, send_block + 1),
+            after,
+        ));
         ops.push(Op::recv(real(pred)));
         after = Some(ops.len() - 1);
     }
