@@ -307,7 +307,8 @@ int ipmc_modex_member_digest(struct ompi_communicator_t *comm, int rank, uint64_
     }
     OPAL_MODEX_RECV_VALUE_OPTIONAL(rc, IPMC_MODEX_KEY, &proc->super.proc_name, &ptr, IPMC_MODEX_UINT64);
 #if IPMC_MODEX_FETCHES
-    if (OPAL_SUCCESS != rc) {
+    /* The own node's data is always here: only another node's is fetched. */
+    if (OPAL_SUCCESS != rc && !OPAL_PROC_ON_LOCAL_NODE(proc->super.proc_flags)) {
         rc = ipmc_modex_fetch(&proc->super.proc_name, &value);
     }
 #endif

@@ -301,68 +301,10 @@ fn a_short_message_is_an_mpi_error() {
 /// and one message names the rank.
 #[test]
 fn a_rank_with_another_configuration_makes_ipmc_step_aside_once() {
-    let system_only = format!(
-        "OMPI_MCA_mca_base_component_path={}",
-        common::system_component_dir()
-    );
-    let cases = [
-        (
-            "OMPI_MCA_coll_ipmc_chain_segment_size=4096",
-            "parameters differ",
-        ),
-        (
-            "OMPI_MCA_coll_ipmc_crossover_size=1000",
-            "parameters differ",
-        ),
-        (
-            "OMPI_MCA_coll_ipmc_fragment_size=100",
-            "ipmc is disabled there",
-        ),
-        ("OMPI_MCA_coll_ipmc_priority=-1", "ipmc is disabled there"),
-        (
-            system_only.as_str(),
-            "ipmc is not installed or not loaded there",
-        ),
-    ];
-    for (setting, why) in cases {
-        let wrapper = [
-            "sh",
-            concat!(env!("CARGO_MANIFEST_DIR"), "/tests/mpi/on_rank.sh"),
-            "2",
-            setting,
-        ];
+    for (setting, why) in common::other_configurations() {
         let mca = [("coll_ipmc_print_statistics", "1")];
+        let wrapper = common::on_rank_2(&setting);
         let run = mpirun_wrapped(4, &mca, &wrapper, "bcast_check", &["--max-bytes", "70000"]);
-        assert!(
-            run.ok && run.output.contains("bcast_check: PASS"),
-            "{setting}: {}",
-            run.output
-        );
-        let stats = stats_lines(&run.output);
-        // Communicators with rank 2 are Open MPI's; "odd" (world ranks 1
-        // and 3) and Open MPI's helpers without rank 2 may still be ipmc's.
-        for s in &stats {
-            assert!(
-                !["world", "dup", "reversed", "even"].contains(&s["comm"].as_str()),
-                "{setting}: ipmc ran on {s:?}"
-            );
-        }
-        let told: Vec<&str> = run
-            .output
-            .lines()
-            .filter(|l| l.contains("do not share one ipmc configuration"))
-            .collect();
-        assert_eq!(told.len(), 1, "{setting}: told once:\n{}", run.output);
-        assert!(
-            run.output.contains("rank 2 on host ") && run.output.contains(why),
-            "{setting}: {}",
-            run.output
-        );
-        assert!(
-            !run.output.contains("rank 1 on host") && !run.output.contains("rank 3 on host"),
-            "{setting}: only rank 2 differs:\n{}",
-            run.output
-        );
-        println!("{setting}: {}", told[0]);
+        common::assert_ipmc_stepped_aside_for_rank_2(&run, &setting, why);
     }
 }

@@ -218,7 +218,8 @@ pub struct Counters {
 pub struct Outcome {
     /// Each rank's return from its broadcast call, from the root's entry.
     pub returned_ns: Vec<Ns>,
-    /// When the last rank had finished everything it owed its neighbours.
+    /// When the last event happened: every rank done, late datagrams
+    /// delivered.
     pub quiet_ns: Ns,
     /// ipmc's datagram counters per rank (empty for the other algorithms).
     pub datagrams: Vec<Datagrams>,

@@ -102,11 +102,6 @@ impl Network {
         (wire as u64 * 8 * 1_000_000_000).div_ceil(self.rate_bps)
     }
 
-    /// A message's bits at the link rate.
-    pub fn wire_time(&self, bytes: usize) -> Ns {
-        self.serialize(bytes)
-    }
-
     /// Whether a message of `len` bytes goes without a rendezvous: its
     /// header counts against the limit, as in Open MPI's TCP transport.
     pub fn is_eager(&self, len: usize) -> bool {

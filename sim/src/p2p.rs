@@ -167,11 +167,6 @@ impl P2pState {
             }
         }
     }
-
-    /// Whether the rank has nothing in flight.
-    pub fn is_idle(&self) -> bool {
-        self.slots.iter().all(Option::is_none)
-    }
 }
 
 /// The [`MessageIo`] of a simulated ipmc rank.

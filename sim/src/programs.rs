@@ -88,11 +88,6 @@ impl IpmcRank {
             asked_bytes: None,
         })
     }
-
-    /// The rank's datagram counters.
-    pub fn stats(&self) -> &Datagrams {
-        &self.stats
-    }
 }
 
 impl Program for IpmcRank {
@@ -315,28 +310,38 @@ impl Program for Schedule {
     }
 }
 
-/// Open MPI's binomial tree (`ompi_coll_base_bcast_intra_binomial`),
-/// unsegmented: a rank receives from its parent, then sends to its
-/// children, the largest subtree first.
-pub fn binomial(vrank: usize, size: usize, len: usize, real: impl Fn(usize) -> usize) -> Vec<Op> {
-    let mut ops = Vec::new();
+/// A rank's place in the binomial tree of `size` virtual ranks rooted at 0:
+/// its parent, and its children, the largest subtree first, each with the
+/// virtual ranks its subtree holds.
+fn binomial_tree(vrank: usize, size: usize) -> (Option<usize>, Vec<(usize, usize)>) {
     let mut mask = 1;
-    let mut after = None;
+    let mut parent = None;
     while mask < size {
         if vrank & mask != 0 {
-            ops.push(Op::recv(real(vrank - mask)));
-            after = Some(0);
+            parent = Some(vrank - mask);
             break;
         }
         mask <<= 1;
     }
+    let mut children = Vec::new();
     mask >>= 1;
     while mask > 0 {
         if vrank + mask < size {
-            ops.push(Op::send(real(vrank + mask), len, after));
+            children.push((vrank + mask, (vrank + 2 * mask).min(size)));
         }
         mask >>= 1;
     }
+    (parent, children)
+}
+
+/// Open MPI's binomial tree (`ompi_coll_base_bcast_intra_binomial`),
+/// unsegmented: a rank receives from its parent, then sends to its
+/// children, the largest subtree first.
+pub fn binomial(vrank: usize, size: usize, len: usize, real: impl Fn(usize) -> usize) -> Vec<Op> {
+    let (parent, children) = binomial_tree(vrank, size);
+    let mut ops: Vec<Op> = parent.map(|p| Op::recv(real(p))).into_iter().collect();
+    let after = parent.map(|_| 0);
+    ops.extend(children.iter().map(|&(c, _)| Op::send(real(c), len, after)));
     ops
 }
 
@@ -396,25 +401,14 @@ pub fn scatter_allgather(
 ) -> Vec<Op> {
     let block = len.div_ceil(size).max(1);
     let bytes = |from: usize, to: usize| len.min(to * block).saturating_sub(from * block);
-    let mut ops = Vec::new();
-    let mut mask = 1;
-    let mut got = None;
-    while mask < size {
-        if vrank & mask != 0 {
-            ops.push(Op::recv(real(vrank - mask)));
-            got = Some(0);
-            break;
-        }
-        mask <<= 1;
-    }
-    mask >>= 1;
-    while mask > 0 {
-        if vrank + mask < size {
-            let end = (vrank + 2 * mask).min(size);
-            ops.push(Op::send(real(vrank + mask), bytes(vrank + mask, end), got));
-        }
-        mask >>= 1;
-    }
+    let (parent, children) = binomial_tree(vrank, size);
+    let mut ops: Vec<Op> = parent.map(|p| Op::recv(real(p))).into_iter().collect();
+    let got = parent.map(|_| 0);
+    ops.extend(
+        children
+            .iter()
+            .map(|&(c, end)| Op::send(real(c), bytes(c, end), got)),
+    );
     let (pred, succ) = ((vrank + size - 1) % size, (vrank + 1) % size);
     let mut after = got;
     for step in 0..size.saturating_sub(1) {

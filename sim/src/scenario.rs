@@ -166,7 +166,7 @@ impl Scenario {
 
     /// The message's bits at the link rate.
     pub fn wire_ns(&self) -> Ns {
-        self.net.wire_time(self.size)
+        self.net.serialize(self.size)
     }
 }
 

@@ -563,3 +563,81 @@ pub fn print_stats(lines: &[Line]) {
         );
     }
 }
+
+/// The ways one rank can run ipmc differently from the others: the
+/// environment setting that `tests/mpi/on_rank.sh` gives it, and the reason
+/// the job's one message names.
+pub fn other_configurations() -> Vec<(String, &'static str)> {
+    vec![
+        (
+            "OMPI_MCA_coll_ipmc_chain_segment_size=4096".into(),
+            "parameters differ",
+        ),
+        (
+            "OMPI_MCA_coll_ipmc_crossover_size=1000".into(),
+            "parameters differ",
+        ),
+        (
+            "OMPI_MCA_coll_ipmc_fragment_size=100".into(),
+            "ipmc is disabled there",
+        ),
+        (
+            "OMPI_MCA_coll_ipmc_priority=-1".into(),
+            "ipmc is disabled there",
+        ),
+        (
+            format!(
+                "OMPI_MCA_mca_base_component_path={}",
+                system_component_dir()
+            ),
+            "ipmc is not installed or not loaded there",
+        ),
+    ]
+}
+
+/// The wrapper that starts world rank 2 with `setting`.
+pub fn on_rank_2(setting: &str) -> [&str; 4] {
+    [
+        "sh",
+        concat!(env!("CARGO_MANIFEST_DIR"), "/tests/mpi/on_rank.sh"),
+        "2",
+        setting,
+    ]
+}
+
+/// Checks a `bcast_check` job of 4 ranks in which world rank 2 ran
+/// `setting`: every byte right, ipmc on no communicator with rank 2, and one
+/// message that names rank 2 (no other) and `why`. Returns the statistics.
+pub fn assert_ipmc_stepped_aside_for_rank_2(run: &Run, setting: &str, why: &str) -> Vec<Line> {
+    assert!(
+        run.ok && run.output.contains("bcast_check: PASS"),
+        "{setting}: {}",
+        run.output
+    );
+    let stats = stats_lines(&run.output);
+    // "odd" (world ranks 1 and 3) and Open MPI's helpers without rank 2 may
+    // still be ipmc's.
+    for s in &stats {
+        assert!(
+            !["world", "dup", "reversed", "even"].contains(&s["comm"].as_str()),
+            "{setting}: ipmc ran on {s:?}"
+        );
+    }
+    let told = run
+        .output
+        .lines()
+        .filter(|l| l.contains("do not share one ipmc configuration"))
+        .count();
+    assert_eq!(told, 1, "{setting}: told once:\n{}", run.output);
+    assert!(
+        run.output.contains("rank 2 on host ") && run.output.contains(why),
+        "{setting}: {}",
+        run.output
+    );
+    assert!(
+        !run.output.contains("rank 1 on host") && !run.output.contains("rank 3 on host"),
+        "{setting}: only rank 2 differs:\n{}",
+        run.output
+    );
+    stats
+}
