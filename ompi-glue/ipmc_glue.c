@@ -7,6 +7,7 @@
 #include <pthread.h>
 #include <stdlib.h>
 
+#include "ompi/attribute/attribute.h"
 #include "ompi/communicator/communicator.h"
 #include "ompi/datatype/ompi_datatype.h"
 #include "ompi/mca/coll/base/coll_base_functions.h"
@@ -126,12 +127,21 @@ static int ipmc_at_finalize(MPI_Comm comm, int keyval, void *value, void *extra)
     return MPI_SUCCESS;
 }
 
+/* Open MPI's own attribute calls, not MPI_Comm_create_keyval and
+ * MPI_Comm_set_attr: this may run inside MPI_Init (MPI_COMM_WORLD's group is
+ * agreed from its creation on), where the MPI calls abort the process. */
 void ipmc_finish_at_finalize(void)
 {
+    ompi_attribute_fn_ptr_union_t copy_fn, del_fn;
+    copy_fn.attr_communicator_copy_fn =
+        (__typeof__(copy_fn.attr_communicator_copy_fn)) MPI_COMM_NULL_COPY_FN;
+    del_fn.attr_communicator_delete_fn = ipmc_at_finalize;
     if (MPI_KEYVAL_INVALID == ipmc_self_keyval
-        && MPI_SUCCESS == PMPI_Comm_create_keyval(MPI_COMM_NULL_COPY_FN, ipmc_at_finalize,
-                                                  &ipmc_self_keyval, NULL)) {
-        (void) PMPI_Comm_set_attr(MPI_COMM_SELF, ipmc_self_keyval, NULL);
+        && OMPI_SUCCESS
+               == ompi_attr_create_keyval(COMM_ATTR, copy_fn, del_fn, &ipmc_self_keyval, NULL, 0,
+                                          NULL)) {
+        (void) ompi_attr_set_c(COMM_ATTR, MPI_COMM_SELF, &MPI_COMM_SELF->c_keyhash,
+                               ipmc_self_keyval, NULL, false);
     }
 }
 

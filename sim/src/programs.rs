@@ -5,9 +5,11 @@ use std::cell::RefCell;
 use std::rc::Rc;
 use std::time::Duration;
 
+use ipmc::component::config::Config;
 use ipmc::component::stats::Datagrams;
 use ipmc::driver::io::Wait;
 use ipmc::driver::multicast::{Driver, Ranks, Run};
+use ipmc::group::setup::{Agreement, Joined};
 use ipmc::protocol::datagram::Auth;
 
 use crate::engine::HostIo;
@@ -424,44 +426,30 @@ pub fn scatter_allgather(
     ops
 }
 
-/// ipmc's setup of a communicator's group (`ipmc::group::setup::agree`) as its
-/// messages: every rank tells rank 0 its address families, rank 0 announces
-/// the group, every rank reports whether it joined, rank 0 tells the
-/// verdict. Opening the socket itself is not modelled.
-pub fn setup(rank: usize, size: usize) -> Vec<Op> {
-    use ipmc::group::setup::{ANNOUNCE_LEN, VERDICT_LEN};
-    let mut ops = Vec::new();
-    if rank == 0 {
-        for round in [(1, ANNOUNCE_LEN), (1, VERDICT_LEN)] {
-            ops.extend((1..size).map(Op::recv));
-            let after = Some(ops.len() - 1);
-            ops.extend((1..size).map(|to| Op::send(to, round.1, after)));
-        }
-    } else {
-        ops.push(Op::send(0, 1, None));
-        ops.push(Op::recv(0));
-        ops.push(Op::send(0, 1, Some(1)));
-        ops.push(Op::recv(0));
-    }
-    ops
-}
-
 /// Starts a rank's broadcast at a time.
 pub type Start = Box<dyn FnOnce(Ns) -> Result<IpmcRank, String>>;
 
-/// A communicator's first broadcast: the setup, then ipmc's broadcast,
-/// which starts (and posts its first receive) only once the setup is over,
-/// as in the component.
+/// A communicator's first broadcast: ipmc's agreement on the group
+/// (`ipmc::group::setup::Agreement`, the component's own code, every rank
+/// entering it with the broadcast), then ipmc's broadcast, which starts (and
+/// posts its first receive) only once the agreement is over, as in the
+/// component. Opening the socket is not modelled: it always succeeds.
 pub struct FirstBroadcast {
-    setup: Schedule,
+    msgs: SimMessages,
+    rank: usize,
+    size: usize,
+    setup: Option<Agreement<(), SimMessages>>,
     start: Option<Start>,
     bcast: Option<IpmcRank>,
 }
 
 impl FirstBroadcast {
-    pub fn new(setup: Schedule, start: Start) -> Self {
+    pub fn new(io: &HostIo, rank: usize, size: usize, start: Start) -> Self {
         FirstBroadcast {
-            setup,
+            msgs: SimMessages(io.p2p.clone()),
+            rank,
+            size,
+            setup: None,
             start: Some(start),
             bcast: None,
         }
@@ -471,11 +459,25 @@ impl FirstBroadcast {
 impl Program for FirstBroadcast {
     fn step(&mut self, now: Ns) -> Result<Status, String> {
         if self.bcast.is_none() {
-            if !self.setup.step(now)?.done {
+            let msgs = &mut self.msgs;
+            if self.setup.is_none() {
+                let cfg = Config::default();
+                let families = (true, false);
+                let a = Agreement::start(msgs, self.rank, self.size, cfg, families);
+                self.setup = Some(a.map_err(|e| e.to_string())?);
+            }
+            let setup = self.setup.as_mut().expect("started");
+            let Some(agreed) = setup
+                .poll(msgs, Wait::Progress, &mut |_| Ok(()))
+                .map_err(|e| e.to_string())?
+            else {
                 return Ok(Status {
                     returned: false,
                     done: false,
                 });
+            };
+            if agreed.joined != Joined::All {
+                return Err(format!("the agreement failed: {:?}", agreed.joined));
             }
             let start = self.start.take().expect("started once");
             self.bcast = Some(start(now)?);

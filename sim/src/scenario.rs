@@ -135,7 +135,9 @@ impl Scenario {
                 Algorithm::IpmcFirst => {
                     let (io2, params, message) = (io.clone(), self.ipmc, message.clone());
                     Box::new(FirstBroadcast::new(
-                        Schedule::new(&io, programs::setup(rank, n)),
+                        &io,
+                        rank,
+                        n,
                         Box::new(move |now| IpmcRank::new(&io2, at, params, comm_id, message, now)),
                     ))
                 }

@@ -11,8 +11,9 @@ use crate::algorithms::{chain, linear};
 use crate::component::config::{Algorithm, Config};
 use crate::component::nodes::Nodes;
 use crate::component::stats::Stats;
+use crate::driver::background::{Joining, Open, Pending};
 use crate::driver::multicast::{CommDriver, Driver, Ranks};
-use crate::ffi::ompi::{self, BcastCall, Comm, Messages, PmlTransport};
+use crate::ffi::ompi::{self, BcastCall, Comm, PmlTransport};
 use crate::ffi::os;
 use crate::group::setup::{self, Announce};
 use crate::net::interfaces::{self, IfList};
@@ -133,9 +134,12 @@ impl Disagreement {
 
 /// Where a communicator stands with its multicast group.
 enum Multicast {
-    /// No multicast broadcast has been called yet: the group is set up by
-    /// the first one, which every rank reaches at the same call.
+    /// No agreement on a group was started: no call on the communicator
+    /// multicasts.
     NotSetUp,
+    /// The agreement on the group, started when the communicator was
+    /// created, goes on in the background; the next broadcast finishes it.
+    Joining(Pending),
     Ready(Box<CommDriver>),
     /// Some rank could not join: the replaced component's broadcast serves
     /// the calls that would multicast.
@@ -183,11 +187,12 @@ impl Module {
     /// which the panic may have left half-changed, is never used again.
     /// Returns whether the panicked broadcast may be handed over as well:
     /// only if none of its messages moved, which could otherwise meet the
-    /// replaced broadcast's (same tag) at a peer, and no earlier multicast
-    /// broadcast may still owe frames in the background for the same reason.
+    /// replaced broadcast's (same tag) at a peer, and neither the agreement
+    /// on the group nor an earlier multicast broadcast may still have
+    /// messages in flight, for the same reason.
     pub fn poison(&mut self) -> bool {
         self.broken = true;
-        !self.moved && !matches!(self.multicast, Multicast::Ready(_))
+        !self.moved && matches!(self.multicast, Multicast::NotSetUp | Multicast::Failed)
     }
 
     /// The algorithm for a broadcast of `bytes` bytes.
@@ -204,8 +209,11 @@ impl Module {
         &self.stats
     }
 
-    /// Called once ipmc is installed on the communicator.
-    pub fn enable(&mut self, comm: Comm) {
+    /// Called once ipmc is installed on the communicator, on every rank:
+    /// if some call may multicast, the agreement on the group starts here and
+    /// goes on in the background, so that no broadcast waits for a rank that
+    /// has not entered it.
+    pub fn enable(&mut self, comm: Comm) -> Result<(), i32> {
         info!(
             "rank {} of {} enabled on communicator {} (cid {}): {} nodes, at most {} ranks on one",
             self.rank,
@@ -215,6 +223,10 @@ impl Module {
             self.nodes.count,
             self.nodes.max_ranks
         );
+        if self.cfg.choose(1, self.nodes.count) == Algorithm::Multicast {
+            self.start_setup(comm)?;
+        }
+        Ok(())
     }
 
     /// Called when the communicator is freed: prints the statistics once.
@@ -229,6 +241,9 @@ impl Module {
             ));
         }
         self.reported = true;
+        // An agreement on the group holds a reference on the communicator:
+        // it ended before the communicator could be freed, and what it
+        // agreed goes unused.
         if let Multicast::Ready(group) = &mut self.multicast {
             // The neighbours may still wait for frames of the last broadcast
             // (unless a panic left the group's state in doubt).
@@ -254,24 +269,24 @@ impl Module {
             self.stats.empty += 1;
             return Ok(());
         }
-        if let Multicast::Ready(group) = &mut self.multicast {
-            // Every algorithm (and the replaced component's) uses the
-            // broadcast tag: the last multicast broadcast's frames must not
-            // meet this call's messages. A broken module's last broadcast
-            // is left alone (see `poison`).
-            if !self.broken {
-                group.finish().map_err(|e| e.0)?;
+        // Every algorithm (and the replaced component's) uses the broadcast
+        // tag: the agreement's messages and the last multicast broadcast's
+        // frames must not meet this call's. A broken module's background
+        // work is left alone (see `poison`).
+        if !self.broken {
+            match &mut self.multicast {
+                Multicast::Joining(pending) => {
+                    self.moved = true;
+                    let agreed = pending.finish_joining().map_err(|e| e.0)?;
+                    self.multicast = self.joined(call.comm(), agreed);
+                }
+                Multicast::Ready(group) => group.finish().map_err(|e| e.0)?,
+                Multicast::NotSetUp | Multicast::Failed => {}
             }
         }
         let mut alg = self.choose(bytes);
-        if alg == Algorithm::Multicast {
-            if let Multicast::NotSetUp = self.multicast {
-                self.moved = true;
-                self.multicast = self.set_up(call.comm())?;
-            }
-            if let Multicast::Failed = self.multicast {
-                alg = Algorithm::Previous;
-            }
+        if alg == Algorithm::Multicast && !matches!(self.multicast, Multicast::Ready(_)) {
+            alg = Algorithm::Previous;
         }
         debug!(
             "rank {} cid {}: bcast of {bytes} bytes from root {} with {}",
@@ -325,19 +340,35 @@ impl Module {
         })
     }
 
-    /// Sets up the communicator's multicast group with every other rank
-    /// (see [`setup`]); any rank's failure makes all of them fall back.
-    fn set_up(&mut self, comm: Comm) -> Result<Multicast, i32> {
+    /// Starts the agreement on the communicator's multicast group with every
+    /// other rank (see [`setup`]) in the background.
+    fn start_setup(&mut self, comm: Comm) -> Result<(), i32> {
+        let cfg = self.cfg.clone();
+        let loopback = comm.has_local_peer();
+        let open: Open = Box::new(move |a: &Announce| open_socket(&cfg, loopback, a));
+        let families = interface_families(&self.cfg);
+        let joining = Joining::start(comm, self.cfg.clone(), families, open).map_err(|e| e.0)?;
+        let mut pending = Pending::default();
+        pending.join(joining);
+        self.multicast = Multicast::Joining(pending);
+        Ok(())
+    }
+
+    /// What the agreement on the group leaves this rank with: its group, or
+    /// the replaced broadcast for the calls that would multicast if any rank
+    /// failed (`None`: the agreement was lost to an error).
+    fn joined(&mut self, comm: Comm, agreed: Option<setup::Agreed<McastSocket>>) -> Multicast {
         let cfg = &self.cfg;
-        let mut msgs = Messages::new(comm);
-        let families = || interface_families(cfg);
-        let open = |a: &Announce| open_socket(cfg, comm, a);
-        let setup::Agreed {
+        let Some(setup::Agreed {
             announce,
             local,
             joined,
             failures,
-        } = setup::agree(&mut msgs, self.rank, self.size, cfg, families, open).map_err(|e| e.0)?;
+        }) = agreed
+        else {
+            self.stats.setup = "failed";
+            return Multicast::Failed;
+        };
         let name = comm.name();
         if let Err(why) = &local {
             warn!("rank {} cannot multicast on {name}: {why}", self.rank);
@@ -373,10 +404,7 @@ impl Module {
                     Duration::from_micros(cfg.root_wait_time_us),
                     (cfg.inject_loss_percent, seed),
                 );
-                Ok(Multicast::Ready(Box::new(CommDriver::new(
-                    driver,
-                    cfg.background_limit,
-                ))))
+                Multicast::Ready(Box::new(CommDriver::new(driver, cfg.background_limit)))
             }
             (joined, _, _) => {
                 let first = match joined {
@@ -389,7 +417,7 @@ impl Module {
                     self.rank
                 );
                 self.stats.setup = "failed";
-                Ok(Multicast::Failed)
+                Multicast::Failed
             }
         }
     }
@@ -420,7 +448,8 @@ fn on_message_bytes(
 }
 
 /// Opens and joins this rank's socket for the announced group.
-fn open_socket(cfg: &Config, comm: Comm, a: &Announce) -> Result<McastSocket, OpenError> {
+/// `loopback`: whether another rank of the communicator runs on this node.
+fn open_socket(cfg: &Config, loopback: bool, a: &Announce) -> Result<McastSocket, OpenError> {
     let include = IfList::parse(&cfg.if_include)?;
     let exclude = IfList::parse(&cfg.if_exclude)?;
     let addrs = os::interface_addresses().map_err(|e| format!("listing interfaces: {e}"))?;
@@ -442,7 +471,7 @@ fn open_socket(cfg: &Config, comm: Comm, a: &Announce) -> Result<McastSocket, Op
     }
     let opts = mcast_socket::Options {
         ttl: cfg.ttl,
-        loopback: comm.has_local_peer(),
+        loopback,
         rcvbuf: cfg.rcvbuf,
     };
     McastSocket::open(a.group, &iface, opts)

@@ -1,8 +1,13 @@
-//! Broadcasts that returned to their caller but still owe their neighbours
-//! chain frames (`END`, the fragments a `NEED` asked for) are finished here,
-//! from Open MPI's progress engine, so that no broadcast waits for a rank
-//! that has not entered it yet. Each communicator keeps at most one such
-//! broadcast ([`Pending`]); its next broadcast finishes it first.
+//! Work of a communicator that goes on outside its broadcast calls, from
+//! Open MPI's progress engine, so that no broadcast waits for a rank that has
+//! not entered it:
+//! - broadcasts that returned to their caller but still owe their neighbours
+//!   chain frames (`END`, the fragments a `NEED` asked for);
+//! - the agreement on the communicator's multicast group ([`Joining`]),
+//!   started when the communicator is created, where every rank is.
+//!
+//! Each communicator keeps at most one piece of such work ([`Pending`]); its
+//! next broadcast finishes it first.
 //!
 //! A broadcast in the background holds a reference on its communicator:
 //! MPI lets a program free a communicator while operations on it are
@@ -17,21 +22,110 @@ use std::sync::{Arc, Mutex, MutexGuard, Weak};
 
 use log::warn;
 
+use crate::component::config::Config;
 use crate::driver::io::Wait;
 use crate::driver::multicast;
 use crate::ffi::ompi;
-use crate::ffi::ompi::Messages;
+use crate::ffi::ompi::{Comm, Messages};
+use crate::group::setup::{Agreed, Agreement, Announce};
+use crate::net::mcast_socket::{McastSocket, OpenError};
 
 /// A broadcast over Open MPI.
 type Run = multicast::Run<Messages>;
 use crate::algorithms::transport::P2pResult;
 
-/// One communicator's broadcast in the background, if any.
+/// How a rank opens and joins its socket for an announced group.
+pub type Open = Box<dyn FnMut(&Announce) -> Result<McastSocket, OpenError> + Send>;
+
+/// A communicator's agreement on its multicast group, kept with what it
+/// agreed once it is over.
+pub struct Joining {
+    agreement: Agreement<McastSocket, Messages>,
+    msgs: Messages,
+    open: Open,
+    agreed: Option<Agreed<McastSocket>>,
+}
+
+impl Joining {
+    /// Starts the agreement on this rank of `comm` (it posts its first
+    /// messages); `families` are the address families of this rank's interface.
+    pub fn start(comm: Comm, cfg: Config, families: (bool, bool), open: Open) -> P2pResult<Self> {
+        let mut msgs = Messages::new(comm);
+        let (rank, size) = (comm.rank(), comm.size());
+        let agreement = Agreement::start(&mut msgs, rank, size, cfg, families)?;
+        Ok(Joining {
+            agreement,
+            msgs,
+            open,
+            agreed: None,
+        })
+    }
+
+    fn turn(&mut self, wait: Wait) -> P2pResult<()> {
+        if self.agreed.is_none() {
+            self.agreed = self.agreement.poll(&mut self.msgs, wait, &mut self.open)?;
+        }
+        Ok(())
+    }
+
+    fn is_done(&self) -> bool {
+        self.agreed.is_some()
+    }
+
+    fn comm(&self) -> Comm {
+        self.msgs.comm()
+    }
+}
+
+/// One communicator's work in the background, if any: a broadcast, or the
+/// agreement on its group (kept after it ended, until the module takes it).
 #[derive(Default)]
 struct Slot {
     run: Option<Run>,
-    /// The run failed in the background; its error shows when it is finished.
+    joining: Option<Joining>,
+    /// The work failed in the background; its error shows when it is finished.
     broken: bool,
+}
+
+impl Slot {
+    /// One turn of the slot's work; the communicators of the work that ended
+    /// go to `ended`, for their reference to be given back. Whether work is
+    /// left.
+    fn turn(&mut self, wait: Wait, ended: &mut Vec<Comm>) -> P2pResult<bool> {
+        if let Some(joining) = self.joining.as_mut().filter(|j| !j.is_done()) {
+            joining.turn(wait)?;
+            if joining.is_done() {
+                RUNNING.fetch_sub(1, Ordering::Relaxed);
+                ended.push(joining.comm());
+            }
+        }
+        if let Some(run) = self.run.as_mut() {
+            run.turn(wait)?;
+            if run.is_done() {
+                let run = self.run.take().expect("checked");
+                RUNNING.fetch_sub(1, Ordering::Relaxed);
+                ended.push(run.comm());
+            }
+        }
+        Ok(self.busy())
+    }
+
+    fn busy(&self) -> bool {
+        self.run.is_some() || self.joining.as_ref().is_some_and(|j| !j.is_done())
+    }
+
+    /// Gives up the work left after an error at `MPI_Finalize`.
+    fn abandon(&mut self, ended: &mut Vec<Comm>) {
+        let run = self.run.take().map(|r| r.comm());
+        let joining = match &self.joining {
+            Some(j) if !j.is_done() => self.joining.take().map(|j| j.comm()),
+            _ => None,
+        };
+        for comm in run.into_iter().chain(joining) {
+            RUNNING.fetch_sub(1, Ordering::Relaxed);
+            ended.push(comm);
+        }
+    }
 }
 
 /// Every communicator's slot, for the progress engine.
@@ -51,8 +145,7 @@ pub struct Pending {
 }
 
 impl Pending {
-    /// Leaves `run` to the progress engine.
-    pub fn put(&mut self, run: Run) {
+    fn slot(&mut self) -> MutexGuard<'_, Slot> {
         let slot = self.slot.get_or_insert_with(|| {
             let slot = Arc::new(Mutex::new(Slot::default()));
             locked(&SLOTS).push(Arc::downgrade(&slot));
@@ -60,11 +153,45 @@ impl Pending {
             slot
         });
         let mut slot = locked(slot);
-        debug_assert!(slot.run.is_none(), "one background broadcast at a time");
-        run.comm().retain();
-        slot.run = Some(run);
+        debug_assert!(!slot.busy(), "one piece of background work at a time");
         slot.broken = false;
         RUNNING.fetch_add(1, Ordering::Relaxed);
+        slot
+    }
+
+    /// Leaves `run` to the progress engine.
+    pub fn put(&mut self, run: Run) {
+        run.comm().retain();
+        self.slot().run = Some(run);
+    }
+
+    /// Leaves the agreement on the group to the progress engine.
+    pub fn join(&mut self, joining: Joining) {
+        joining.comm().retain();
+        self.slot().joining = Some(joining);
+    }
+
+    /// Finishes the agreement on the group, if it was left here, waiting as
+    /// long as it takes, and returns what it agreed.
+    pub fn finish_joining(&mut self) -> P2pResult<Option<Agreed<McastSocket>>> {
+        let Some(slot) = &self.slot else {
+            return Ok(None);
+        };
+        let Some(mut joining) = locked(slot).joining.take() else {
+            return Ok(None);
+        };
+        if !joining.is_done() {
+            RUNNING.fetch_sub(1, Ordering::Relaxed);
+            let comm = joining.comm();
+            let mut result = Ok(());
+            while result.is_ok() && !joining.is_done() {
+                result = joining.turn(Wait::Progress);
+            }
+            // As in `finish`: not the last reference.
+            comm.release();
+            result?;
+        }
+        Ok(joining.agreed.take())
     }
 
     /// Finishes the background broadcast, if any, waiting as long as it takes.
@@ -92,30 +219,30 @@ impl Pending {
     }
 }
 
-/// Finishes every broadcast in the background, of every communicator, turning
-/// them all in rounds (a rank's run may need a neighbour's frames that come
-/// from another of the neighbour's runs); at `MPI_Finalize`.
+/// Finishes the background work of every communicator, turning it all in
+/// rounds (a rank's work may need a neighbour's messages that come from
+/// another of the neighbour's pieces of work); at `MPI_Finalize`.
 pub fn finish_all() {
-    let mut runs: Vec<Run> = {
-        let slots = locked(&SLOTS);
-        slots
-            .iter()
-            .filter_map(Weak::upgrade)
-            .filter_map(|slot| locked(&slot).run.take())
-            .collect()
-    };
-    RUNNING.fetch_sub(runs.len(), Ordering::Relaxed);
-    let comms: Vec<_> = runs.iter().map(Run::comm).collect();
-    while !runs.is_empty() {
-        runs.retain_mut(|run| match run.turn(Wait::Progress) {
-            Ok(()) => !run.is_done(),
-            Err(e) => {
-                warn!("a broadcast finishing at MPI_Finalize failed: {e}");
-                false
+    let slots: Vec<Arc<Mutex<Slot>>> = locked(&SLOTS).iter().filter_map(Weak::upgrade).collect();
+    let mut ended = Vec::new();
+    let mut busy = true;
+    while busy {
+        busy = false;
+        for slot in &slots {
+            let mut slot = locked(slot);
+            if !slot.busy() {
+                continue;
             }
-        });
+            match slot.turn(Wait::Progress, &mut ended) {
+                Ok(more) => busy |= more,
+                Err(e) => {
+                    warn!("background work finishing at MPI_Finalize failed: {e}");
+                    slot.abandon(&mut ended);
+                }
+            }
+        }
     }
-    for comm in comms {
+    for comm in ended {
         comm.release();
     }
 }
@@ -131,7 +258,7 @@ pub fn progress() -> usize {
     let Ok(mut slots) = SLOTS.try_lock() else {
         return 0;
     };
-    let mut finished = Vec::new();
+    let mut ended = Vec::new();
     slots.retain(|weak| {
         let Some(slot) = weak.upgrade() else {
             return false;
@@ -139,29 +266,18 @@ pub fn progress() -> usize {
         let Ok(mut slot) = slot.try_lock() else {
             return true;
         };
-        if slot.broken {
+        if slot.broken || !slot.busy() {
             return true;
         }
-        let Some(run) = slot.run.as_mut() else {
-            return true;
-        };
-        match run.turn(Wait::Look) {
-            Ok(()) if run.is_done() => {
-                let run = slot.run.take().expect("checked");
-                RUNNING.fetch_sub(1, Ordering::Relaxed);
-                finished.push(run.comm());
-            }
-            Ok(()) => {}
-            Err(e) => {
-                warn!("a broadcast finishing in the background failed: {e}");
-                slot.broken = true;
-            }
+        if let Err(e) = slot.turn(Wait::Look, &mut ended) {
+            warn!("background work on a communicator failed: {e}");
+            slot.broken = true;
         }
         true
     });
     drop(slots);
-    let n = finished.len();
-    for comm in finished {
+    let n = ended.len();
+    for comm in ended {
         comm.release();
     }
     n

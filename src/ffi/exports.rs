@@ -309,8 +309,10 @@ pub unsafe extern "C" fn ipmc_rs_module_enable(
     guard(what, OMPI_ERROR, || {
         // SAFETY: see the function's contract; Open MPI serialises calls on one module.
         let module = unsafe { &mut *state.cast::<Module>() };
-        module.enable(Comm(comm));
-        OMPI_SUCCESS
+        match module.enable(Comm(comm)) {
+            Ok(()) => OMPI_SUCCESS,
+            Err(rc) => rc,
+        }
     })
 }
 

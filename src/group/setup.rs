@@ -13,7 +13,7 @@ use std::net::{IpAddr, Ipv6Addr, SocketAddr};
 
 use crate::algorithms::transport::P2pResult;
 use crate::component::config::Config;
-use crate::driver::io::MessageIo;
+use crate::driver::io::{MessageIo, Wait};
 use crate::group::groups::{self, GroupRanges, PortRange};
 use crate::net::mcast_socket::OpenError;
 use crate::protocol::datagram::{Auth, Key, KEY_LEN};
@@ -24,6 +24,12 @@ pub const ANNOUNCE_LEN: usize = 1 + 1 + 16 + 2 + 8 + 8 + 1 + 8 + KEY_LEN;
 pub const VERDICT_LEN: usize = 1 + 4;
 /// Most bytes of the reason a rank reports with its failure.
 const REASON_MAX: usize = 400;
+/// Most reasons a report carries; failures for others are only counted.
+const REASONS: usize = 8;
+/// Most ranks a report names per reason (the lowest); the others are counted.
+pub const SHOWN: usize = 8;
+/// Most bytes of a report ([`Failures::encode`]).
+const REPORT_MAX: usize = 4 + 4 + 1 + 1 + REASONS * (4 + 1 + 4 * SHOWN + 2 + REASON_MAX);
 /// Draws of group and port, at most, when the drawn port is taken by
 /// another program on some rank's host.
 pub const DRAWS: usize = 16;
@@ -205,6 +211,146 @@ pub enum Joined {
     Failed { first: usize },
 }
 
+/// The failures of the ranks of a subtree, as its report travels to rank 0:
+/// grouped by reason, each with how many ranks gave it and the lowest of them.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Failures {
+    pub groups: Vec<Failure>,
+    /// Failing ranks whose reason did not fit (more than [`REASONS`]).
+    pub unlisted: u32,
+    /// The lowest failing rank.
+    pub first: Option<usize>,
+    /// Every failure is a port that another program holds (a new draw may do).
+    taken_only: bool,
+}
+
+/// One reason for failing, and the ranks that gave it.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Failure {
+    pub why: String,
+    /// The lowest ranks that gave it, at most [`SHOWN`].
+    pub ranks: Vec<usize>,
+    pub count: u32,
+}
+
+impl Default for Failures {
+    fn default() -> Self {
+        Failures {
+            groups: Vec::new(),
+            unlisted: 0,
+            first: None,
+            taken_only: true,
+        }
+    }
+}
+
+impl Failures {
+    /// `rank`'s own failure, if it failed.
+    fn of<S>(rank: usize, local: &Result<S, OpenError>) -> Self {
+        let mut f = Failures::default();
+        if let Err(e) = local {
+            let mut end = e.why.len().min(REASON_MAX);
+            while !e.why.is_char_boundary(end) {
+                end -= 1;
+            }
+            f.groups.push(Failure {
+                why: e.why[..end].to_string(),
+                ranks: vec![rank],
+                count: 1,
+            });
+            f.first = Some(rank);
+            f.taken_only = e.taken;
+        }
+        f
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.first.is_none()
+    }
+
+    /// Adds the failures of another subtree.
+    fn merge(&mut self, other: Failures) {
+        for g in other.groups {
+            let room = self.groups.len() < REASONS;
+            match self.groups.iter_mut().find(|h| h.why == g.why) {
+                Some(h) => {
+                    h.count += g.count;
+                    h.ranks.extend(g.ranks);
+                    h.ranks.sort_unstable();
+                    h.ranks.truncate(SHOWN);
+                }
+                None if room => self.groups.push(g),
+                None => self.unlisted += g.count,
+            }
+        }
+        self.unlisted += other.unlisted;
+        self.first = self.first.into_iter().chain(other.first).min();
+        self.taken_only &= other.taken_only;
+    }
+
+    fn encode(&self) -> Vec<u8> {
+        let mut out = Vec::new();
+        let first = self.first.map_or(u32::MAX, |r| r as u32);
+        out.extend_from_slice(&first.to_be_bytes());
+        out.extend_from_slice(&self.unlisted.to_be_bytes());
+        out.push(u8::from(self.taken_only));
+        out.push(self.groups.len() as u8);
+        for g in &self.groups {
+            out.extend_from_slice(&g.count.to_be_bytes());
+            out.push(g.ranks.len() as u8);
+            for &r in &g.ranks {
+                out.extend_from_slice(&(r as u32).to_be_bytes());
+            }
+            out.extend_from_slice(&(g.why.len() as u16).to_be_bytes());
+            out.extend_from_slice(g.why.as_bytes());
+        }
+        debug_assert!(out.len() <= REPORT_MAX);
+        out
+    }
+
+    /// A report as [`Failures::encode`] wrote it; one that does not parse
+    /// counts as a failure of its sender, `from`.
+    fn decode(b: &[u8], from: usize) -> Self {
+        Self::parse(b).unwrap_or_else(|| {
+            Self::of::<()>(
+                from,
+                &Err(format!("rank {from} sent a report that does not parse").into()),
+            )
+        })
+    }
+
+    fn parse(b: &[u8]) -> Option<Self> {
+        let mut at = 0;
+        let mut take = |n: usize| {
+            let part = b.get(at..at + n)?;
+            at += n;
+            Some(part)
+        };
+        let u32_of = |p: &[u8]| u32::from_be_bytes(p.try_into().expect("4 bytes"));
+        let first = u32_of(take(4)?);
+        let unlisted = u32_of(take(4)?);
+        let taken_only = take(1)?[0] != 0;
+        let n = take(1)?[0] as usize;
+        let mut groups = Vec::with_capacity(n);
+        for _ in 0..n {
+            let count = u32_of(take(4)?);
+            let shown = take(1)?[0] as usize;
+            let ranks = (0..shown)
+                .map(|_| take(4).map(|p| u32_of(p) as usize))
+                .collect::<Option<Vec<_>>>()?;
+            let len = u16::from_be_bytes(take(2)?.try_into().expect("2 bytes")) as usize;
+            let why = String::from_utf8_lossy(take(len)?).into_owned();
+            groups.push(Failure { why, ranks, count });
+        }
+        Some(Failures {
+            groups,
+            unlisted,
+            first: (first != u32::MAX).then_some(first as usize),
+            taken_only,
+        })
+    }
+}
+
 /// What the agreement gives one rank.
 pub struct Agreed<S> {
     /// Rank 0's announcement, if it could draw one.
@@ -213,17 +359,317 @@ pub struct Agreed<S> {
     pub local: Result<S, String>,
     /// The verdict, the same on every rank.
     pub joined: Joined,
-    /// On rank 0: every rank that failed, with its reason (empty elsewhere).
-    pub failures: Vec<(usize, String)>,
+    /// On rank 0: every rank's failure (empty elsewhere).
+    pub failures: Failures,
 }
 
-/// Runs the agreement on this rank. Every rank first tells rank 0 which
-/// address families its interface has (`families`: IPv4, IPv6), for
-/// [`group_range`]. `open` opens and joins this rank's socket for the
-/// announced group; its error says why it could not. When the only failures
-/// are ports taken by other programs, rank 0 draws again, up to [`DRAWS`]
-/// times, and every rank follows its verdict. On `Failed` the caller drops
-/// the socket.
+/// A rank's place in the binomial tree the agreement's messages follow,
+/// rooted at rank 0: its parent, and its children, the largest subtree first.
+fn tree(rank: usize, size: usize) -> (Option<usize>, Vec<usize>) {
+    let parent = (rank != 0).then(|| rank & (rank - 1));
+    let lowest_bit = if rank == 0 {
+        size.next_power_of_two()
+    } else {
+        rank & rank.wrapping_neg()
+    };
+    let mut children = Vec::new();
+    let mut bit = 1;
+    while bit < lowest_bit && rank + bit < size {
+        children.push(rank + bit);
+        bit <<= 1;
+    }
+    children.reverse();
+    (parent, children)
+}
+
+/// Where one rank's agreement stands: the messages it waits for.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Round {
+    /// Round 0: the children's address families.
+    Families,
+    /// Round 1 on ranks other than 0: this rank's families sent up, and the
+    /// announcement from the parent.
+    Announce,
+    /// Round 2: the announcement sent down, and the children's reports.
+    Reports,
+    /// Round 3: the report sent up and the verdict from the parent (rank 0:
+    /// its verdict sent down).
+    Verdict,
+    /// Round 3 on ranks other than 0: the verdict sent down.
+    Forward,
+}
+
+/// The agreement on one rank, in steps: [`Agreement::start`] posts its
+/// first messages, [`Agreement::poll`] moves it on as far as its completed
+/// messages allow and never waits itself, so that Open MPI's progress engine
+/// can run it in the background and the simulator can run it on every rank
+/// of a cluster. [`agree`] is the same run to its end.
+///
+/// The messages follow a binomial tree rooted at rank 0 ([`tree`]), so that
+/// no rank handles more than about log2(size) of them per round. Every rank
+/// first tells rank 0 which address families its interface has (IPv4,
+/// IPv6), for [`group_range`], each parent combining its subtree's. Rank 0
+/// then draws and announces, each parent passing the announcement on; each
+/// rank opens and joins its socket for the announced group (`open` in
+/// [`Agreement::poll`]; its error says why it could not) and reports, each
+/// parent merging its subtree's reports into one ([`Failures`]); rank 0
+/// tells the verdict down the tree. When the only failures are ports taken
+/// by other programs, rank 0 draws again, up to [`DRAWS`] times, and every
+/// rank follows its verdict. Only point-to-point messages of the
+/// communicator are used, never a collective.
+pub struct Agreement<S, M: MessageIo> {
+    rank: usize,
+    parent: Option<usize>,
+    children: Vec<usize>,
+    cfg: Config,
+    round: Round,
+    /// The messages the round waits for, in the order posted, and the
+    /// buffers of those that completed (in order: each is tested only once
+    /// those before it completed).
+    waiting: Vec<M::Id>,
+    got: Vec<Vec<u8>>,
+    /// This rank's address families, then (on rank 0) every rank's.
+    families: (bool, bool),
+    draw: usize,
+    /// The verdict on this draw, as rank 0 sends it.
+    verdict: Vec<u8>,
+    announce: Option<Result<Announce, String>>,
+    local: Option<Result<S, OpenError>>,
+    failures: Failures,
+}
+
+impl<S, M: MessageIo> Agreement<S, M> {
+    /// Starts the agreement on this rank, whose interface has the address
+    /// `families` (IPv4, IPv6).
+    pub fn start(
+        msgs: &mut M,
+        rank: usize,
+        size: usize,
+        cfg: Config,
+        families: (bool, bool),
+    ) -> P2pResult<Self> {
+        let (parent, children) = tree(rank, size);
+        let mut a = Agreement {
+            rank,
+            parent,
+            children,
+            cfg,
+            round: Round::Families,
+            waiting: Vec::new(),
+            got: Vec::new(),
+            families,
+            draw: 1,
+            verdict: Vec::new(),
+            announce: None,
+            local: None,
+            failures: Failures::default(),
+        };
+        // Round 0 always runs, so that ranks that disagree on the range
+        // still exchange the same messages.
+        a.waiting = a.recv_children(msgs, 1)?;
+        Ok(a)
+    }
+
+    /// Moves the agreement on; `Some` once it is over on this rank. `wait`
+    /// says how to ask whether a message completed; `open` opens and joins
+    /// this rank's socket for an announcement.
+    pub fn poll(
+        &mut self,
+        msgs: &mut M,
+        wait: Wait,
+        open: &mut impl FnMut(&Announce) -> Result<S, OpenError>,
+    ) -> P2pResult<Option<Agreed<S>>> {
+        loop {
+            while self.got.len() < self.waiting.len() {
+                match msgs.test(self.waiting[self.got.len()], wait)? {
+                    Some(buf) => self.got.push(buf),
+                    None => return Ok(None),
+                }
+            }
+            self.waiting.clear();
+            let got = std::mem::take(&mut self.got);
+            if let Some(agreed) = self.next_round(msgs, got, open)? {
+                return Ok(Some(agreed));
+            }
+        }
+    }
+
+    fn recv_children(&self, msgs: &mut M, capacity: usize) -> P2pResult<Vec<M::Id>> {
+        self.children
+            .iter()
+            .map(|&c| msgs.recv(c, capacity))
+            .collect()
+    }
+
+    fn send_children(&self, msgs: &mut M, bytes: &[u8]) -> P2pResult<Vec<M::Id>> {
+        self.children
+            .iter()
+            .map(|&c| msgs.send(c, bytes.to_vec()))
+            .collect()
+    }
+
+    /// The round after the one whose messages are `got`: posts its messages,
+    /// or ends the agreement.
+    fn next_round(
+        &mut self,
+        msgs: &mut M,
+        got: Vec<Vec<u8>>,
+        open: &mut impl FnMut(&Announce) -> Result<S, OpenError>,
+    ) -> P2pResult<Option<Agreed<S>>> {
+        match (self.parent, self.round) {
+            (parent, Round::Families) => {
+                // `got`: the children's families.
+                let own = u8::from(self.families.0) | (u8::from(self.families.1) << 1);
+                let bits = got
+                    .iter()
+                    .fold(own, |bits, b| bits & b.first().copied().unwrap_or(0));
+                self.families = (bits & 1 != 0, bits & 2 != 0);
+                match parent {
+                    None => self.announce_draw(msgs, open)?,
+                    Some(p) => {
+                        self.waiting = vec![msgs.send(p, vec![bits])?, msgs.recv(p, ANNOUNCE_LEN)?];
+                        self.round = Round::Announce;
+                    }
+                }
+            }
+            (_, Round::Announce) => {
+                // `got`: this rank's families sent (not after a redraw), then
+                // the announcement, which goes on down the tree.
+                let bytes = got.last().map_or(&[][..], Vec::as_slice);
+                let mut waiting = self.send_children(msgs, bytes)?;
+                let announce = Announce::decode(bytes)
+                    .ok_or_else(|| "rank 0 could not draw a group".to_string());
+                self.open_announced(announce, open);
+                waiting.extend(self.recv_children(msgs, REPORT_MAX)?);
+                self.waiting = waiting;
+                self.round = Round::Reports;
+            }
+            (parent, Round::Reports) => {
+                // `got`: the announcement sent down, then the children's reports.
+                let local = self.local.as_ref().expect("opened before the reports");
+                let mut failures = Failures::of(self.rank, local);
+                for (&c, report) in self.children.iter().zip(&got[self.children.len()..]) {
+                    failures.merge(Failures::decode(report, c));
+                }
+                match parent {
+                    None => {
+                        let code = match failures.first {
+                            None => OK,
+                            Some(_) if failures.taken_only && self.draw < DRAWS => TAKEN,
+                            Some(_) => FAILED,
+                        };
+                        let first = failures.first.unwrap_or(0) as u32;
+                        self.verdict = [&[code][..], &first.to_be_bytes()].concat();
+                        self.waiting = self.send_children(msgs, &self.verdict)?;
+                        self.failures = failures;
+                    }
+                    Some(p) => {
+                        self.waiting =
+                            vec![msgs.send(p, failures.encode())?, msgs.recv(p, VERDICT_LEN)?];
+                    }
+                }
+                self.round = Round::Verdict;
+            }
+            (Some(_), Round::Verdict) => {
+                // `got`: the report sent up, then the verdict, which goes on down.
+                self.verdict = got[1].clone();
+                self.waiting = self.send_children(msgs, &self.verdict)?;
+                self.round = Round::Forward;
+            }
+            (None, Round::Verdict) | (Some(_), Round::Forward) => {
+                // The verdict is sent down.
+                match self.verdict.as_slice() {
+                    [OK, ..] => return Ok(Some(self.agreed(Joined::All))),
+                    [TAKEN, r @ ..] if r.len() == 4 => {
+                        self.redraw();
+                        match self.parent {
+                            None => self.announce_draw(msgs, open)?,
+                            Some(p) => {
+                                self.waiting = vec![msgs.recv(p, ANNOUNCE_LEN)?];
+                                self.round = Round::Announce;
+                            }
+                        }
+                    }
+                    [FAILED, r @ ..] if r.len() == 4 => {
+                        let first = u32::from_be_bytes(r.try_into().expect("4 bytes")) as usize;
+                        return Ok(Some(self.agreed(Joined::Failed { first })));
+                    }
+                    _ => return Ok(Some(self.agreed(Joined::Failed { first: 0 }))),
+                }
+            }
+            (None, Round::Forward) => unreachable!("rank 0 sends the verdict, it forwards none"),
+        }
+        Ok(None)
+    }
+
+    /// Rank 0's draw: announces it (or that it could not draw) to its
+    /// children, opens its own socket, and waits for their reports.
+    fn announce_draw(
+        &mut self,
+        msgs: &mut M,
+        open: &mut impl FnMut(&Announce) -> Result<S, OpenError>,
+    ) -> P2pResult<()> {
+        let all = self.families;
+        let range = group_range(&self.cfg, || all);
+        if range != self.cfg.group_range {
+            log::info!("not every rank's interface has IPv4: groups from {range}");
+        }
+        let announce = Announce::draw(&self.cfg, &range);
+        let bytes = announce.as_ref().map(Announce::encode).unwrap_or_default();
+        let mut waiting = self.send_children(msgs, &bytes)?;
+        self.open_announced(announce, open);
+        waiting.extend(self.recv_children(msgs, REPORT_MAX)?);
+        self.waiting = waiting;
+        self.round = Round::Reports;
+        Ok(())
+    }
+
+    /// Opens this rank's socket for `announce`, or knows why it cannot.
+    fn open_announced(
+        &mut self,
+        announce: Result<Announce, String>,
+        open: &mut impl FnMut(&Announce) -> Result<S, OpenError>,
+    ) {
+        self.local = Some(match &announce {
+            Ok(a) => match a.mismatch(&self.cfg) {
+                Some(why) => Err(OpenError::from(why)),
+                None => open(a),
+            },
+            Err(why) => Err(OpenError::from(why.clone())),
+        });
+        self.announce = Some(announce);
+    }
+
+    /// Forgets this draw: its socket is closed before the next one opens.
+    fn redraw(&mut self) {
+        log::info!(
+            "rank {}: drawn port taken on some rank; drawing again ({} of {DRAWS})",
+            self.rank,
+            self.draw
+        );
+        self.draw += 1;
+        self.local = None;
+        self.announce = None;
+        self.failures = Failures::default();
+    }
+
+    /// The agreement's result on this rank.
+    fn agreed(&mut self, joined: Joined) -> Agreed<S> {
+        Agreed {
+            announce: self.announce.take().and_then(Result::ok),
+            local: self
+                .local
+                .take()
+                .unwrap_or_else(|| Err("no announcement".to_string().into()))
+                .map_err(|e| e.why),
+            joined,
+            failures: std::mem::take(&mut self.failures),
+        }
+    }
+}
+
+/// Runs the agreement on this rank to its end (see [`Agreement`]), waiting
+/// for its messages. On `Failed` the caller drops the socket.
 pub fn agree<S, M: MessageIo>(
     msgs: &mut M,
     rank: usize,
@@ -232,220 +678,57 @@ pub fn agree<S, M: MessageIo>(
     families: impl FnOnce() -> (bool, bool),
     mut open: impl FnMut(&Announce) -> Result<S, OpenError>,
 ) -> P2pResult<Agreed<S>> {
-    // Round 0: which address families every rank has, so that under the
-    // default range a cluster without IPv4 anywhere, or on some hosts, gets
-    // IPv6 groups. Always run, so that ranks that disagree on the range
-    // still exchange the same messages.
-    let (v4, v6) = families();
-    let byte = u8::from(v4) | (u8::from(v6) << 1);
-    let all = if rank == 0 {
-        let recvs = (1..size)
-            .map(|r| msgs.recv(r, 1))
-            .collect::<P2pResult<Vec<_>>>()?;
-        let mut bits = byte;
-        for id in recvs {
-            bits &= msgs.wait(id)?.first().copied().unwrap_or(0);
-        }
-        (bits & 1 != 0, bits & 2 != 0)
-    } else {
-        let id = msgs.send(0, vec![byte])?;
-        msgs.wait(id)?;
-        (v4, v6)
-    };
-    let mut draw = 1;
+    let mut a = Agreement::start(msgs, rank, size, cfg.clone(), families())?;
     loop {
-        let (announce, local, code, failures) =
-            agree_once(msgs, rank, size, cfg, all, &mut open, draw)?;
-        if code == TAKEN {
-            log::info!(
-                "rank {rank}: drawn port taken on some rank; drawing again ({draw} of {DRAWS})"
-            );
-            draw += 1;
-            continue;
+        if let Some(agreed) = a.poll(msgs, Wait::Progress, &mut open)? {
+            return Ok(agreed);
         }
-        let joined = match code {
-            OK => Joined::All,
-            _ => Joined::Failed {
-                first: failures.first().map_or(0, |&(r, _)| r),
-            },
-        };
-        return Ok(Agreed {
-            announce: announce.ok(),
-            local: local.map_err(|e| e.why),
-            joined,
-            failures,
-        });
-    }
-}
-
-/// Everything one draw of the agreement yields on one rank.
-type Round<S> = (
-    Result<Announce, String>,
-    Result<S, OpenError>,
-    u8,
-    Vec<(usize, String)>,
-);
-
-/// One draw: announcement, opening, reports, verdict ([`OK`], [`FAILED`] or
-/// [`TAKEN`]: draw again). Failures are known on rank 0 only. `all` is which
-/// address families every rank has.
-fn agree_once<S, M: MessageIo>(
-    msgs: &mut M,
-    rank: usize,
-    size: usize,
-    cfg: &Config,
-    all: (bool, bool),
-    open: &mut impl FnMut(&Announce) -> Result<S, OpenError>,
-    draw: usize,
-) -> P2pResult<Round<S>> {
-    // Round 1: rank 0 announces (or announces that it could not draw).
-    let announce = if rank == 0 {
-        let range = group_range(cfg, || all);
-        if range != cfg.group_range {
-            log::info!("not every rank's interface has IPv4: groups from {range}");
-        }
-        let a = Announce::draw(cfg, &range);
-        let bytes = a.as_ref().map(Announce::encode).unwrap_or_default();
-        let sends = (1..size)
-            .map(|r| msgs.send(r, bytes.clone()))
-            .collect::<P2pResult<Vec<_>>>()?;
-        for id in sends {
-            msgs.wait(id)?;
-        }
-        a
-    } else {
-        let id = msgs.recv(0, ANNOUNCE_LEN)?;
-        let bytes = msgs.wait(id)?;
-        Announce::decode(&bytes).ok_or_else(|| "rank 0 could not draw a group".to_string())
-    };
-
-    // Each rank opens its socket, or knows why it cannot.
-    let local = match &announce {
-        Ok(a) => match a.mismatch(cfg) {
-            Some(why) => Err(OpenError::from(why)),
-            None => open(a),
-        },
-        Err(why) => Err(OpenError::from(why.clone())),
-    };
-
-    // Round 2: every rank reports to rank 0, with its reason if it failed;
-    // round 3: rank 0 tells the verdict and the lowest failing rank.
-    let mut failures = Vec::new();
-    let code = if rank == 0 {
-        let mut taken_only = true;
-        if let Err(e) = &local {
-            failures.push((0, e.why.clone()));
-            taken_only &= e.taken;
-        }
-        let recvs = (1..size)
-            .map(|r| msgs.recv(r, 1 + REASON_MAX))
-            .collect::<P2pResult<Vec<_>>>()?;
-        for (r, id) in (1..size).zip(recvs) {
-            let report = msgs.wait(id)?;
-            if report.first() != Some(&OK) {
-                taken_only &= report.first() == Some(&TAKEN);
-                let why = String::from_utf8_lossy(report.get(1..).unwrap_or_default());
-                failures.push((r, why.into_owned()));
-            }
-        }
-        let code = match failures.first() {
-            None => OK,
-            Some(_) if taken_only && draw < DRAWS => TAKEN,
-            Some(_) => FAILED,
-        };
-        let first = failures.first().map_or(0, |&(r, _)| r as u32);
-        let mut bytes = vec![code];
-        bytes.extend_from_slice(&first.to_be_bytes());
-        let sends = (1..size)
-            .map(|r| msgs.send(r, bytes.clone()))
-            .collect::<P2pResult<Vec<_>>>()?;
-        for id in sends {
-            msgs.wait(id)?;
-        }
-        code
-    } else {
-        let id = msgs.send(0, report(&local))?;
-        msgs.wait(id)?;
-        let id = msgs.recv(0, VERDICT_LEN)?;
-        let b = msgs.wait(id)?;
-        match b.as_slice() {
-            [OK, ..] => OK,
-            [TAKEN, r @ ..] if r.len() == 4 => TAKEN,
-            [FAILED, r @ ..] if r.len() == 4 => {
-                let first = u32::from_be_bytes(r.try_into().expect("4 bytes")) as usize;
-                failures.push((first, String::new()));
-                FAILED
-            }
-            _ => {
-                failures.push((0, String::new()));
-                FAILED
-            }
-        }
-    };
-    Ok((announce, local, code, failures))
-}
-
-/// A rank's report to rank 0: [`OK`], or [`FAILED`] or [`TAKEN`] and why
-/// (at most [`REASON_MAX`] bytes, cut at a character boundary).
-fn report<S>(local: &Result<S, OpenError>) -> Vec<u8> {
-    match local {
-        Ok(_) => vec![OK],
-        Err(e) => {
-            let why = &e.why;
-            let mut end = why.len().min(REASON_MAX);
-            while !why.is_char_boundary(end) {
-                end -= 1;
-            }
-            let mut out = vec![if e.taken { TAKEN } else { FAILED }];
-            out.extend_from_slice(&why.as_bytes()[..end]);
-            out
-        }
+        std::thread::yield_now();
     }
 }
 
 /// The message rank 0 prints when ranks could not set up multicast: the
-/// failures grouped by reason, each with its ranks and their hosts.
-pub fn failure_message(
-    comm: &str,
-    failures: &[(usize, String)],
-    host: impl Fn(usize) -> String,
-) -> String {
-    const SHOWN: usize = 8;
+/// failures grouped by reason, each with its ranks (the lowest [`SHOWN`]) and
+/// their hosts.
+pub fn failure_message(comm: &str, failures: &Failures, host: impl Fn(usize) -> String) -> String {
     let mut text = format!(
         "The ipmc coll component could not set up IP multicast for communicator {comm};\n\
          Open MPI's own broadcast serves its calls that would multicast (the job goes on):\n"
     );
-    let mut reasons: Vec<(&str, Vec<usize>)> = Vec::new();
-    for (rank, why) in failures {
-        match reasons.iter_mut().find(|(w, _)| *w == why.as_str()) {
-            Some((_, ranks)) => ranks.push(*rank),
-            None => reasons.push((why.as_str(), vec![*rank])),
-        }
-    }
-    for (why, ranks) in &reasons {
-        let list = |items: Vec<String>| {
-            let more = items.len().saturating_sub(SHOWN);
-            let mut s = items.into_iter().take(SHOWN).collect::<Vec<_>>().join(", ");
-            if more > 0 {
-                s.push_str(&format!(" and {more} more"));
-            }
-            s
-        };
+    for g in &failures.groups {
         let mut hosts: Vec<String> = Vec::new();
-        for &r in ranks {
+        for &r in &g.ranks {
             let h = host(r);
             if !hosts.contains(&h) {
                 hosts.push(h);
             }
         }
+        let more = g.count as usize - g.ranks.len().min(g.count as usize);
+        let ranks: Vec<String> = g.ranks.iter().map(|r| r.to_string()).collect();
+        let (ranks, hosts) = match more {
+            0 => (ranks.join(", "), hosts.join(", ")),
+            _ => (
+                format!("{} and {more} more", ranks.join(", ")),
+                format!("{} and others", hosts.join(", ")),
+            ),
+        };
         let (rk, hk) = (
-            if ranks.len() == 1 { "rank" } else { "ranks" },
-            if hosts.len() == 1 { "host" } else { "hosts" },
+            if g.count == 1 { "rank" } else { "ranks" },
+            if hosts.contains(", ") || more > 0 {
+                "hosts"
+            } else {
+                "host"
+            },
         );
         text.push_str(&format!(
-            "\n  {rk} {} on {hk} {}:\n    {why}\n",
-            list(ranks.iter().map(|r| r.to_string()).collect()),
-            list(hosts)
+            "\n  {rk} {ranks} on {hk} {hosts}:\n    {}\n",
+            g.why
+        ));
+    }
+    if failures.unlisted > 0 {
+        text.push_str(&format!(
+            "\n  and {} more ranks, for other reasons\n",
+            failures.unlisted
         ));
     }
     text
@@ -511,7 +794,15 @@ mod tests {
             assert_eq!(agreed.joined, Joined::Failed { first: 3 });
             assert_eq!(opened.len(), 1, "no second draw for a failure");
         }
-        assert_eq!(ranks[0].0.failures, vec![(3, "no interface".to_string())]);
+        let failures = &ranks[0].0.failures;
+        assert_eq!(
+            failures.groups,
+            vec![Failure {
+                why: "no interface".into(),
+                ranks: vec![3],
+                count: 1
+            }]
+        );
         assert_eq!(ranks[3].0.local.as_ref().err().unwrap(), "no interface");
     }
 
@@ -599,33 +890,105 @@ mod tests {
 
     #[test]
     fn failures_are_grouped_by_reason_with_ranks_and_hosts() {
-        let failures: Vec<(usize, String)> = (0..12)
-            .map(|r| {
-                (
-                    r,
-                    if r == 5 {
-                        "other".into()
-                    } else {
-                        "no interface".into()
-                    },
-                )
-            })
-            .collect();
+        let mut failures = Failures::default();
+        for r in (0..12).rev() {
+            let why = if r == 5 { "other" } else { "no interface" };
+            failures.merge(Failures::of::<()>(r, &Err(why.to_string().into())));
+        }
         let text = failure_message("MPI_COMM_WORLD", &failures, |r| format!("node{}", r / 2));
         assert_eq!(text.matches("no interface").count(), 1, "{text}");
-        assert!(text.contains("ranks 0, 1, 2, 3, 4, 6, 7, 8 and 3 more on hosts node0, node1, node2, node3, node4, node5"), "{text}");
+        assert!(
+            text.contains(
+                "ranks 0, 1, 2, 3, 4, 6, 7, 8 and 3 more on hosts node0, node1, node2, node3, \
+                 node4 and others"
+            ),
+            "{text}"
+        );
         assert!(text.contains("rank 5 on host node2:\n    other"), "{text}");
         assert!(text.contains("for communicator MPI_COMM_WORLD"), "{text}");
-        let long = "é".repeat(REASON_MAX);
-        let r = report::<()>(&Err(long.into()));
-        assert!(r.len() <= 1 + REASON_MAX && std::str::from_utf8(&r[1..]).is_ok());
-        assert_eq!(r[0], FAILED);
-        assert_eq!(report(&Ok(())), vec![OK]);
+        assert_eq!(failures.first, Some(0));
+        assert_eq!(Failures::decode(&failures.encode(), 1), failures);
+
+        // A long reason is cut at a character boundary; ten reasons of the
+        // longest kind still fit a report, eight of them named.
+        let long = |i: usize| format!("{i}{}", "é".repeat(REASON_MAX));
+        let mut many = Failures::default();
+        for r in 0..40 {
+            many.merge(Failures::of::<()>(r, &Err(long(r % 10).into())));
+        }
+        assert_eq!(many.groups.len(), REASONS);
+        assert_eq!(many.unlisted, 8);
+        assert!(many
+            .groups
+            .iter()
+            .all(|g| g.why.len() <= REASON_MAX && g.count == 4));
+        let bytes = many.encode();
+        assert!(bytes.len() <= REPORT_MAX);
+        assert_eq!(Failures::decode(&bytes, 1), many);
+        assert!(failure_message("c", &many, |_| "h".into()).contains("and 8 more ranks"));
+
+        // Only taken ports may be drawn again; a report that does not parse
+        // is its sender's failure.
         let taken = OpenError {
             why: "binding".into(),
             taken: true,
         };
-        assert_eq!(report::<()>(&Err(taken)), b"\x02binding".to_vec());
+        let mut f = Failures::of::<()>(2, &Err(taken));
+        assert!(f.taken_only);
+        assert!(Failures::of(1, &Ok(())).is_empty());
+        f.merge(Failures::decode(&[1, 2, 3], 7));
+        assert!(!f.taken_only);
+        assert_eq!((f.first, f.groups[1].ranks.clone()), (Some(2), vec![7]));
+    }
+
+    #[test]
+    fn the_tree_reaches_every_rank_once_in_log_depth() {
+        for size in [2, 3, 5, 8, 13, 64, 1000] {
+            let mut reached = vec![0; size];
+            for rank in 0..size {
+                let (parent, children) = tree(rank, size);
+                assert_eq!(parent.is_none(), rank == 0);
+                for &c in &children {
+                    assert_eq!(tree(c, size).0, Some(rank), "{c} of {rank} in {size}");
+                    reached[c] += 1;
+                }
+                let mut depth = 0;
+                let mut r = rank;
+                while let Some(p) = tree(r, size).0 {
+                    (r, depth) = (p, depth + 1);
+                }
+                assert!(1 << depth <= size.next_power_of_two(), "{rank} in {size}");
+            }
+            assert_eq!(reached[0], 0);
+            assert!(reached[1..].iter().all(|&n| n == 1), "{size}: {reached:?}");
+        }
+    }
+
+    #[test]
+    fn failures_from_every_subtree_reach_rank_0() {
+        let ranks = agree_on(
+            23,
+            |rank, _| match rank % 7 {
+                3 => Err(format!("reason {}", rank % 2).into()),
+                _ => Ok(()),
+            },
+            |_| (true, true),
+        );
+        for (agreed, _) in &ranks {
+            assert_eq!(agreed.joined, Joined::Failed { first: 3 });
+        }
+        let f = &ranks[0].0.failures;
+        let group = |why: &str| {
+            f.groups
+                .iter()
+                .find(|g| g.why == why)
+                .unwrap()
+                .ranks
+                .clone()
+        };
+        assert_eq!(group("reason 1"), vec![3, 17]);
+        assert_eq!(group("reason 0"), vec![10]);
+        assert!(ranks[1..].iter().all(|(a, _)| a.failures.is_empty()));
     }
 
     #[test]

@@ -3,13 +3,15 @@
  * sizes, datatypes and communicators, and reports per communicator how many
  * broadcasts it made so that a test can compare with ipmc's statistics.
  *
- *   bcast_check [--max-bytes N] [--large-above N] [--big N] [--burst N] [--skew MODE]
- *               [--node-comm 1]
+ *   bcast_check [--max-bytes N] [--large-above N] [--big N] [--burst N] [--burst-bytes N]
+ *               [--skew MODE]
+ *               [--node-comm 1] [--intercomm 0]
  *
  * --max-bytes    largest message of the size sweep (default 1048576 + 1)
  * --large-above  a message of more bytes than this counts as "large" (default 1048576)
  * --big          one extra contiguous broadcast of N bytes per communicator (default 0)
  * --burst        back-to-back broadcasts with changing roots per communicator (default 64)
+ * --burst-bytes  every one of them of N bytes (default 0: sizes from 1 to 5000 bytes)
  * --skew         who enters each checked broadcast late (default none):
  *                  none    nobody waits
  *                  first   the root enters first: every other rank sleeps 2 ms before MPI_Bcast
@@ -18,6 +20,8 @@
  *                          its count of checked broadcasts, so a run is reproducible
  * --node-comm    1: also check a communicator of the ranks that share this rank's node
  *                (MPI_Comm_split_type with MPI_COMM_TYPE_SHARED), named "node"
+ * --intercomm    0: skip the intercommunicator (default 1), whose creation
+ *                relies on Open MPI's own unchecked broadcasts
  *
  * Prints "bcast_check: comm=NAME rank=R size=S bcasts=N empty=E large=L bytes=B large_bytes=LB" per
  * rank and communicator, and "bcast_check: PASS" on rank 0 of MPI_COMM_WORLD when every
@@ -38,9 +42,9 @@
 enum skew { SKEW_NONE, SKEW_FIRST, SKEW_LAST, SKEW_RANDOM };
 
 static size_t max_bytes = 1048576 + 1, large_above = 1048576, big = 0;
-static int burst = 64;
+static int burst = 64, burst_bytes = 0;
 static enum skew skew = SKEW_NONE;
-static int node_comm = 0;
+static int node_comm = 0, intercomm = 1;
 static int world_rank;
 static long checked; /* checked broadcasts this process entered, all communicators */
 
@@ -215,7 +219,8 @@ static void run_comm(MPI_Comm comm, const char *name)
     }
     /* Back to back, root changing every call, no checks of timing in between. */
     for (int i = 0; i < burst; i++) {
-        check_bcast(comm, &t, (i * 7 + 3) % size, 1 + (i * 37) % 5000, MPI_BYTE);
+        int n = burst_bytes > 0 ? burst_bytes : 1 + (i * 37) % 5000;
+        check_bcast(comm, &t, (i * 7 + 3) % size, n, MPI_BYTE);
     }
     if (big > 0) {
         check_bcast(comm, &t, size - 1, (int) big, MPI_BYTE);
@@ -263,7 +268,9 @@ int main(int argc, char **argv)
         else if (!strcmp(argv[i], "--large-above")) large_above = strtoull(argv[i + 1], NULL, 0);
         else if (!strcmp(argv[i], "--big")) big = strtoull(argv[i + 1], NULL, 0);
         else if (!strcmp(argv[i], "--burst")) burst = atoi(argv[i + 1]);
+        else if (!strcmp(argv[i], "--burst-bytes")) burst_bytes = atoi(argv[i + 1]);
         else if (!strcmp(argv[i], "--node-comm")) node_comm = atoi(argv[i + 1]);
+        else if (!strcmp(argv[i], "--intercomm")) intercomm = atoi(argv[i + 1]);
         else if (!strcmp(argv[i], "--skew")) {
             const char *m = argv[i + 1];
             if (!strcmp(m, "none")) skew = SKEW_NONE;
@@ -297,7 +304,7 @@ int main(int argc, char **argv)
         run_comm(node, "node");
         MPI_Comm_free(&node);
     }
-    if (wsize >= 2) {
+    if (wsize >= 2 && intercomm) {
         run_intercomm(wrank, wsize);
     }
     MPI_Comm_free(&reversed);
