@@ -7,7 +7,7 @@
 //! rank failed, all of them fall back for this communicator. A first round
 //! tells rank 0 every rank's address families ([`group_range`]). Only
 //! point-to-point messages of the communicator itself are used (four rounds
-//! through rank 0), never a collective.
+//! along a binomial tree rooted at rank 0, [`Agreement`]), never a collective.
 
 use std::net::{IpAddr, Ipv6Addr, SocketAddr};
 
