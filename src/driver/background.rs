@@ -68,6 +68,14 @@ impl Joining {
         Ok(())
     }
 
+    /// Runs the agreement to its end, waiting as long as it takes.
+    fn finish(&mut self) -> P2pResult<()> {
+        if self.agreed.is_none() {
+            self.agreed = Some(self.agreement.finish(&mut self.msgs, &mut self.open)?);
+        }
+        Ok(())
+    }
+
     fn is_done(&self) -> bool {
         self.agreed.is_some()
     }
@@ -145,7 +153,9 @@ pub struct Pending {
 }
 
 impl Pending {
-    fn slot(&mut self) -> MutexGuard<'_, Slot> {
+    /// The communicator's slot, locked, for new work, which it counts as
+    /// running.
+    fn slot_for_work(&mut self) -> MutexGuard<'_, Slot> {
         let slot = self.slot.get_or_insert_with(|| {
             let slot = Arc::new(Mutex::new(Slot::default()));
             locked(&SLOTS).push(Arc::downgrade(&slot));
@@ -162,13 +172,13 @@ impl Pending {
     /// Leaves `run` to the progress engine.
     pub fn put(&mut self, run: Run) {
         run.comm().retain();
-        self.slot().run = Some(run);
+        self.slot_for_work().run = Some(run);
     }
 
     /// Leaves the agreement on the group to the progress engine.
     pub fn join(&mut self, joining: Joining) {
         joining.comm().retain();
-        self.slot().joining = Some(joining);
+        self.slot_for_work().joining = Some(joining);
     }
 
     /// Finishes the agreement on the group, if it was left here, waiting as
@@ -183,10 +193,7 @@ impl Pending {
         if !joining.is_done() {
             RUNNING.fetch_sub(1, Ordering::Relaxed);
             let comm = joining.comm();
-            let mut result = Ok(());
-            while result.is_ok() && !joining.is_done() {
-                result = joining.turn(Wait::Progress);
-            }
+            let result = joining.finish();
             // As in `finish`: not the last reference.
             comm.release();
             result?;

@@ -20,24 +20,24 @@ use crate::protocol::datagram::{Auth, Key, KEY_LEN};
 
 /// Layout version of the setup messages.
 const VERSION: u8 = 2;
-pub const ANNOUNCE_LEN: usize = 1 + 1 + 16 + 2 + 8 + 8 + 1 + 8 + KEY_LEN;
-pub const VERDICT_LEN: usize = 1 + 4;
+const ANNOUNCE_LEN: usize = 1 + 1 + 16 + 2 + 8 + 8 + 1 + 8 + KEY_LEN;
+const VERDICT_LEN: usize = 1 + 4;
 /// Most bytes of the reason a rank reports with its failure.
 const REASON_MAX: usize = 400;
 /// Most reasons a report carries; failures for others are only counted.
 const REASONS: usize = 8;
 /// Most ranks a report names per reason (the lowest); the others are counted.
-pub const SHOWN: usize = 8;
+const SHOWN: usize = 8;
 /// Most bytes of a report ([`Failures::encode`]).
 const REPORT_MAX: usize = 4 + 4 + 1 + 1 + REASONS * (4 + 1 + 4 * SHOWN + 2 + REASON_MAX);
 /// Draws of group and port, at most, when the drawn port is taken by
 /// another program on some rank's host.
 pub const DRAWS: usize = 16;
-/// A rank's report and the verdict: joined / every rank joined.
+/// The verdict: every rank joined.
 const OK: u8 = 1;
-/// A rank's report and the verdict: failed for good.
+/// The verdict: some rank failed for good.
 const FAILED: u8 = 0;
-/// A rank's report: the port is taken here; the verdict: draw again.
+/// The verdict: only ports taken by other programs failed; draw again.
 const TAKEN: u8 = 2;
 
 /// What rank 0 tells every rank before they open their sockets.
@@ -403,7 +403,7 @@ enum Round {
 /// first messages, [`Agreement::poll`] moves it on as far as its completed
 /// messages allow and never waits itself, so that Open MPI's progress engine
 /// can run it in the background and the simulator can run it on every rank
-/// of a cluster. [`agree`] is the same run to its end.
+/// of a cluster; [`Agreement::finish`] runs it to its end.
 ///
 /// The messages follow a binomial tree rooted at rank 0 ([`tree`]), so that
 /// no rank handles more than about log2(size) of them per round. Every rank
@@ -491,6 +491,21 @@ impl<S, M: MessageIo> Agreement<S, M> {
             if let Some(agreed) = self.next_round(msgs, got, open)? {
                 return Ok(Some(agreed));
             }
+        }
+    }
+
+    /// Runs the agreement to its end, waiting for its messages (driving
+    /// their progress). On `Failed` the caller drops the socket.
+    pub fn finish(
+        &mut self,
+        msgs: &mut M,
+        open: &mut impl FnMut(&Announce) -> Result<S, OpenError>,
+    ) -> P2pResult<Agreed<S>> {
+        loop {
+            if let Some(agreed) = self.poll(msgs, Wait::Progress, open)? {
+                return Ok(agreed);
+            }
+            std::thread::yield_now();
         }
     }
 
@@ -668,25 +683,6 @@ impl<S, M: MessageIo> Agreement<S, M> {
     }
 }
 
-/// Runs the agreement on this rank to its end (see [`Agreement`]), waiting
-/// for its messages. On `Failed` the caller drops the socket.
-pub fn agree<S, M: MessageIo>(
-    msgs: &mut M,
-    rank: usize,
-    size: usize,
-    cfg: &Config,
-    families: impl FnOnce() -> (bool, bool),
-    mut open: impl FnMut(&Announce) -> Result<S, OpenError>,
-) -> P2pResult<Agreed<S>> {
-    let mut a = Agreement::start(msgs, rank, size, cfg.clone(), families())?;
-    loop {
-        if let Some(agreed) = a.poll(msgs, Wait::Progress, &mut open)? {
-            return Ok(agreed);
-        }
-        std::thread::yield_now();
-    }
-}
-
 /// The message rank 0 prints when ranks could not set up multicast: the
 /// failures grouped by reason, each with its ranks (the lowest [`SHOWN`]) and
 /// their hosts.
@@ -750,18 +746,13 @@ mod tests {
         run_messages(size, move |rank, msgs| {
             let cfg = Config::default();
             let mut opened = Vec::new();
-            let agreed = agree(
-                msgs,
-                rank,
-                size,
-                &cfg,
-                || families(rank),
-                |a| {
+            let mut a = Agreement::start(msgs, rank, size, cfg, families(rank)).unwrap();
+            let agreed = a
+                .finish(msgs, &mut |a| {
                     opened.push(*a);
                     open(rank, opened.len()).map(|()| *a)
-                },
-            )
-            .unwrap();
+                })
+                .unwrap();
             (agreed, opened)
         })
     }
