@@ -18,6 +18,7 @@ fn main() {
         .header("wrapper.h")
         .allowlist_function("ipmc_.*")
         .allowlist_type("ipmc_config_t")
+        .allowlist_var("IPMC_.*")
         .opaque_type("ompi_.*")
         .opaque_type("mca_.*")
         .layout_tests(false)

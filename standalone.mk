@@ -36,7 +36,7 @@ $(BUILD):
 
 $(BUILD)/%.o: ompi-glue/%.c ompi-glue/coll_ipmc.h ompi-glue/ipmc_glue.h ompi-glue/ipmc_compat.h \
     mca-params/ipmc_params.def | $(BUILD)
-	$(CC) $(CFLAGS) $(OMPI_CFLAGS) -c $< -o $@
+	$(CC) $(CFLAGS) $(OMPI_CFLAGS) -idirafter ompi-glue/include-fallback -c $< -o $@
 
 # Cargo knows what changed; let it decide every time.
 $(RUST_LIB): FORCE

@@ -33,6 +33,9 @@ typedef struct mca_coll_ipmc_module_t {
     /* The broadcast ipmc replaced, kept (and retained) for per-call fallback. */
     mca_coll_base_module_bcast_fn_t prev_bcast;
     mca_coll_base_module_t *prev_bcast_module;
+    /* The same for the nonblocking broadcast (NULL: ipmc offers none). */
+    mca_coll_base_module_ibcast_fn_t prev_ibcast;
+    mca_coll_base_module_t *prev_ibcast_module;
 } mca_coll_ipmc_module_t;
 OBJ_CLASS_DECLARATION(mca_coll_ipmc_module_t);
 

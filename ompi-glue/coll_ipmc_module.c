@@ -13,6 +13,8 @@ static void ipmc_module_construct(mca_coll_ipmc_module_t *m)
     m->rs = NULL;
     m->prev_bcast = NULL;
     m->prev_bcast_module = NULL;
+    m->prev_ibcast = NULL;
+    m->prev_ibcast_module = NULL;
 }
 
 static void ipmc_module_destruct(mca_coll_ipmc_module_t *m)
@@ -24,6 +26,10 @@ static void ipmc_module_destruct(mca_coll_ipmc_module_t *m)
     if (NULL != m->prev_bcast_module) {
         OBJ_RELEASE(m->prev_bcast_module);
         m->prev_bcast_module = NULL;
+    }
+    if (NULL != m->prev_ibcast_module) {
+        OBJ_RELEASE(m->prev_ibcast_module);
+        m->prev_ibcast_module = NULL;
     }
 }
 
@@ -44,6 +50,15 @@ static int ipmc_module_enable(mca_coll_base_module_t *module, struct ompi_commun
     m->prev_bcast = comm->c_coll->coll_bcast;
     m->prev_bcast_module = comm->c_coll->coll_bcast_module;
     OBJ_RETAIN(m->prev_bcast_module);
+    /* The base installs ipmc's functions after this returns: without a
+       nonblocking broadcast to fall back on, ipmc offers none. */
+    if (NULL == comm->c_coll->coll_ibcast || NULL == comm->c_coll->coll_ibcast_module) {
+        m->super.coll_ibcast = NULL;
+    } else {
+        m->prev_ibcast = comm->c_coll->coll_ibcast;
+        m->prev_ibcast_module = comm->c_coll->coll_ibcast_module;
+        OBJ_RETAIN(m->prev_ibcast_module);
+    }
     return ipmc_rs_module_enable(m->rs, (struct ipmc_module *) m, comm);
 }
 
@@ -63,6 +78,30 @@ static int ipmc_bcast(void *buf, int count, struct ompi_datatype_t *dt, int root
     return ipmc_rs_bcast(m->rs, buf, count, dt, root, comm, (struct ipmc_module *) m);
 }
 
+/* ipmc serves the call and completes the request it made (Rust holds one
+   reference, the user the other), or hands the call to the replaced component. */
+static int ipmc_ibcast(void *buf, int count, struct ompi_datatype_t *dt, int root,
+                       struct ompi_communicator_t *comm, ompi_request_t **request,
+                       mca_coll_base_module_t *module)
+{
+    mca_coll_ipmc_module_t *m = (mca_coll_ipmc_module_t *) module;
+    ompi_request_t *req = ipmc_request_new(comm);
+    int rc;
+    if (NULL == req) {
+        return OMPI_ERR_OUT_OF_RESOURCE;
+    }
+    rc = ipmc_rs_ibcast(m->rs, buf, count, dt, root, comm, req);
+    if (OMPI_SUCCESS == rc) {
+        *request = req;
+        return OMPI_SUCCESS;
+    }
+    ipmc_request_drop(req);
+    if (IPMC_PREVIOUS == rc) {
+        return m->prev_ibcast(buf, count, dt, root, comm, request, m->prev_ibcast_module);
+    }
+    return rc;
+}
+
 mca_coll_base_module_t *mca_coll_ipmc_comm_query(struct ompi_communicator_t *comm, int *priority)
 {
     mca_coll_ipmc_module_t *m;
@@ -79,6 +118,7 @@ mca_coll_base_module_t *mca_coll_ipmc_comm_query(struct ompi_communicator_t *com
     m->super.coll_module_enable = ipmc_module_enable;
     m->super.coll_module_disable = ipmc_module_disable;
     m->super.coll_bcast = ipmc_bcast;
+    m->super.coll_ibcast = ipmc_ibcast;
     return &m->super;
 }
 

@@ -11,6 +11,7 @@
 #include "ompi/communicator/communicator.h"
 #include "ompi/datatype/ompi_datatype.h"
 #include "ompi/mca/coll/base/coll_base_functions.h"
+#include "ompi/mca/coll/base/coll_base_util.h"
 #include "ompi/mca/coll/base/coll_tags.h"
 #include "ompi/mca/pml/pml.h"
 #include "ompi/request/request.h"
@@ -225,6 +226,69 @@ int ipmc_prev_bcast(struct ipmc_module *module, void *buf, int count,
     mca_coll_ipmc_module_t *m = (mca_coll_ipmc_module_t *) module;
     return m->prev_bcast(buf, count, dt, root, comm, m->prev_bcast_module);
 }
+
+/* A nonblocking broadcast's request; `freed`: the user let it go before it
+   completed. It is a request of Open MPI's nonblocking collectives: MPI_Ibcast
+   keeps a derived datatype alive in its fields until the request completes. */
+typedef struct ipmc_request_t {
+    ompi_coll_base_nbc_request_t super;
+    bool freed;
+} ipmc_request_t;
+
+static int ipmc_request_free(ompi_request_t **request)
+{
+    ipmc_request_t *r = (ipmc_request_t *) *request;
+    r->freed = true;
+    OBJ_RELEASE(r);
+    *request = MPI_REQUEST_NULL;
+    return OMPI_SUCCESS;
+}
+
+static void ipmc_request_destruct(ipmc_request_t *r) { OMPI_REQUEST_FINI(&r->super.super); }
+
+OBJ_CLASS_INSTANCE(ipmc_request_t, ompi_coll_base_nbc_request_t, NULL, ipmc_request_destruct);
+
+struct ompi_request_t *ipmc_request_new(struct ompi_communicator_t *comm)
+{
+    ipmc_request_t *r = OBJ_NEW(ipmc_request_t);
+    ompi_request_t *req;
+    if (NULL == r) {
+        return NULL;
+    }
+    req = &r->super.super;
+    OMPI_REQUEST_INIT(req, false);
+    req->req_type = OMPI_REQUEST_COLL;
+    req->req_state = OMPI_REQUEST_ACTIVE;
+    req->req_free = ipmc_request_free;
+    req->req_mpi_object.comm = comm;
+    req->req_status.MPI_SOURCE = MPI_ANY_SOURCE;
+    req->req_status.MPI_TAG = MPI_ANY_TAG;
+    req->req_status.MPI_ERROR = MPI_SUCCESS;
+    req->req_status._cancelled = 0;
+    req->req_status._ucount = 0;
+    r->freed = false;
+    OBJ_RETAIN(r);
+    return req;
+}
+
+void ipmc_request_drop(struct ompi_request_t *req)
+{
+    OBJ_RELEASE(req);
+    OBJ_RELEASE(req);
+}
+
+void ipmc_request_complete(struct ompi_request_t *req, int error)
+{
+    ipmc_request_t *r = (ipmc_request_t *) req;
+    if (!r->freed) {
+        req->req_status.MPI_ERROR = error;
+        ompi_request_complete(req, true);
+    }
+    OBJ_RELEASE(r);
+}
+
+void ipmc_dt_retain(struct ompi_datatype_t *dt) { OBJ_RETAIN(dt); }
+void ipmc_dt_release(struct ompi_datatype_t *dt) { OBJ_RELEASE(dt); }
 
 void ipmc_log(int level, const char *line)
 {

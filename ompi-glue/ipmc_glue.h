@@ -79,6 +79,17 @@ int ipmc_unpack(const void *in, size_t len, void *buf, int count, struct ompi_da
 int ipmc_prev_bcast(struct ipmc_module *module, void *buf, int count,
                     struct ompi_datatype_t *dt, int root, struct ompi_communicator_t *comm);
 
+/* The requests of ipmc's nonblocking broadcasts. ipmc_request_new makes one
+   with two references, ipmc's and the user's; ipmc_request_drop releases
+   both (the call was not served); ipmc_request_complete completes it with
+   an MPI error code (unless the user freed it) and releases ipmc's. */
+struct ompi_request_t *ipmc_request_new(struct ompi_communicator_t *comm);
+void ipmc_request_drop(struct ompi_request_t *req);
+void ipmc_request_complete(struct ompi_request_t *req, int error);
+/* Keeps a datatype alive while a nonblocking broadcast uses it, and lets it go. */
+void ipmc_dt_retain(struct ompi_datatype_t *dt);
+void ipmc_dt_release(struct ompi_datatype_t *dt);
+
 /* Output: a line at a verbosity level (shown when coll_ipmc_verbose >= level),
    and a line that is always shown. */
 void ipmc_log(int level, const char *line);
@@ -124,6 +135,14 @@ int ipmc_rs_progress(void);
 void ipmc_rs_finish_all(void);
 int ipmc_rs_bcast(void *state, void *buf, int count, struct ompi_datatype_t *dt, int root,
                   struct ompi_communicator_t *comm, struct ipmc_module *module);
+
+/* What ipmc_rs_ibcast returns when the replaced component's nonblocking
+   broadcast is to serve the call. */
+#define IPMC_PREVIOUS 1
+/* One MPI_Ibcast: OMPI_SUCCESS when ipmc serves it and will complete req
+   (ipmc_request_complete), IPMC_PREVIOUS, or an error code. */
+int ipmc_rs_ibcast(void *state, void *buf, int count, struct ompi_datatype_t *dt, int root,
+                   struct ompi_communicator_t *comm, struct ompi_request_t *req);
 
 /* MPI_T performance variables, one per statistic. ipmc_rs_pvar_info describes
    variable i: copies its name and description (NUL-terminated, cut to fit) and

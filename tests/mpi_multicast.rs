@@ -316,3 +316,57 @@ fn setup_failures_told(run: &common::Run) -> usize {
         .matches("could not set up IP multicast for communicator")
         .count()
 }
+
+/// `MPI_Ibcast` over multicast: several outstanding at once on two
+/// communicators, a strided datatype, an `MPI_Bcast` while one is
+/// outstanding, and a communicator freed before its request is waited for;
+/// every byte checked on every rank. Messages above `crossover_size` go to
+/// the replaced component's nonblocking broadcast.
+#[test]
+fn nonblocking_broadcasts_multicast() {
+    let mca = [("coll_ipmc_print_statistics", "1")];
+    let args = ["--max-bytes", "4194304", "--rounds", "3"];
+    let run = mpirun(4, &mca, "ibcast_check", &args);
+    assert!(
+        run.ok && run.output.contains("ibcast_check: PASS"),
+        "run failed:\n{}",
+        run.output
+    );
+    let stats = stats_lines(&run.output);
+    let of = |comm: &str| -> Vec<&Line> { stats.iter().filter(|s| s["comm"] == comm).collect() };
+    let (world, dup, freed) = (of("world"), of("dup"), of("freed"));
+    assert_eq!(
+        (world.len(), dup.len(), freed.len()),
+        (4, 4, 12),
+        "{}",
+        run.output
+    );
+    // Each round: 16 outstanding (8 sizes, two layouts) in pairs on world
+    // and dup, of which the two of 4 MiB go to the replaced component, and
+    // one more on world before a blocking broadcast.
+    let ibcasts: u64 = world.iter().chain(&dup).map(|s| num(s, "ibcasts")).sum();
+    assert_eq!(ibcasts, 4 * 3 * 17, "{}", run.output);
+    for s in world.iter().chain(&dup) {
+        assert_eq!(s["setup"], "ok", "{s:?}");
+        assert!(tally(s, "multicast").0 > 0, "{s:?}");
+        assert!(
+            num(s, "mcast_bytes") > 0,
+            "no byte came by multicast: {s:?}"
+        );
+    }
+    let previous: u64 = world
+        .iter()
+        .chain(&dup)
+        .map(|s| tally(s, "previous").0)
+        .sum();
+    assert_eq!(previous, 4 * 3 * 2, "the 4 MiB ones: {}", run.output);
+    for s in &freed {
+        assert_eq!(num(s, "ibcasts"), 1, "{s:?}");
+        assert_eq!(tally(s, "multicast").0, 1, "{s:?}");
+    }
+    let useful: u64 = freed.iter().map(|s| num(s, "useful")).sum();
+    assert!(
+        useful > 0,
+        "the freed communicators' ibcasts did not multicast"
+    );
+}

@@ -11,9 +11,9 @@ use crate::algorithms::{chain, linear};
 use crate::component::config::{Algorithm, Config};
 use crate::component::nodes::Nodes;
 use crate::component::stats::Stats;
-use crate::driver::background::{Joining, Open, Pending};
-use crate::driver::multicast::{CommDriver, Driver, Ranks};
-use crate::ffi::ompi::{self, BcastCall, Comm, PmlTransport};
+use crate::driver::background::{Background, Ibcast, Joining, Open};
+use crate::driver::multicast::{Driver, Ranks};
+use crate::ffi::ompi::{self, BcastCall, Comm, PmlTransport, Request};
 use crate::ffi::os;
 use crate::group::setup::{self, Announce};
 use crate::net::interfaces::{self, IfList};
@@ -139,8 +139,9 @@ enum Multicast {
     NotSetUp,
     /// The agreement on the group, started when the communicator was
     /// created, goes on in the background; the next broadcast finishes it.
-    Joining(Pending),
-    Ready(Box<CommDriver>),
+    Joining(Background),
+    /// The group is agreed: the driver and its work.
+    Ready(Background),
     /// Some rank could not join: the replaced component's broadcast serves
     /// the calls that would multicast.
     Failed,
@@ -205,8 +206,12 @@ impl Module {
     }
 
     /// What this rank did on the communicator so far.
-    pub fn stats(&self) -> &Stats {
-        &self.stats
+    pub fn stats(&self) -> Stats {
+        let mut stats = self.stats.clone();
+        if let Multicast::Ready(background) = &self.multicast {
+            stats.datagrams.merge(&background.datagrams());
+        }
+        stats
     }
 
     /// Called once ipmc is installed on the communicator, on every rank:
@@ -232,7 +237,7 @@ impl Module {
     /// Called when the communicator is freed: prints the statistics once.
     pub fn disable(&mut self, comm: Comm) {
         if self.cfg.print_statistics && !self.reported {
-            ompi::print_line(&self.stats.report(
+            ompi::print_line(&self.stats().report(
                 self.rank,
                 self.size,
                 self.nodes.count,
@@ -274,20 +279,12 @@ impl Module {
         // frames must not meet this call's. A broken module's background
         // work is left alone (see `poison`).
         if !self.broken {
-            match &mut self.multicast {
-                Multicast::Joining(pending) => {
-                    self.moved = true;
-                    let agreed = pending.finish_joining().map_err(|e| e.0)?;
-                    self.multicast = self.joined(call.comm(), agreed);
-                }
-                Multicast::Ready(group) => group.finish().map_err(|e| e.0)?,
-                Multicast::NotSetUp | Multicast::Failed => {}
+            self.finish_joining(call.comm())?;
+            if let Multicast::Ready(background) = &mut self.multicast {
+                background.finish().map_err(|e| e.0)?;
             }
         }
-        let mut alg = self.choose(bytes);
-        if alg == Algorithm::Multicast && !matches!(self.multicast, Multicast::Ready(_)) {
-            alg = Algorithm::Previous;
-        }
+        let alg = self.choose_now(bytes);
         debug!(
             "rank {} cid {}: bcast of {bytes} bytes from root {} with {}",
             self.rank,
@@ -302,6 +299,95 @@ impl Module {
             _ => self.run(alg, call, bytes)?,
         }
         self.stats.record(alg, bytes);
+        Ok(())
+    }
+
+    /// One `MPI_Ibcast` on this communicator: `Ok(true)` when ipmc serves
+    /// it and completes the request `request()` makes, `Ok(false)` when the
+    /// replaced component's nonblocking broadcast is to serve it. ipmc
+    /// serves the calls that multicast; the others go to the replaced
+    /// component (counted as its fallbacks; its messages have a tag of their
+    /// own, so they never meet ipmc's).
+    pub fn ibcast(
+        &mut self,
+        call: &BcastCall,
+        request: impl FnOnce() -> Request,
+    ) -> Result<bool, i32> {
+        self.moved = false;
+        let bytes = call.bytes();
+        if bytes == 0 {
+            self.stats.empty += 1;
+            request().complete(Ok(()));
+            return Ok(true);
+        }
+        if !self.broken {
+            self.finish_joining(call.comm())?;
+        }
+        let alg = self.choose_now(bytes);
+        self.stats.nonblocking += 1;
+        let Multicast::Ready(background) = &mut self.multicast else {
+            self.stats.record(Algorithm::Previous, bytes);
+            return Ok(false);
+        };
+        if alg != Algorithm::Multicast {
+            self.stats.record(Algorithm::Previous, bytes);
+            return Ok(false);
+        }
+        debug!(
+            "rank {} cid {}: ibcast of {bytes} bytes from root {} with {}",
+            self.rank,
+            self.cid,
+            call.root(),
+            alg.name()
+        );
+        self.moved = true;
+        let at = Ranks {
+            rank: self.rank,
+            size: self.size,
+            root: call.root(),
+        };
+        let comm = call.comm();
+        background.ibcast(Ibcast::new(comm, at, call.keep_message(), request()));
+        self.stats.record(alg, bytes);
+        Ok(true)
+    }
+
+    /// The algorithm for a broadcast of `bytes` bytes now: multicast only
+    /// where the group is agreed.
+    fn choose_now(&self, bytes: usize) -> Algorithm {
+        match self.choose(bytes) {
+            Algorithm::Multicast if !matches!(self.multicast, Multicast::Ready(_)) => {
+                Algorithm::Previous
+            }
+            alg => alg,
+        }
+    }
+
+    /// Finishes the agreement on the group, if it still runs (waiting as
+    /// long as it takes), and takes what it agreed.
+    fn finish_joining(&mut self, comm: Comm) -> Result<(), i32> {
+        let Multicast::Joining(background) = &mut self.multicast else {
+            return Ok(());
+        };
+        // Its messages may be in flight.
+        self.moved = true;
+        let agreed = background.finish_joining();
+        let Multicast::Joining(mut background) =
+            std::mem::replace(&mut self.multicast, Multicast::Failed)
+        else {
+            unreachable!("matched above");
+        };
+        let driver = match agreed {
+            Ok(agreed) => self.joined(comm, agreed),
+            Err(e) => {
+                self.stats.setup = "failed";
+                return Err(e.0);
+            }
+        };
+        if let Some(driver) = driver {
+            background.set_driver(driver);
+            self.multicast = Multicast::Ready(background);
+        }
         Ok(())
     }
 
@@ -325,9 +411,10 @@ impl Module {
 
     /// The two-stage broadcast on the message bytes.
     fn run_multicast(&mut self, call: &mut BcastCall, bytes: usize) -> Result<(), i32> {
-        let Multicast::Ready(group) = &mut self.multicast else {
+        let Multicast::Ready(background) = &mut self.multicast else {
             return Err(OMPI_ERROR);
         };
+        let limit = self.cfg.background_limit;
         let at = Ranks {
             rank: self.rank,
             size: self.size,
@@ -336,7 +423,9 @@ impl Module {
         let comm = call.comm();
         let stats = &mut self.stats.datagrams;
         on_message_bytes(call, self.rank, bytes, |buf| {
-            group.bcast(comm, at, buf, stats).map_err(|e| e.0)
+            background
+                .bcast(comm, at, buf, limit, stats)
+                .map_err(|e| e.0)
         })
     }
 
@@ -348,16 +437,21 @@ impl Module {
         let open: Open = Box::new(move |a: &Announce| open_socket(&cfg, loopback, a));
         let families = interface_families(&self.cfg);
         let joining = Joining::start(comm, self.cfg.clone(), families, open).map_err(|e| e.0)?;
-        let mut pending = Pending::default();
-        pending.join(joining);
-        self.multicast = Multicast::Joining(pending);
+        let mut background = Background::default();
+        background.join(joining);
+        self.multicast = Multicast::Joining(background);
         Ok(())
     }
 
-    /// What the agreement on the group leaves this rank with: its group, or
-    /// the replaced broadcast for the calls that would multicast if any rank
-    /// failed (`None`: the agreement was lost to an error).
-    fn joined(&mut self, comm: Comm, agreed: Option<setup::Agreed<McastSocket>>) -> Multicast {
+    /// What the agreement on the group leaves this rank with: the driver of
+    /// its group, or none if any rank failed, and the replaced broadcast
+    /// serves the calls that would multicast (`agreed` is `None`: the
+    /// agreement was lost to an error).
+    fn joined(
+        &mut self,
+        comm: Comm,
+        agreed: Option<setup::Agreed<McastSocket>>,
+    ) -> Option<Driver<McastSocket>> {
         let cfg = &self.cfg;
         let Some(setup::Agreed {
             announce,
@@ -367,7 +461,7 @@ impl Module {
         }) = agreed
         else {
             self.stats.setup = "failed";
-            return Multicast::Failed;
+            return None;
         };
         let name = comm.name();
         if let Err(why) = &local {
@@ -396,15 +490,14 @@ impl Module {
                 );
                 self.stats.setup = "ok";
                 let seed = cfg.inject_seed ^ ((self.rank as u64) << 32) ^ u64::from(self.cid);
-                let driver = Driver::new(
+                Some(Driver::new(
                     socket,
                     a.comm_id,
                     cfg.fragment_size,
                     a.auth,
                     Duration::from_micros(cfg.root_wait_time_us),
                     (cfg.inject_loss_percent, seed),
-                );
-                Multicast::Ready(Box::new(CommDriver::new(driver, cfg.background_limit)))
+                ))
             }
             (joined, _, _) => {
                 let first = match joined {
@@ -417,7 +510,7 @@ impl Module {
                     self.rank
                 );
                 self.stats.setup = "failed";
-                Multicast::Failed
+                None
             }
         }
     }

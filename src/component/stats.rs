@@ -43,6 +43,21 @@ const VERDICTS: [(Verdict, &str); 10] = [
 ];
 
 impl Datagrams {
+    /// Adds `other`'s counts to these.
+    pub fn merge(&mut self, other: &Datagrams) {
+        self.sent += other.sent;
+        self.send_full += other.send_full;
+        self.send_failed += other.send_failed;
+        self.received += other.received;
+        self.injected += other.injected;
+        self.own += other.own;
+        for (mine, theirs) in self.verdicts.iter_mut().zip(other.verdicts) {
+            *mine += theirs;
+        }
+        self.bytes_multicast += other.bytes_multicast;
+        self.bytes_chain += other.bytes_chain;
+    }
+
     pub fn count(&mut self, v: Verdict) {
         self.verdicts[Self::index(v)] += 1;
     }
@@ -72,6 +87,8 @@ pub struct Tally {
 pub struct Stats {
     /// Broadcasts of zero bytes, which need no communication.
     pub empty: u64,
+    /// Nonblocking broadcasts ipmc served (counted with their algorithm too).
+    pub nonblocking: u64,
     tallies: [Tally; Algorithm::ALL.len()],
     pub datagrams: Datagrams,
     /// How the multicast setup ended: `none` (not tried), `ok`, `failed`.
@@ -82,6 +99,7 @@ impl Default for Stats {
     fn default() -> Self {
         Stats {
             empty: 0,
+            nonblocking: 0,
             tallies: Default::default(),
             datagrams: Datagrams::default(),
             setup: "none",
@@ -118,9 +136,11 @@ impl Stats {
         comm_name: &str,
     ) -> String {
         let mut line = format!(
-            "ipmc stats: rank={rank} size={size} nodes={nodes} cid={cid} bcasts={} empty={}",
+            "ipmc stats: rank={rank} size={size} nodes={nodes} cid={cid} bcasts={} empty={} \
+             ibcasts={}",
             self.total_calls(),
-            self.empty
+            self.empty,
+            self.nonblocking
         );
         for alg in Algorithm::ALL {
             let t = self.tally(alg);
@@ -203,6 +223,11 @@ impl Stats {
                 "empty",
                 "Broadcasts of zero bytes (no communication)",
                 self.empty,
+            ),
+            counter(
+                "ibcasts",
+                "Nonblocking broadcasts (MPI_Ibcast) ipmc served, also counted by algorithm",
+                self.nonblocking,
             ),
         ];
         for alg in Algorithm::ALL {
@@ -309,7 +334,7 @@ mod tests {
         assert_eq!(s.total_calls(), 4);
         assert_eq!(
             s.report(2, 8, 4, 3, "MPI_COMM_WORLD"),
-            "ipmc stats: rank=2 size=8 nodes=4 cid=3 bcasts=4 empty=1 linear=2:15B chain=1:1048576B \
+            "ipmc stats: rank=2 size=8 nodes=4 cid=3 bcasts=4 empty=1 ibcasts=0 linear=2:15B chain=1:1048576B \
              multicast=0:0B previous=0:0B setup=none sent=0 send_full=0 send_failed=0 recv=0 \
              injected=0 own=0 useful=0 dup=0 root_own=0 rej_comm=0 rej_stale=0 rej_future=0 \
              rej_length=0 rej_magic=0 rej_crc=0 rej_auth=0 mcast_bytes=0 chain_bytes=0 \

@@ -1,38 +1,46 @@
-//! Work of a communicator that goes on outside its broadcast calls, from
-//! Open MPI's progress engine, so that no broadcast waits for a rank that has
-//! not entered it:
+//! A communicator's multicast work, and what of it goes on outside its
+//! broadcast calls, from Open MPI's progress engine, so that no broadcast
+//! waits for a rank that has not entered it:
+//! - the agreement on the communicator's multicast group ([`Joining`]),
+//!   started when the communicator is created, where every rank is;
 //! - broadcasts that returned to their caller but still owe their neighbours
 //!   chain frames (`END`, the fragments a `NEED` asked for);
-//! - the agreement on the communicator's multicast group ([`Joining`]),
-//!   started when the communicator is created, where every rank is.
+//! - nonblocking broadcasts (`MPI_Ibcast`, [`Ibcast`]), whose requests
+//!   complete once the rank owns the message.
 //!
-//! Each communicator keeps at most one piece of such work ([`Pending`]); its
-//! next broadcast finishes it first.
+//! Each communicator has one [`Background`]: its multicast driver and its
+//! work, in the order the calls came. Broadcasts run one after another (the
+//! chain frames of consecutive broadcasts share a tag and must never cross):
+//! the next one begins when the one before owes nothing more. A blocking
+//! broadcast first finishes all work before it.
 //!
-//! A broadcast in the background holds a reference on its communicator:
-//! MPI lets a program free a communicator while operations on it are
-//! pending, and the communicator (with ipmc's module) must outlive them. The
-//! reference is given back with no lock held, since that may destroy the
-//! communicator and run the module's `disable`. `MPI_Finalize` begins by
-//! finishing every broadcast still in the background ([`finish_all`]), so
-//! that no reference of ipmc's is left when it destroys the communicators.
+//! Work in the background holds a reference on its communicator: MPI lets a
+//! program free a communicator while operations on it are pending, and the
+//! communicator (with ipmc's module) must outlive them. The reference is
+//! given back with no lock held, since that may destroy the communicator and
+//! run the module's `disable`. `MPI_Finalize` begins by finishing all
+//! background work ([`finish_all`]), so that no reference of ipmc's is left
+//! when it destroys the communicators.
 
+use std::collections::VecDeque;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard, Weak};
+use std::time::{Duration, Instant};
 
-use log::warn;
+use log::{debug, warn};
 
+use crate::algorithms::transport::{P2pError, P2pResult};
 use crate::component::config::Config;
+use crate::component::stats::Datagrams;
 use crate::driver::io::Wait;
-use crate::driver::multicast;
+use crate::driver::multicast::{Driver, Ranks, Run};
 use crate::ffi::ompi;
-use crate::ffi::ompi::{Comm, Messages};
+use crate::ffi::ompi::{Comm, Messages, Request, UserMessage};
 use crate::group::setup::{Agreed, Agreement, Announce};
 use crate::net::mcast_socket::{McastSocket, OpenError};
 
-/// A broadcast over Open MPI.
-type Run = multicast::Run<Messages>;
-use crate::algorithms::transport::P2pResult;
+/// A broadcast's chain over Open MPI.
+type OmpiRun = Run<Messages>;
 
 /// How a rank opens and joins its socket for an announced group.
 pub type Open = Box<dyn FnMut(&Announce) -> Result<McastSocket, OpenError> + Send>;
@@ -85,14 +93,126 @@ impl Joining {
     }
 }
 
-/// One communicator's work in the background, if any: a broadcast, or the
-/// agreement on its group (kept after it ended, until the module takes it).
+/// One `MPI_Ibcast` over multicast: it begins when the work before it is
+/// over, and its request completes once this rank owns the message (the
+/// root: once every datagram went to the socket); it stays until it owes its
+/// neighbours nothing.
+pub struct Ibcast {
+    comm: Comm,
+    at: Ranks,
+    message: UserMessage,
+    request: Option<Request>,
+    run: Option<(OmpiRun, Instant)>,
+}
+
+impl Ibcast {
+    pub fn new(comm: Comm, at: Ranks, message: UserMessage, request: Request) -> Self {
+        Ibcast {
+            comm,
+            at,
+            message,
+            request: Some(request),
+            run: None,
+        }
+    }
+
+    fn turn(
+        &mut self,
+        d: &mut Driver<McastSocket>,
+        wait: Wait,
+        stats: &mut Datagrams,
+    ) -> P2pResult<bool> {
+        let at = self.at;
+        if self.run.is_none() {
+            let data = if at.rank == at.root {
+                Some(self.message.read().map_err(P2pError)?)
+            } else {
+                None
+            };
+            let len = self.message.bytes();
+            let b = d.begin(at, len, data.as_deref(), Duration::ZERO, stats);
+            let run = Run::new(b, Messages::new(self.comm), at.rank, at.size)?;
+            self.run = Some((run, Instant::now()));
+        }
+        let (run, start) = self.run.as_mut().expect("begun above");
+        d.step(run, start.elapsed(), wait, stats)?;
+        if self.request.is_some() && (run.may_return() || run.is_done()) {
+            let b = run.broadcast();
+            if at.rank != at.root {
+                self.message.write(b.data()).map_err(P2pError)?;
+            }
+            Driver::<McastSocket>::account(b, stats);
+            debug!(
+                "ibcast {} of {} bytes complete on vrank {}: {} by multicast, {} by chain",
+                b.params().bcast,
+                b.params().message_len,
+                b.params().vrank,
+                b.bytes_by_multicast(),
+                b.bytes_by_chain()
+            );
+            self.request.take().expect("checked").complete(Ok(()));
+        }
+        Ok(run.is_done())
+    }
+}
+
+/// A piece of a communicator's work in the background.
+enum Job {
+    /// What a broadcast that returned still owes its neighbours.
+    Rest(Box<OmpiRun>),
+    Ibcast(Box<Ibcast>),
+}
+
+impl Job {
+    /// One turn; whether the job is over.
+    fn turn(
+        &mut self,
+        d: &mut Driver<McastSocket>,
+        wait: Wait,
+        stats: &mut Datagrams,
+    ) -> P2pResult<bool> {
+        match self {
+            Job::Rest(run) => {
+                run.turn(wait)?;
+                Ok(run.is_done())
+            }
+            Job::Ibcast(ib) => ib.turn(d, wait, stats),
+        }
+    }
+
+    fn comm(&self) -> Comm {
+        match self {
+            Job::Rest(run) => run.comm(),
+            Job::Ibcast(ib) => ib.comm,
+        }
+    }
+
+    /// Gives the job up after `e`: a nonblocking broadcast's request
+    /// completes with the error.
+    fn fail(self, e: P2pError) {
+        if let Job::Ibcast(mut ib) = self {
+            if let Some(request) = ib.request.take() {
+                request.complete(Err(e.0));
+            }
+        }
+    }
+}
+
+/// One communicator's multicast driver and work.
 #[derive(Default)]
 struct Slot {
-    run: Option<Run>,
+    /// The agreement on the group, kept after it ended until the module
+    /// takes what it agreed.
     joining: Option<Joining>,
-    /// The work failed in the background; its error shows when it is finished.
-    broken: bool,
+    /// The driver, once the group is agreed.
+    driver: Option<Driver<McastSocket>>,
+    /// Work in the order of the calls; the first one runs.
+    jobs: VecDeque<Job>,
+    /// Background work failed (and was given up); the next broadcast on the
+    /// communicator reports it.
+    broken: Option<P2pError>,
+    /// What the work in the background did with datagrams.
+    datagrams: Datagrams,
 }
 
 impl Slot {
@@ -107,38 +227,66 @@ impl Slot {
                 ended.push(joining.comm());
             }
         }
-        if let Some(run) = self.run.as_mut() {
-            run.turn(wait)?;
-            if run.is_done() {
-                let run = self.run.take().expect("checked");
-                RUNNING.fetch_sub(1, Ordering::Relaxed);
-                ended.push(run.comm());
+        while let Some(job) = self.jobs.front_mut() {
+            let driver = self
+                .driver
+                .as_mut()
+                .expect("jobs run once the group is agreed");
+            match job.turn(driver, wait, &mut self.datagrams) {
+                Ok(true) => {
+                    let job = self.jobs.pop_front().expect("checked");
+                    RUNNING.fetch_sub(1, Ordering::Relaxed);
+                    ended.push(job.comm());
+                }
+                Ok(false) => break,
+                Err(e) => {
+                    self.abandon(e, ended);
+                    return Err(e);
+                }
             }
         }
         Ok(self.busy())
     }
 
     fn busy(&self) -> bool {
-        self.run.is_some() || self.joining.as_ref().is_some_and(|j| !j.is_done())
+        !self.jobs.is_empty() || self.joining.as_ref().is_some_and(|j| !j.is_done())
     }
 
-    /// Gives up the work left after an error at `MPI_Finalize`.
-    fn abandon(&mut self, ended: &mut Vec<Comm>) {
-        let run = self.run.take().map(|r| r.comm());
-        let joining = match &self.joining {
-            Some(j) if !j.is_done() => self.joining.take().map(|j| j.comm()),
-            _ => None,
-        };
-        for comm in run.into_iter().chain(joining) {
+    /// Gives up all work after `e`.
+    fn abandon(&mut self, e: P2pError, ended: &mut Vec<Comm>) {
+        if self.joining.as_ref().is_some_and(|j| !j.is_done()) {
+            let joining = self.joining.take().expect("checked");
             RUNNING.fetch_sub(1, Ordering::Relaxed);
-            ended.push(comm);
+            ended.push(joining.comm());
         }
+        for job in self.jobs.drain(..) {
+            RUNNING.fetch_sub(1, Ordering::Relaxed);
+            ended.push(job.comm());
+            job.fail(e);
+        }
+    }
+
+    /// Runs every job to its end, waiting as long as it takes.
+    fn finish_jobs(&mut self, ended: &mut Vec<Comm>) -> P2pResult<()> {
+        if let Some(e) = self.broken.take() {
+            return Err(e);
+        }
+        while !self.jobs.is_empty() {
+            self.turn(Wait::Progress, ended)?;
+        }
+        Ok(())
+    }
+
+    fn push(&mut self, job: Job) {
+        job.comm().retain();
+        RUNNING.fetch_add(1, Ordering::Relaxed);
+        self.jobs.push_back(job);
     }
 }
 
 /// Every communicator's slot, for the progress engine.
 static SLOTS: Mutex<Vec<Weak<Mutex<Slot>>>> = Mutex::new(Vec::new());
-/// Runs in the background now: the progress callback's quick way out.
+/// Pieces of work in the background now: the progress callback's quick way out.
 static RUNNING: AtomicUsize = AtomicUsize::new(0);
 
 fn locked<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
@@ -146,48 +294,44 @@ fn locked<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
     m.lock().unwrap_or_else(|p| p.into_inner())
 }
 
-/// A communicator's broadcast that still owes its neighbours frames.
+/// Gives back the references of the communicators whose work ended; the
+/// caller holds no lock (see the module's summary).
+fn release(ended: Vec<Comm>) {
+    for comm in ended {
+        comm.release();
+    }
+}
+
+/// A communicator's multicast driver and its work in the background.
 #[derive(Default)]
-pub struct Pending {
+pub struct Background {
     slot: Option<Arc<Mutex<Slot>>>,
 }
 
-impl Pending {
-    /// The communicator's slot, locked, for new work, which it counts as
-    /// running.
-    fn slot_for_work(&mut self) -> MutexGuard<'_, Slot> {
+impl Background {
+    /// The communicator's slot, locked (made and known to the progress engine
+    /// the first time).
+    fn slot(&mut self) -> MutexGuard<'_, Slot> {
         let slot = self.slot.get_or_insert_with(|| {
             let slot = Arc::new(Mutex::new(Slot::default()));
             locked(&SLOTS).push(Arc::downgrade(&slot));
             ompi::register_progress();
             slot
         });
-        let mut slot = locked(slot);
-        debug_assert!(!slot.busy(), "one piece of background work at a time");
-        slot.broken = false;
-        RUNNING.fetch_add(1, Ordering::Relaxed);
-        slot
-    }
-
-    /// Leaves `run` to the progress engine.
-    pub fn put(&mut self, run: Run) {
-        run.comm().retain();
-        self.slot_for_work().run = Some(run);
+        locked(slot)
     }
 
     /// Leaves the agreement on the group to the progress engine.
     pub fn join(&mut self, joining: Joining) {
         joining.comm().retain();
-        self.slot_for_work().joining = Some(joining);
+        RUNNING.fetch_add(1, Ordering::Relaxed);
+        self.slot().joining = Some(joining);
     }
 
     /// Finishes the agreement on the group, if it was left here, waiting as
     /// long as it takes, and returns what it agreed.
     pub fn finish_joining(&mut self) -> P2pResult<Option<Agreed<McastSocket>>> {
-        let Some(slot) = &self.slot else {
-            return Ok(None);
-        };
-        let Some(mut joining) = locked(slot).joining.take() else {
+        let Some(mut joining) = self.slot().joining.take() else {
             return Ok(None);
         };
         if !joining.is_done() {
@@ -201,28 +345,107 @@ impl Pending {
         Ok(joining.agreed.take())
     }
 
-    /// Finishes the background broadcast, if any, waiting as long as it takes.
+    /// Multicasts from now on with `driver`.
+    pub fn set_driver(&mut self, driver: Driver<McastSocket>) {
+        self.slot().driver = Some(driver);
+    }
+
+    /// Finishes all work of the communicator, waiting as long as it takes:
+    /// before a blocking broadcast on it (every algorithm uses the broadcast
+    /// tag), and when it is freed.
     pub fn finish(&mut self) -> P2pResult<()> {
-        let Some(slot) = &self.slot else {
+        if self.slot.is_none() {
             return Ok(());
-        };
-        let Some(mut run) = locked(slot).run.take() else {
-            return Ok(());
-        };
-        RUNNING.fetch_sub(1, Ordering::Relaxed);
-        let comm = run.comm();
-        let mut result = Ok(());
-        while !run.is_done() {
-            if let Err(e) = run.turn(Wait::Progress) {
-                result = Err(e);
+        }
+        let mut ended = Vec::new();
+        let result = self.slot().finish_jobs(&mut ended);
+        // The caller is a broadcast on the communicator, or its `disable`
+        // during `MPI_Finalize`: either way these are not the last references.
+        release(ended);
+        result
+    }
+
+    /// One blocking two-stage broadcast of `data` (the root's message; filled
+    /// in on the other ranks), after all work before it. It returns once
+    /// this rank owns the message (the root: once every datagram is handed
+    /// to the socket) and has told its predecessor what it lacked; what it
+    /// still owes its neighbours is finished in the background when the
+    /// message is at most `background_limit` bytes, else before it returns.
+    pub fn bcast(
+        &mut self,
+        comm: Comm,
+        at: Ranks,
+        data: &mut [u8],
+        background_limit: usize,
+        stats: &mut Datagrams,
+    ) -> P2pResult<()> {
+        self.finish()?;
+        let mut slot = self.slot();
+        let d = slot
+            .driver
+            .as_mut()
+            .expect("multicast runs once the group is agreed");
+        let start = Instant::now();
+        let b = d.begin(at, data.len(), Some(&*data), Duration::ZERO, stats);
+        // The root has nothing else to do before stage 1 (its chain starts
+        // after it), so it sleeps rather than spin against ranks that share
+        // its cores.
+        std::thread::sleep(b.stage1_start().unwrap_or_default());
+        let mut run = Run::new(b, Messages::new(comm), at.rank, at.size)?;
+        let in_background = data.len() <= background_limit;
+        loop {
+            d.step(&mut run, start.elapsed(), Wait::Progress, stats)?;
+            if run.is_done() || (in_background && run.may_return()) {
                 break;
             }
         }
-        drop(run);
-        // The caller is a broadcast on the communicator, or its `disable` during
-        // `MPI_Finalize`: either way this is not the last reference.
-        comm.release();
-        result
+        let b = run.broadcast();
+        if b.params().vrank != 0 {
+            data.copy_from_slice(b.data());
+        }
+        Driver::<McastSocket>::account(b, stats);
+        debug!(
+            "bcast {} of {} bytes {} on vrank {}: {} by multicast, {} by chain",
+            b.params().bcast,
+            data.len(),
+            if run.is_done() { "done" } else { "returns" },
+            b.params().vrank,
+            b.bytes_by_multicast(),
+            b.bytes_by_chain()
+        );
+        if !run.is_done() {
+            slot.push(Job::Rest(Box::new(run)));
+        }
+        Ok(())
+    }
+
+    /// Leaves a nonblocking broadcast to the background, after the work
+    /// before it; it moves on at once as far as it can.
+    pub fn ibcast(&mut self, mut ib: Ibcast) {
+        let mut ended = Vec::new();
+        let mut slot = self.slot();
+        if let Some(e) = slot.broken {
+            // Until a blocking broadcast reports the failure, nothing more
+            // multicasts here.
+            if let Some(request) = ib.request.take() {
+                request.complete(Err(e.0));
+            }
+            return;
+        }
+        slot.push(Job::Ibcast(Box::new(ib)));
+        if let Err(e) = slot.turn(Wait::Look, &mut ended) {
+            slot.broken = Some(e);
+        }
+        drop(slot);
+        release(ended);
+    }
+
+    /// What the work in the background did with datagrams.
+    pub fn datagrams(&self) -> Datagrams {
+        self.slot
+            .as_ref()
+            .map(|s| locked(s).datagrams)
+            .unwrap_or_default()
     }
 }
 
@@ -244,20 +467,18 @@ pub fn finish_all() {
                 Ok(more) => busy |= more,
                 Err(e) => {
                     warn!("background work finishing at MPI_Finalize failed: {e}");
-                    slot.abandon(&mut ended);
+                    slot.abandon(e, &mut ended);
                 }
             }
         }
     }
-    for comm in ended {
-        comm.release();
-    }
+    release(ended);
 }
 
-/// One turn of every background broadcast, from Open MPI's progress engine;
-/// returns how many finished. Never waits for a lock: a broadcast whose
-/// communicator is busy (its own call runs, maybe on this very thread, which
-/// is how this gets called) is simply left for the next time.
+/// One turn of every communicator's background work, from Open MPI's
+/// progress engine; returns how many pieces finished. Never waits for a lock:
+/// a communicator that is busy (its own call runs, maybe on this very
+/// thread, which is how this gets called) is simply left for the next time.
 pub fn progress() -> usize {
     if RUNNING.load(Ordering::Relaxed) == 0 {
         return 0;
@@ -273,19 +494,17 @@ pub fn progress() -> usize {
         let Ok(mut slot) = slot.try_lock() else {
             return true;
         };
-        if slot.broken || !slot.busy() {
+        if slot.broken.is_some() || !slot.busy() {
             return true;
         }
         if let Err(e) = slot.turn(Wait::Look, &mut ended) {
             warn!("background work on a communicator failed: {e}");
-            slot.broken = true;
+            slot.broken = Some(e);
         }
         true
     });
     drop(slots);
     let n = ended.len();
-    for comm in ended {
-        comm.release();
-    }
+    release(ended);
     n
 }

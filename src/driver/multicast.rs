@@ -2,12 +2,12 @@
 //! ([`crate::protocol::two_stage`]) over a communicator's multicast group and
 //! point-to-point messages for the chain. It is written against the I/O of
 //! [`crate::driver::io`] and told the time at every step, so the same driver runs
-//! over real sockets and Open MPI (a blocking call, [`Driver::bcast`]) and
-//! inside a simulated network (which calls [`Driver::step`] whenever
+//! over real sockets and Open MPI (the broadcasts of
+//! [`crate::driver::background::Background`]) and inside a simulated network (which calls [`Driver::step`] whenever
 //! something happens to a rank).
 
 use std::collections::VecDeque;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use log::{debug, warn};
 use rand_chacha::rand_core::{RngCore, SeedableRng};
@@ -15,10 +15,8 @@ use rand_chacha::ChaCha8Rng;
 
 use crate::algorithms::transport::{P2pError, P2pResult};
 use crate::component::stats::Datagrams;
-use crate::driver::background::Pending;
 use crate::driver::io::{DatagramIo, MessageIo, Wait};
 use crate::ffi::ompi::{Comm, Messages};
-use crate::net::mcast_socket::McastSocket;
 use crate::protocol::datagram::{self, Auth};
 use crate::protocol::two_stage::{Broadcast, Params, Verdict};
 
@@ -188,16 +186,6 @@ pub struct Driver<S: DatagramIo> {
     told_send_error: bool,
 }
 
-/// A communicator's driver over its socket and Open MPI, with the
-/// broadcast it left to the background.
-pub struct CommDriver {
-    driver: Driver<McastSocket>,
-    /// Largest message whose broadcast may finish in the background.
-    background_limit: usize,
-    /// The last broadcast, while it still owes its neighbours frames.
-    pending: Pending,
-}
-
 /// One broadcast's place in the communicator.
 #[derive(Clone, Copy, Debug)]
 pub struct Ranks {
@@ -304,74 +292,6 @@ impl<S: DatagramIo> Driver<S> {
     pub fn account(b: &Broadcast, stats: &mut Datagrams) {
         stats.bytes_multicast += b.bytes_by_multicast();
         stats.bytes_chain += b.bytes_by_chain();
-    }
-}
-
-impl CommDriver {
-    pub fn new(driver: Driver<McastSocket>, background_limit: usize) -> Self {
-        CommDriver {
-            driver,
-            background_limit,
-            pending: Pending::default(),
-        }
-    }
-
-    /// One two-stage broadcast of `data` (the root's message; filled in on
-    /// the other ranks). It returns once this rank owns the message (the
-    /// root: once every datagram is handed to the socket) and has told its
-    /// predecessor what it lacked; what it still owes its neighbours is
-    /// finished in the background ([`crate::driver::background`]) when the message
-    /// is at most `background_limit` bytes, else before it returns. The
-    /// caller has finished the previous broadcast's background part
-    /// ([`CommDriver::finish`]), so the chain frames of consecutive broadcasts
-    /// never cross.
-    pub fn bcast(
-        &mut self,
-        comm: Comm,
-        at: Ranks,
-        data: &mut [u8],
-        stats: &mut Datagrams,
-    ) -> P2pResult<()> {
-        let start = Instant::now();
-        let d = &mut self.driver;
-        let b = d.begin(at, data.len(), Some(data), Duration::ZERO, stats);
-        // The root has nothing else to do before stage 1 (its chain starts
-        // after it), so it sleeps rather than spin against ranks that share
-        // its cores.
-        std::thread::sleep(b.stage1_start().unwrap_or_default());
-        let mut run = Run::new(b, Messages::new(comm), at.rank, at.size)?;
-        let in_background = data.len() <= self.background_limit;
-        loop {
-            d.step(&mut run, start.elapsed(), Wait::Progress, stats)?;
-            if run.is_done() || (in_background && run.may_return()) {
-                break;
-            }
-        }
-        let b = &run.b;
-        if b.params().vrank != 0 {
-            data.copy_from_slice(b.data());
-        }
-        Driver::<McastSocket>::account(b, stats);
-        debug!(
-            "bcast {} of {} bytes {} on vrank {}: {} by multicast, {} by chain",
-            b.params().bcast,
-            data.len(),
-            if run.is_done() { "done" } else { "returns" },
-            b.params().vrank,
-            b.bytes_by_multicast(),
-            b.bytes_by_chain()
-        );
-        if !run.is_done() {
-            self.pending.put(run);
-        }
-        Ok(())
-    }
-
-    /// Finishes what the last broadcast still owes its neighbours: before any
-    /// broadcast on the communicator (every algorithm uses the broadcast tag),
-    /// and when the communicator is freed.
-    pub fn finish(&mut self) -> P2pResult<()> {
-        self.pending.finish()
     }
 }
 

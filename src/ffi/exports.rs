@@ -11,8 +11,8 @@ use std::panic::{self, AssertUnwindSafe, UnwindSafe};
 use std::ptr;
 use std::sync::atomic::{AtomicBool, Ordering};
 
-use super::ompi::{print_line, BcastCall, Comm};
-use super::sys::{self, ipmc_module, ompi_communicator_t, ompi_datatype_t};
+use super::ompi::{print_line, BcastCall, Comm, Request};
+use super::sys::{self, ipmc_module, ompi_communicator_t, ompi_datatype_t, ompi_request_t};
 use super::{c_line, OMPI_ERROR, OMPI_ERR_NOT_AVAILABLE, OMPI_SUCCESS};
 use crate::component::config::Config;
 use crate::component::logging;
@@ -39,6 +39,7 @@ same_signature!(
     sys::ipmc_rs_module_disable = ipmc_rs_module_disable,
     sys::ipmc_rs_module_destroy = ipmc_rs_module_destroy,
     sys::ipmc_rs_bcast = ipmc_rs_bcast,
+    sys::ipmc_rs_ibcast = ipmc_rs_ibcast,
     sys::ipmc_rs_progress = ipmc_rs_progress,
     sys::ipmc_rs_finish_all = ipmc_rs_finish_all,
     sys::ipmc_rs_pvar_info = ipmc_rs_pvar_info,
@@ -342,6 +343,86 @@ pub unsafe extern "C" fn ipmc_rs_module_destroy(state: *mut c_void) {
         // SAFETY: see the function's contract: this reclaims the Box made in comm_query.
         drop(unsafe { Box::from_raw(state.cast::<Module>()) });
     });
+}
+
+/// `coll_ibcast`: `OMPI_SUCCESS` when ipmc serves the call and will complete
+/// `req`, `IPMC_PREVIOUS` when the replaced component's nonblocking
+/// broadcast is to serve it, or an error code. After a panic the module is
+/// poisoned as in [`ipmc_rs_bcast`].
+///
+/// # Safety
+/// As for [`ipmc_rs_bcast`], for a valid `MPI_Ibcast` call; `req` comes from
+/// `ipmc_request_new`, whose ipmc reference passes to Rust only when this
+/// returns `OMPI_SUCCESS`.
+#[no_mangle]
+pub unsafe extern "C" fn ipmc_rs_ibcast(
+    state: *mut c_void,
+    buf: *mut c_void,
+    count: c_int,
+    dt: *mut ompi_datatype_t,
+    root: c_int,
+    comm: *mut ompi_communicator_t,
+    req: *mut ompi_request_t,
+) -> c_int {
+    let state = state.cast::<Module>();
+    let call = BcastCall {
+        buf,
+        count,
+        dt,
+        root,
+        comm: Comm(comm),
+        module: ptr::null_mut(),
+    };
+    let taken = Cell::new(false);
+    let request = || {
+        taken.set(true);
+        // SAFETY: see the function's contract: the request is handed over
+        // with this, and the call returns OMPI_SUCCESS from here on.
+        unsafe { Request::from_raw(req) }
+    };
+    // SAFETY: as in `ipmc_rs_bcast`.
+    let result = caught(AssertUnwindSafe(|| {
+        unsafe { &mut *state }.ibcast(&call, request)
+    }));
+    let panic = match result {
+        Ok(Ok(true)) => return OMPI_SUCCESS,
+        Ok(Ok(false)) => return sys::IPMC_PREVIOUS as c_int,
+        Ok(Err(rc)) if taken.get() => {
+            unreachable!("an ibcast that took its request returns success, not {rc}")
+        }
+        Ok(Err(rc)) => return if rc == OMPI_SUCCESS { OMPI_ERROR } else { rc },
+        Err(panic) => panic,
+    };
+    // SAFETY: as above; the reference of the panicked closure is gone.
+    let module = unsafe { &mut *state };
+    let name = call.comm().name();
+    if taken.get() {
+        // The request was completed with an error when it was dropped, or
+        // its work will complete it.
+        report(
+            &format!("in MPI_Ibcast on {name}, and the call fails"),
+            &panic,
+        );
+        OMPI_SUCCESS
+    } else if module.poison() {
+        report(
+            &format!(
+                "in MPI_Ibcast on {name} before any of its messages moved, and the component \
+                 it replaced serves this call and every later one there"
+            ),
+            &panic,
+        );
+        sys::IPMC_PREVIOUS as c_int
+    } else {
+        report(
+            &format!(
+                "in MPI_Ibcast on {name} after messages began to move, so the call fails \
+                 (OMPI_ERROR) and the component it replaced serves every later one there"
+            ),
+            &panic,
+        );
+        OMPI_ERROR
+    }
 }
 
 /// `coll_bcast`. After a panic, every later call on the communicator goes to

@@ -1,5 +1,6 @@
 //! Calls into Open MPI, through the glue: a communicator ([`Comm`]), the
-//! arguments of one `MPI_Bcast` ([`BcastCall`]), point-to-point messages on
+//! arguments of one `MPI_Bcast` ([`BcastCall`]) and what an `MPI_Ibcast`
+//! keeps ([`UserMessage`], [`Request`]), point-to-point messages on
 //! the PML ([`PmlTransport`], [`Messages`]), the component's output, and the
 //! registration with the progress engine.
 
@@ -31,6 +32,11 @@ pub fn print_line(line: &str) {
 /// to ipmc runs.
 #[derive(Clone, Copy)]
 pub struct Comm(pub(super) *mut ompi_communicator_t);
+
+// SAFETY: the handle is an address; Open MPI lets any thread use a
+// communicator, and ipmc uses one in background work only under the lock
+// of that work (see `crate::driver::background`).
+unsafe impl Send for Comm {}
 
 impl Comm {
     pub fn rank(self) -> usize {
@@ -180,6 +186,141 @@ impl BcastCall {
         ok(rc)
     }
 }
+
+impl BcastCall {
+    /// The message of a nonblocking broadcast, kept until it completes.
+    pub fn keep_message(&self) -> UserMessage {
+        // SAFETY: `dt` is the call's live datatype; the reference taken here
+        // is given back when the `UserMessage` is dropped.
+        unsafe { sys::ipmc_dt_retain(self.dt) };
+        UserMessage {
+            buf: self.buf,
+            count: self.count,
+            dt: self.dt,
+            bytes: self.bytes(),
+        }
+    }
+}
+
+/// The user's message of an `MPI_Ibcast`: MPI lends ipmc the buffer until
+/// the request completes, and ipmc holds a reference on the datatype.
+pub struct UserMessage {
+    buf: *mut c_void,
+    count: c_int,
+    dt: *mut ompi_datatype_t,
+    bytes: usize,
+}
+
+impl UserMessage {
+    /// Size of the message in bytes (packed).
+    pub fn bytes(&self) -> usize {
+        self.bytes
+    }
+
+    /// The message's bytes in the user's buffer when the datatype lays them
+    /// out contiguously.
+    fn contiguous(&self) -> Option<*mut u8> {
+        // SAFETY: `dt` is retained, so live.
+        let contiguous = unsafe { sys::ipmc_dt_is_contiguous(self.dt, self.count) } != 0;
+        // SAFETY: as above.
+        let lb = unsafe { sys::ipmc_dt_true_lb(self.dt) };
+        contiguous.then(|| self.buf.cast::<u8>().wrapping_offset(lb))
+    }
+
+    /// The root's message, packed.
+    pub fn read(&self) -> Result<Vec<u8>, i32> {
+        let mut out = vec![0; self.bytes];
+        if let Some(start) = self.contiguous() {
+            // SAFETY: MPI lends the buffer until the request completes; for a
+            // contiguous datatype `bytes` bytes from the true lower bound
+            // are the message.
+            out.copy_from_slice(unsafe { std::slice::from_raw_parts(start, self.bytes) });
+            return Ok(out);
+        }
+        // SAFETY: buffer, count and datatype are the call's and live; `out`
+        // is writable and `bytes` long.
+        let rc = unsafe {
+            sys::ipmc_pack(
+                self.buf,
+                self.count,
+                self.dt,
+                out.as_mut_ptr().cast(),
+                out.len(),
+            )
+        };
+        ok(rc).map(|()| out)
+    }
+
+    /// Writes the packed message into the user's buffer.
+    pub fn write(&mut self, packed: &[u8]) -> Result<(), i32> {
+        assert_eq!(packed.len(), self.bytes, "the message has its size");
+        if let Some(start) = self.contiguous() {
+            // SAFETY: as in `read`; the buffer is the user's receive buffer.
+            unsafe { std::slice::from_raw_parts_mut(start, self.bytes) }.copy_from_slice(packed);
+            return Ok(());
+        }
+        // SAFETY: as in `read`, with `packed` readable.
+        let rc = unsafe {
+            sys::ipmc_unpack(
+                packed.as_ptr().cast(),
+                packed.len(),
+                self.buf,
+                self.count,
+                self.dt,
+            )
+        };
+        ok(rc)
+    }
+}
+
+impl Drop for UserMessage {
+    fn drop(&mut self) {
+        // SAFETY: gives back the reference taken in `keep_message`.
+        unsafe { sys::ipmc_dt_release(self.dt) }
+    }
+}
+
+// SAFETY: the buffer and datatype are lent to ipmc for the operation, and
+// touched only under the lock of the communicator's background work.
+unsafe impl Send for UserMessage {}
+
+/// The request of an `MPI_Ibcast` that ipmc serves: completed exactly once,
+/// with an error if it is dropped before (so that no user waits forever).
+pub struct Request(*mut ompi_request_t);
+
+impl Request {
+    /// # Safety
+    /// `req` comes from `ipmc_request_new`, and ipmc's reference on it is
+    /// handed to the new `Request`.
+    pub(super) unsafe fn from_raw(req: *mut ompi_request_t) -> Self {
+        Request(req)
+    }
+
+    /// Completes the request with the broadcast's outcome.
+    pub fn complete(mut self, result: Result<(), i32>) {
+        let code = match result {
+            Ok(()) => OMPI_SUCCESS,
+            Err(rc) if rc != OMPI_SUCCESS => rc,
+            Err(_) => super::OMPI_ERROR,
+        };
+        let req = std::mem::replace(&mut self.0, ptr::null_mut());
+        // SAFETY: ipmc's reference on a live request, given back once.
+        unsafe { sys::ipmc_request_complete(req, code) }
+    }
+}
+
+impl Drop for Request {
+    fn drop(&mut self) {
+        if !self.0.is_null() {
+            // SAFETY: as in `complete`.
+            unsafe { sys::ipmc_request_complete(self.0, super::OMPI_ERROR) }
+        }
+    }
+}
+
+// SAFETY: Open MPI lets any thread complete a request; ipmc touches one only
+// under the lock of its communicator's background work.
+unsafe impl Send for Request {}
 
 fn ok(rc: c_int) -> Result<(), i32> {
     if rc == OMPI_SUCCESS {
