@@ -366,7 +366,8 @@ impl Background {
     }
 
     /// One blocking two-stage broadcast of `data` (the root's message; filled
-    /// in on the other ranks), after all work before it. It returns once
+    /// in on the other ranks). The caller has finished all work before it
+    /// ([`Background::finish`]), as it must before any broadcast. It returns once
     /// this rank owns the message (the root: once every datagram is handed
     /// to the socket) and has told its predecessor what it lacked; what it
     /// still owes its neighbours is finished in the background when the
@@ -379,8 +380,8 @@ impl Background {
         background_limit: usize,
         stats: &mut Datagrams,
     ) -> P2pResult<()> {
-        self.finish()?;
         let mut slot = self.slot();
+        debug_assert!(slot.jobs.is_empty(), "the caller finished the work before");
         let d = slot
             .driver
             .as_mut()

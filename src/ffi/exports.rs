@@ -384,27 +384,27 @@ pub unsafe extern "C" fn ipmc_rs_ibcast(
     let result = caught(AssertUnwindSafe(|| {
         unsafe { &mut *state }.ibcast(&call, request)
     }));
-    let panic = match result {
-        Ok(Ok(true)) => return OMPI_SUCCESS,
-        Ok(Ok(false)) => return sys::IPMC_PREVIOUS as c_int,
-        Ok(Err(rc)) if taken.get() => {
-            unreachable!("an ibcast that took its request returns success, not {rc}")
+    if taken.get() {
+        // The request carries the outcome: its work completes it, or it was
+        // completed with an error when a panic dropped it.
+        if let Err(panic) = &result {
+            let name = call.comm().name();
+            report(
+                &format!("in MPI_Ibcast on {name}, and the call fails"),
+                panic,
+            );
         }
+        return OMPI_SUCCESS;
+    }
+    let panic = match result {
+        Ok(Ok(_)) => return sys::IPMC_PREVIOUS as c_int,
         Ok(Err(rc)) => return if rc == OMPI_SUCCESS { OMPI_ERROR } else { rc },
         Err(panic) => panic,
     };
     // SAFETY: as above; the reference of the panicked closure is gone.
     let module = unsafe { &mut *state };
     let name = call.comm().name();
-    if taken.get() {
-        // The request was completed with an error when it was dropped, or
-        // its work will complete it.
-        report(
-            &format!("in MPI_Ibcast on {name}, and the call fails"),
-            &panic,
-        );
-        OMPI_SUCCESS
-    } else if module.poison() {
+    if module.poison() {
         report(
             &format!(
                 "in MPI_Ibcast on {name} before any of its messages moved, and the component \

@@ -111,62 +111,44 @@ impl BcastCall {
         usize::try_from(self.root).expect("MPI checked the root")
     }
 
+    /// The user's message as MPI handed it over.
+    fn layout(&self) -> Layout {
+        Layout {
+            buf: self.buf,
+            count: self.count,
+            dt: self.dt,
+        }
+    }
+
     /// Size of the message in bytes (the packed size of `count` elements).
     pub fn bytes(&self) -> usize {
-        // SAFETY: `dt` is the call's live datatype.
-        let size = unsafe { sys::ipmc_dt_size(self.dt) };
-        size * usize::try_from(self.count).unwrap_or(0)
+        // SAFETY: the call's message is live while the call runs.
+        unsafe { self.layout().bytes() }
     }
 
     /// The message as bytes in the user's buffer, when the datatype lays
     /// `count` elements out contiguously.
     /// `bytes` is [`Self::bytes`], which the caller has already computed.
     pub fn contiguous(&mut self, bytes: usize) -> Option<&mut [u8]> {
-        // SAFETY: `dt` is the call's live datatype.
-        let contiguous = unsafe { sys::ipmc_dt_is_contiguous(self.dt, self.count) } != 0;
-        if !contiguous || bytes == 0 {
-            return None;
-        }
+        // SAFETY: as in `bytes`.
+        let start = unsafe { self.layout().contiguous_start() }.filter(|_| bytes > 0)?;
         // SAFETY: for a contiguous datatype, MPI guarantees that `bytes` bytes
-        // starting at the buffer plus the type's true lower bound belong to the
-        // message; the caller lends them to ipmc until `MPI_Bcast` returns,
-        // which outlives the borrow of `self`.
-        unsafe {
-            let lb = sys::ipmc_dt_true_lb(self.dt);
-            let start = self.buf.cast::<u8>().wrapping_offset(lb);
-            Some(std::slice::from_raw_parts_mut(start, bytes))
-        }
+        // from the true lower bound belong to the message; the caller lends
+        // them to ipmc until `MPI_Bcast` returns, which outlives the borrow
+        // of `self`.
+        Some(unsafe { std::slice::from_raw_parts_mut(start, bytes) })
     }
 
     /// Packs the user's message into `out` (exactly [`Self::bytes`] long).
     pub fn pack(&self, out: &mut [u8]) -> Result<(), i32> {
-        // SAFETY: buffer, count and datatype are the call's; `out` is a valid
-        // writable region of the given length.
-        let rc = unsafe {
-            sys::ipmc_pack(
-                self.buf,
-                self.count,
-                self.dt,
-                out.as_mut_ptr().cast(),
-                out.len(),
-            )
-        };
-        ok(rc)
+        // SAFETY: as in `bytes`.
+        unsafe { self.layout().pack(out) }
     }
 
     /// Unpacks `packed` (exactly [`Self::bytes`] long) into the user's buffer.
     pub fn unpack(&mut self, packed: &[u8]) -> Result<(), i32> {
-        // SAFETY: as in `pack`, with `packed` a valid readable region.
-        let rc = unsafe {
-            sys::ipmc_unpack(
-                packed.as_ptr().cast(),
-                packed.len(),
-                self.buf,
-                self.count,
-                self.dt,
-            )
-        };
-        ok(rc)
+        // SAFETY: as in `bytes`; the buffer is the user's receive buffer.
+        unsafe { self.layout().unpack(packed) }
     }
 
     /// Hands the whole call to the broadcast ipmc replaced.
@@ -194,20 +176,68 @@ impl BcastCall {
         // is given back when the `UserMessage` is dropped.
         unsafe { sys::ipmc_dt_retain(self.dt) };
         UserMessage {
-            buf: self.buf,
-            count: self.count,
-            dt: self.dt,
+            layout: self.layout(),
             bytes: self.bytes(),
         }
+    }
+}
+
+/// A user's message: buffer, count and datatype, as MPI handed them over.
+/// Every method requires the message to be live: its call runs, or MPI lends
+/// it to ipmc until a request completes.
+#[derive(Clone, Copy)]
+struct Layout {
+    buf: *mut c_void,
+    count: c_int,
+    dt: *mut ompi_datatype_t,
+}
+
+impl Layout {
+    /// The packed size of the message.
+    ///
+    /// # Safety
+    /// The message is live (see the type).
+    unsafe fn bytes(self) -> usize {
+        let size = sys::ipmc_dt_size(self.dt);
+        size * usize::try_from(self.count).unwrap_or(0)
+    }
+
+    /// Where the message's bytes start in the user's buffer, when the
+    /// datatype lays them out contiguously.
+    ///
+    /// # Safety
+    /// As for [`Self::bytes`].
+    unsafe fn contiguous_start(self) -> Option<*mut u8> {
+        if sys::ipmc_dt_is_contiguous(self.dt, self.count) == 0 {
+            return None;
+        }
+        let lb = sys::ipmc_dt_true_lb(self.dt);
+        Some(self.buf.cast::<u8>().wrapping_offset(lb))
+    }
+
+    /// Packs the message into `out`, exactly its packed size long.
+    ///
+    /// # Safety
+    /// As for [`Self::bytes`].
+    unsafe fn pack(self, out: &mut [u8]) -> Result<(), i32> {
+        let (ptr, len) = (out.as_mut_ptr().cast(), out.len());
+        ok(sys::ipmc_pack(self.buf, self.count, self.dt, ptr, len))
+    }
+
+    /// Unpacks `packed`, exactly the packed size long, into the user's buffer.
+    ///
+    /// # Safety
+    /// As for [`Self::bytes`], and the buffer may be written.
+    unsafe fn unpack(self, packed: &[u8]) -> Result<(), i32> {
+        let (ptr, len) = (packed.as_ptr().cast(), packed.len());
+        ok(sys::ipmc_unpack(ptr, len, self.buf, self.count, self.dt))
     }
 }
 
 /// The user's message of an `MPI_Ibcast`: MPI lends ipmc the buffer until
 /// the request completes, and ipmc holds a reference on the datatype.
 pub struct UserMessage {
-    buf: *mut c_void,
-    count: c_int,
-    dt: *mut ompi_datatype_t,
+    layout: Layout,
     bytes: usize,
 }
 
@@ -217,66 +247,43 @@ impl UserMessage {
         self.bytes
     }
 
-    /// The message's bytes in the user's buffer when the datatype lays them
-    /// out contiguously.
-    fn contiguous(&self) -> Option<*mut u8> {
-        // SAFETY: `dt` is retained, so live.
-        let contiguous = unsafe { sys::ipmc_dt_is_contiguous(self.dt, self.count) } != 0;
-        // SAFETY: as above.
-        let lb = unsafe { sys::ipmc_dt_true_lb(self.dt) };
-        contiguous.then(|| self.buf.cast::<u8>().wrapping_offset(lb))
-    }
-
     /// The root's message, packed.
     pub fn read(&self) -> Result<Vec<u8>, i32> {
         let mut out = vec![0; self.bytes];
-        if let Some(start) = self.contiguous() {
-            // SAFETY: MPI lends the buffer until the request completes; for a
-            // contiguous datatype `bytes` bytes from the true lower bound
-            // are the message.
-            out.copy_from_slice(unsafe { std::slice::from_raw_parts(start, self.bytes) });
-            return Ok(out);
+        // SAFETY: MPI lends the message until the request completes, and the
+        // datatype is retained.
+        match unsafe { self.layout.contiguous_start() } {
+            // SAFETY: as above; for a contiguous datatype `bytes` bytes from
+            // the true lower bound are the message.
+            Some(start) => {
+                out.copy_from_slice(unsafe { std::slice::from_raw_parts(start, self.bytes) })
+            }
+            // SAFETY: as above.
+            None => unsafe { self.layout.pack(&mut out) }?,
         }
-        // SAFETY: buffer, count and datatype are the call's and live; `out`
-        // is writable and `bytes` long.
-        let rc = unsafe {
-            sys::ipmc_pack(
-                self.buf,
-                self.count,
-                self.dt,
-                out.as_mut_ptr().cast(),
-                out.len(),
-            )
-        };
-        ok(rc).map(|()| out)
+        Ok(out)
     }
 
     /// Writes the packed message into the user's buffer.
     pub fn write(&mut self, packed: &[u8]) -> Result<(), i32> {
         assert_eq!(packed.len(), self.bytes, "the message has its size");
-        if let Some(start) = self.contiguous() {
-            // SAFETY: as in `read`; the buffer is the user's receive buffer.
-            unsafe { std::slice::from_raw_parts_mut(start, self.bytes) }.copy_from_slice(packed);
-            return Ok(());
+        // SAFETY: as in `read`; the buffer is the user's receive buffer.
+        match unsafe { self.layout.contiguous_start() } {
+            // SAFETY: as in `read`.
+            Some(start) => {
+                unsafe { std::slice::from_raw_parts_mut(start, self.bytes) }.copy_from_slice(packed)
+            }
+            // SAFETY: as above.
+            None => unsafe { self.layout.unpack(packed) }?,
         }
-        // SAFETY: as in `read`, with `packed` readable.
-        let rc = unsafe {
-            sys::ipmc_unpack(
-                packed.as_ptr().cast(),
-                packed.len(),
-                self.buf,
-                self.count,
-                self.dt,
-            )
-        };
-        ok(rc)
+        Ok(())
     }
 }
 
 impl Drop for UserMessage {
     fn drop(&mut self) {
         // SAFETY: gives back the reference taken in `keep_message`.
-        unsafe { sys::ipmc_dt_release(self.dt) }
+        unsafe { sys::ipmc_dt_release(self.layout.dt) }
     }
 }
 
