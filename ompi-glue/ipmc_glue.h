@@ -38,6 +38,8 @@ int ipmc_comm_size(struct ompi_communicator_t *comm);
 int ipmc_comm_is_inter(struct ompi_communicator_t *comm);
 uint32_t ipmc_comm_cid(struct ompi_communicator_t *comm);
 const char *ipmc_comm_name(struct ompi_communicator_t *comm);
+/* This process's rank in MPI_COMM_WORLD. */
+int ipmc_world_rank(void);
 
 /* Point-to-point on the communicator, bytes only, with the bcast tag. */
 int ipmc_isend_bytes(const void *buf, size_t len, int dst, struct ompi_communicator_t *comm,

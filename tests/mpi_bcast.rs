@@ -13,8 +13,12 @@ const ALGORITHMS: [&str; 4] = ["linear", "chain", "multicast", "previous"];
 /// How ipmc is expected to have split one communicator's broadcasts.
 #[derive(Clone, Copy)]
 enum Expect {
-    /// The default dispatch with this `crossover_nodes`.
-    Auto { crossover_nodes: u64 },
+    /// The automatic choice: every call served, the ranks of a communicator
+    /// agreeing on every decision, multicast measured wherever it may serve
+    /// (3 nodes or more), Open MPI's broadcast alone on 2.
+    Measured,
+    /// The thesis's rule with this `crossover_nodes`.
+    Thesis { crossover_nodes: u64 },
     /// Every broadcast by this algorithm (`coll_ipmc_bcast_algorithm`).
     Forced(&'static str),
 }
@@ -28,11 +32,12 @@ fn expected(check: &HashMap<String, String>, expect: Expect) -> HashMap<&'static
         Expect::Forced(alg) => {
             want.insert(alg, (calls, bytes));
         }
-        Expect::Auto { crossover_nodes } if num(check, "size") < crossover_nodes => {
+        Expect::Measured => unreachable!("no fixed split"),
+        Expect::Thesis { crossover_nodes } if num(check, "size") < crossover_nodes => {
             want.insert("linear", (calls - large, bytes - large_bytes));
             want.insert("chain", (large, large_bytes));
         }
-        Expect::Auto { .. } => {
+        Expect::Thesis { .. } => {
             want.insert("multicast", (calls - large, bytes - large_bytes));
             want.insert("chain", (large, large_bytes));
         }
@@ -73,8 +78,23 @@ fn assert_served_by_ipmc(run: &Run, np: usize, expect: Expect) {
         );
         let s = mine[0];
         assert_eq!(s["size"], check["size"]);
-        for (alg, want) in expected(check, expect) {
-            assert_eq!(tally(s, alg), want, "{alg} on {check:?}: {s:?}");
+        if let Expect::Measured = expect {
+            let calls = num(check, "bcasts") - num(check, "empty");
+            let served = ALGORITHMS
+                .iter()
+                .map(|a| tally(s, a))
+                .fold((0, 0), |t, a| (t.0 + a.0, t.1 + a.1));
+            assert_eq!(served, (calls, num(check, "bytes")), "{check:?}: {s:?}");
+            assert_eq!(tally(s, "linear").0, 0, "{s:?}");
+            if num(check, "size") >= 3 {
+                assert!(tally(s, "multicast").0 > 0, "multicast measured: {s:?}");
+            } else {
+                assert_eq!(tally(s, "previous").0, calls, "{s:?}");
+            }
+        } else {
+            for (alg, want) in expected(check, expect) {
+                assert_eq!(tally(s, alg), want, "{alg} on {check:?}: {s:?}");
+            }
         }
         let multicast_calls = tally(s, "multicast").0;
         assert_eq!(
@@ -84,6 +104,7 @@ fn assert_served_by_ipmc(run: &Run, np: usize, expect: Expect) {
         );
     }
     common::assert_multicast_accounts_for_every_byte(&stats, &checks);
+    common::assert_ranks_decide_alike(&stats, &checks);
     for declined in ["self", "inter"] {
         assert!(
             !stats.iter().any(|s| s["comm"] == declined),
@@ -100,7 +121,7 @@ fn check_run(np: usize, mca: &[(&str, &str)], args: &[&str], expect: Expect) {
     assert_served_by_ipmc(&run, np, expect);
 }
 
-const DEFAULT: Expect = Expect::Auto { crossover_nodes: 4 };
+const DEFAULT: Expect = Expect::Measured;
 
 #[test]
 fn every_byte_on_2_ranks() {
@@ -161,7 +182,19 @@ fn linear_and_chain_cross_over_where_the_parameters_say() {
         8,
         &mca,
         &["--max-bytes", "70000", "--large-above", "5000"],
-        Expect::Auto { crossover_nodes: 8 },
+        Expect::Thesis { crossover_nodes: 8 },
+    );
+}
+
+/// One threshold set brings the thesis's rule with its other threshold:
+/// below 4 nodes the improved linear broadcast, above 1 MiB the chain.
+#[test]
+fn one_threshold_set_brings_the_thesis_rule() {
+    check_run(
+        3,
+        &[("coll_ipmc_crossover_nodes", "4")],
+        &[],
+        Expect::Thesis { crossover_nodes: 4 },
     );
 }
 

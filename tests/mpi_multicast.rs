@@ -224,13 +224,34 @@ fn the_benchmark_measures_every_rank() {
 
 /// The root broadcasts and then sends to rank 1, which waits for that message
 /// before it enters the broadcast: Open MPI's own broadcast completes this for
-/// eager sizes, and so must ipmc's multicast, up to `crossover_size`. The root
+/// eager sizes, and ipmc's multicast at every size it serves. The root
 /// also overwrites its buffer at once, and communicators are freed while
 /// their last broadcast may still be finishing in the background.
 #[test]
 fn the_root_returns_without_waiting_for_the_others() {
+    let mca = [
+        ("coll_ipmc_print_statistics", "1"),
+        ("coll_ipmc_bcast_algorithm", "3"),
+    ];
+    early_return(&mca, "1048576", |s| {
+        assert!(common::tally(s, "multicast").0 > 0, "{s:?}");
+    });
+}
+
+/// The same at the sizes Open MPI's own broadcast sends eagerly, with
+/// ipmc's automatic choice: measuring its candidates (Open MPI's broadcast
+/// among them) and agreeing on them never makes a rank wait for one that
+/// has not entered the broadcast.
+#[test]
+fn the_automatic_choice_waits_for_no_rank_where_open_mpi_does_not() {
     let mca = [("coll_ipmc_print_statistics", "1")];
-    let run = mpirun(4, &mca, "early_return", &["--max-bytes", "1048576"]);
+    early_return(&mca, "1024", |s| {
+        assert!(common::tally(s, "previous").0 > 0, "{s:?}");
+    });
+}
+
+fn early_return(mca: &[(&str, &str)], max_bytes: &str, each: impl Fn(&Line)) {
+    let run = mpirun(4, mca, "early_return", &["--max-bytes", max_bytes]);
     assert!(
         run.ok && run.output.contains("early_return: PASS"),
         "run failed:\n{}",
@@ -241,7 +262,7 @@ fn the_root_returns_without_waiting_for_the_others() {
         let lines: Vec<_> = stats.iter().filter(|s| s["comm"] == comm).collect();
         assert!(lines.len() >= 4, "{comm}:\n{}", run.output);
         for s in lines {
-            assert!(common::tally(s, "multicast").0 > 0, "{s:?}");
+            each(s);
             assert_eq!(s["setup"], "ok", "{s:?}");
         }
     }
@@ -324,7 +345,11 @@ fn setup_failures_told(run: &common::Run) -> usize {
 /// the replaced component's nonblocking broadcast.
 #[test]
 fn nonblocking_broadcasts_multicast() {
-    let mca = [("coll_ipmc_print_statistics", "1")];
+    // The thesis's rule: multicast up to 1 MiB, the chain (libnbc here) above.
+    let mca = [
+        ("coll_ipmc_print_statistics", "1"),
+        ("coll_ipmc_crossover_nodes", "4"),
+    ];
     let args = ["--max-bytes", "4194304", "--rounds", "3"];
     let run = mpirun(4, &mca, "ibcast_check", &args);
     assert!(
@@ -369,4 +394,49 @@ fn nonblocking_broadcasts_multicast() {
         useful > 0,
         "the freed communicators' ibcasts did not multicast"
     );
+}
+
+/// The automatic choice: every rank times its own calls, and the ranks
+/// agree in the background. Here every rank is fed made-up times
+/// (`coll_ipmc_inject_timing`) by which each rank alone would choose another
+/// algorithm; only the vote (each candidate's slowest rank) makes them choose
+/// alike, which makes multicast the choice of every size class. Ranks that
+/// chose apart would mismatch their messages and the run would fail.
+#[test]
+fn ranks_fed_different_timings_agree_on_every_decision() {
+    let np = 5;
+    let mca = [
+        ("coll_ipmc_print_statistics", "1"),
+        ("coll_ipmc_inject_timing", "1"),
+        ("coll_ipmc_verbose", "1"),
+    ];
+    let run = mpirun(np, &mca, "bcast_check", &["--max-bytes", "1048576"]);
+    let world = world_stats(&run, np);
+    common::assert_ranks_decide_alike(&stats_lines(&run.output), &common::check_lines(&run.output));
+    // 2 calls of each candidate in each size class measured (up to 2 MiB:
+    // bcast_check's largest messages exceed 1 MiB a little), multicast after.
+    let classes = 22;
+    for s in &world {
+        let (previous, multicast) = (tally(s, "previous").0, tally(s, "multicast").0);
+        assert!(previous <= 2 * classes, "{s:?}");
+        assert!(multicast > 2 * previous, "{s:?}");
+    }
+    // Rank 0 prints each communicator's table once, at verbose 1.
+    let tables: Vec<&str> = run
+        .output
+        .lines()
+        .filter(|l| l.contains("ipmc: the broadcasts of communicator world "))
+        .collect();
+    assert_eq!(tables.len(), 1, "{}", run.output);
+    let rows: Vec<&str> = run
+        .output
+        .lines()
+        .skip_while(|l| !l.contains("ipmc: the broadcasts of communicator world "))
+        .skip(1)
+        .take_while(|l| l.starts_with("  ") && l.contains(" bytes: "))
+        .collect();
+    assert!(rows.len() >= 10, "{}", run.output);
+    for row in rows {
+        assert!(row.contains(" bytes: multicast (measured:"), "{row}");
+    }
 }

@@ -84,15 +84,21 @@ fn a_forced_algorithm_still_serves_a_single_node() {
 
 /// Runs `bcast_check` on `hosts` emulated hosts with `slots` ranks each and
 /// checks, per communicator and rank, the node count and that the thesis's
-/// rule picked the algorithm by nodes: linear below `crossover_nodes` (4),
-/// multicast from there on; the node-local communicator is left to Open MPI.
-fn nodes_decide(hosts: usize, slots: usize) {
+/// rule (`thesis`) picked the algorithm by nodes: linear below
+/// `crossover_nodes` (4), multicast from there on; or that the automatic
+/// choice left fewer than 3 nodes to Open MPI. The node-local communicator
+/// is left to Open MPI.
+fn nodes_decide(hosts: usize, slots: usize, thesis: bool) {
     let cluster = Cluster {
         slots,
         ..Cluster::hosts(hosts)
     };
+    let mut mca = vec![("coll_ipmc_print_statistics", "1")];
+    if thesis {
+        mca.push(("coll_ipmc_crossover_nodes", "4"));
+    }
     let run = cluster.mpirun(
-        &[("coll_ipmc_print_statistics", "1")],
+        &mca,
         "bcast_check",
         &["--max-bytes", MAX_BYTES, "--node-comm", "1"],
     );
@@ -129,7 +135,12 @@ fn nodes_decide(hosts: usize, slots: usize) {
             num(check, "bcasts") - num(check, "empty"),
             num(check, "bytes"),
         );
-        let (want, other) = if nodes < 4 {
+        let (want, other) = if !thesis {
+            // The automatic choice leaves fewer than 3 nodes to Open MPI.
+            assert!(nodes < 3, "{s:?}");
+            assert_eq!(s["setup"], "none", "{s:?}");
+            ("previous", "multicast")
+        } else if nodes < 4 {
             ("linear", "multicast")
         } else {
             ("multicast", "linear")
@@ -144,10 +155,15 @@ fn nodes_decide(hosts: usize, slots: usize) {
 
 #[test]
 fn two_nodes_of_three_ranks_each_use_the_linear_broadcast() {
-    nodes_decide(2, 3);
+    nodes_decide(2, 3, true);
+}
+
+#[test]
+fn two_nodes_of_three_ranks_each_are_left_to_open_mpi_by_the_automatic_choice() {
+    nodes_decide(2, 3, false);
 }
 
 #[test]
 fn four_nodes_of_two_ranks_each_multicast() {
-    nodes_decide(4, 2);
+    nodes_decide(4, 2, true);
 }

@@ -73,7 +73,25 @@ pub struct Config {
     pub inject_seed: u64,
     pub ranks_are_nodes: bool,
     pub background_limit: usize,
+    /// `coll_ipmc_tune_calls`: calls per candidate when measuring a size
+    /// class's algorithm; 0 keeps the automatic rule unmeasured.
+    pub tune_calls: usize,
+    /// `coll_ipmc_inject_timing`, for tests.
+    pub inject_timing: bool,
 }
+
+/// The thesis's thresholds (§3.5), which apply when a user sets either.
+pub const THESIS_CROSSOVER_NODES: usize = 4;
+pub const THESIS_CROSSOVER_SIZE: usize = 1 << 20;
+/// The automatic rule before measurements: Open MPI's own broadcast for
+/// messages up to this size (a broadcast of a few datagrams is dominated by
+/// the multicast protocol's fixed costs) ...
+pub const AUTO_SMALL: usize = 2048;
+/// ... and for communicators of fewer nodes than this (with two, one
+/// point-to-point message is all a broadcast is);
+pub const AUTO_NODES: usize = 3;
+/// the fragmented chain above this size, multicast in between.
+pub const AUTO_LARGE: usize = 16 << 20;
 
 impl Default for Config {
     /// The defaults of the parameter table (`mca-params/ipmc_params.def`),
@@ -81,8 +99,8 @@ impl Default for Config {
     fn default() -> Self {
         Config {
             priority: 40,
-            crossover_nodes: 4,
-            crossover_size: 1 << 20,
+            crossover_nodes: 0,
+            crossover_size: 0,
             fragment_size: 4096,
             root_wait_time_us: 0,
             use_crc_checking: true,
@@ -101,6 +119,8 @@ impl Default for Config {
             inject_seed: 1,
             ranks_are_nodes: false,
             background_limit: 16 << 20,
+            tune_calls: 2,
+            inject_timing: false,
         }
     }
 }
@@ -141,7 +161,8 @@ impl Config {
         let text = format!(
             "ipmc {} datagram {} priority={} crossover_nodes={} crossover_size={} fragment_size={} \
              root_wait_time={} use_crc_checking={} authenticate={} chain_segment_size={} \
-             bcast_algorithm={} group_range={} port_range={} ttl={} ranks_are_nodes={}",
+             bcast_algorithm={} group_range={} port_range={} ttl={} ranks_are_nodes={} \
+             tune_calls={}",
             env!("CARGO_PKG_VERSION"),
             crate::protocol::datagram::VERSION,
             self.priority,
@@ -156,7 +177,8 @@ impl Config {
             self.group_range,
             self.port_range,
             self.ttl,
-            self.ranks_are_nodes
+            self.ranks_are_nodes,
+            self.tune_calls
         );
         // FNV-1a: stable across builds and processes, unlike std's hasher.
         let h = text.bytes().fold(0xcbf2_9ce4_8422_2325u64, |h, b| {
@@ -165,20 +187,50 @@ impl Config {
         h.max(1)
     }
 
+    /// Whether ipmc chooses by itself: neither threshold of the thesis is
+    /// set (0) and no algorithm is forced.
+    pub fn is_automatic(&self) -> bool {
+        self.crossover_nodes == 0 && self.crossover_size == 0 && self.bcast_algorithm == 0
+    }
+
+    /// Whether the automatic choice measures its candidates on the calls
+    /// ([`crate::component::tuning`]).
+    pub fn tunes(&self) -> bool {
+        self.is_automatic() && self.tune_calls > 0
+    }
+
     /// The algorithm for a broadcast of `bytes` bytes on a communicator that
-    /// spans `nodes` nodes (thesis §3.5, where each node ran one process). Both
-    /// inputs are equal on every rank (MPI's rules; [`crate::component::nodes`]), so every
-    /// rank chooses the same.
+    /// spans `nodes` nodes, before any measurement: the forced one, the
+    /// thesis's rule (§3.5, where each node ran one process) when a threshold
+    /// is set, or the automatic rule. Both inputs are equal on every rank
+    /// (MPI's rules; [`crate::component::nodes`]), so every rank chooses the same.
     pub fn choose(&self, bytes: usize, nodes: usize) -> Algorithm {
         if let Some(forced) = Algorithm::forced(self.bcast_algorithm) {
             forced
-        } else if bytes > self.crossover_size {
-            Algorithm::Chain
-        } else if nodes < self.crossover_nodes {
-            Algorithm::Linear
+        } else if self.is_automatic() {
+            if nodes < AUTO_NODES || bytes <= AUTO_SMALL {
+                Algorithm::Previous
+            } else if bytes > AUTO_LARGE {
+                Algorithm::Chain
+            } else {
+                Algorithm::Multicast
+            }
         } else {
-            Algorithm::Multicast
+            let or = |v: usize, thesis: usize| if v == 0 { thesis } else { v };
+            if bytes > or(self.crossover_size, THESIS_CROSSOVER_SIZE) {
+                Algorithm::Chain
+            } else if nodes < or(self.crossover_nodes, THESIS_CROSSOVER_NODES) {
+                Algorithm::Linear
+            } else {
+                Algorithm::Multicast
+            }
         }
+    }
+
+    /// Whether some call on a communicator of `nodes` nodes may multicast:
+    /// then it needs a group.
+    pub fn may_multicast(&self, nodes: usize) -> bool {
+        (0..usize::BITS).any(|k| self.choose(1 << k, nodes) == Algorithm::Multicast)
     }
 }
 
@@ -188,12 +240,42 @@ mod tests {
 
     #[test]
     fn dispatch_follows_the_thesis() {
-        let cfg = Config::default();
+        let cfg = Config {
+            crossover_nodes: 4,
+            ..Config::default()
+        };
+        assert!(!cfg.is_automatic());
         assert_eq!(cfg.choose(1 << 20, 64), Algorithm::Multicast);
         assert_eq!(cfg.choose((1 << 20) + 1, 64), Algorithm::Chain);
         assert_eq!(cfg.choose((1 << 20) + 1, 2), Algorithm::Chain);
         assert_eq!(cfg.choose(100, 3), Algorithm::Linear);
         assert_eq!(cfg.choose(100, 4), Algorithm::Multicast);
+        // Either threshold alone brings the thesis's other one.
+        let size_only = Config {
+            crossover_size: 5000,
+            ..Config::default()
+        };
+        assert_eq!(size_only.choose(100, 3), Algorithm::Linear);
+        assert_eq!(size_only.choose(5000, 4), Algorithm::Multicast);
+        assert_eq!(size_only.choose(5001, 4), Algorithm::Chain);
+    }
+
+    #[test]
+    fn the_automatic_rule_leaves_small_cases_to_open_mpi() {
+        let cfg = Config::default();
+        assert!(cfg.is_automatic() && cfg.tunes());
+        assert_eq!(cfg.choose(65536, 2), Algorithm::Previous);
+        assert_eq!(cfg.choose(AUTO_SMALL, 16), Algorithm::Previous);
+        assert_eq!(cfg.choose(AUTO_SMALL + 1, 3), Algorithm::Multicast);
+        assert_eq!(cfg.choose(AUTO_LARGE, 16), Algorithm::Multicast);
+        assert_eq!(cfg.choose(AUTO_LARGE + 1, 16), Algorithm::Chain);
+        assert!(!cfg.may_multicast(2));
+        assert!(cfg.may_multicast(3));
+        let untuned = Config {
+            tune_calls: 0,
+            ..Config::default()
+        };
+        assert!(untuned.is_automatic() && !untuned.tunes());
     }
 
     #[test]
@@ -296,6 +378,10 @@ mod tests {
                 ..Config::default()
             },
             Config {
+                tune_calls: 3,
+                ..Config::default()
+            },
+            Config {
                 ttl: 2,
                 ..Config::default()
             },
@@ -359,6 +445,8 @@ mod tests {
             inject_seed,
             ranks_are_nodes,
             background_limit,
+            tune_calls,
+            inject_timing,
         } = Config::default();
         let quoted = |s: String| format!("\"{s}\"");
         vec![
@@ -383,6 +471,8 @@ mod tests {
             ("inject_seed", inject_seed.to_string()),
             ("ranks_are_nodes", ranks_are_nodes.to_string()),
             ("background_limit", background_limit.to_string()),
+            ("tune_calls", tune_calls.to_string()),
+            ("inject_timing", inject_timing.to_string()),
         ]
     }
 

@@ -6,3 +6,4 @@ pub(crate) mod logging;
 pub mod module;
 pub mod nodes;
 pub mod stats;
+pub mod tuning;

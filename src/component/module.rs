@@ -11,6 +11,7 @@ use crate::algorithms::{chain, linear};
 use crate::component::config::{Algorithm, Config};
 use crate::component::nodes::Nodes;
 use crate::component::stats::Stats;
+use crate::component::tuning::{self, Sample, Tuner};
 use crate::driver::background::{Background, Ibcast, Joining, Open};
 use crate::driver::multicast::{Driver, Ranks};
 use crate::ffi::ompi::{self, BcastCall, Comm, PmlTransport, Request};
@@ -21,6 +22,13 @@ use crate::net::mcast_socket::{self, McastSocket, OpenError};
 
 /// Open MPI's generic error code, for failures that have no code of their own.
 const OMPI_ERROR: i32 = -1;
+
+/// A size class whose measured multicast got this share (per mille) of
+/// its message by the chain instead gives multicast up (see
+/// [`tuning`]), and the user hears of it.
+const LOSS_TO_REPORT: u32 = tuning::GIVE_UP_LOSS_PERMILLE;
+/// Messages of fewer datagrams than this do not measure multicast loss.
+const LOSS_FROM_DATAGRAMS: usize = 8;
 
 /// Why ipmc declines a communicator in `comm_query`; `None` accepts it.
 /// Every input is the same on every rank, so all ranks decide alike.
@@ -161,6 +169,8 @@ pub struct Module {
     broken: bool,
     /// The current broadcast call has started to move messages.
     moved: bool,
+    /// The automatic choice's measurements and decisions.
+    tuner: Tuner,
 }
 
 impl Module {
@@ -170,6 +180,7 @@ impl Module {
 
     fn with(cfg: Config, rank: usize, size: usize, cid: u32, nodes: Nodes) -> Self {
         Module {
+            tuner: Tuner::new(cfg.tune_calls, rank, cfg.inject_timing),
             cfg,
             rank,
             size,
@@ -228,7 +239,7 @@ impl Module {
             self.nodes.count,
             self.nodes.max_ranks
         );
-        if self.cfg.choose(1, self.nodes.count) == Algorithm::Multicast {
+        if self.cfg.may_multicast(self.nodes.count) {
             self.start_setup(comm)?;
         }
         Ok(())
@@ -236,6 +247,18 @@ impl Module {
 
     /// Called when the communicator is freed: prints the statistics once.
     pub fn disable(&mut self, comm: Comm) {
+        if self.cfg.verbose >= 1 && self.rank == 0 && !self.reported {
+            let table = tuning::table(&self.tuner);
+            if !table.is_empty() {
+                ompi::print_line(&format!(
+                    "ipmc: the broadcasts of communicator {} ({} nodes, at most {} ranks on one) \
+                     as measured and agreed:{table}",
+                    comm.name(),
+                    self.nodes.count,
+                    self.nodes.max_ranks
+                ));
+            }
+        }
         if self.cfg.print_statistics && !self.reported {
             ompi::print_line(&self.stats().report(
                 self.rank,
@@ -283,8 +306,9 @@ impl Module {
             if let Multicast::Ready(background) = &mut self.multicast {
                 background.finish().map_err(|e| e.0)?;
             }
+            self.settle_votes(call.comm());
         }
-        let alg = self.choose_now(bytes);
+        let (alg, sample) = self.plan(bytes);
         debug!(
             "rank {} cid {}: bcast of {bytes} bytes from root {} with {}",
             self.rank,
@@ -293,13 +317,103 @@ impl Module {
             alg.name()
         );
         self.moved = true;
+        let start = Instant::now();
+        let by = (
+            self.stats.datagrams.bytes_multicast,
+            self.stats.datagrams.bytes_chain,
+        );
         match alg {
             Algorithm::Previous => call.previous()?,
             Algorithm::Multicast => self.run_multicast(call, bytes)?,
             _ => self.run(alg, call, bytes)?,
         }
         self.stats.record(alg, bytes);
+        if let Some(sample) = sample {
+            // The share of the message that this rank got by the chain
+            // instead of multicast: none to get at the root, and too
+            // coarse a sign for messages of a few datagrams, one of which
+            // an unscheduled receiver may read after the chain brought it.
+            let d = &self.stats.datagrams;
+            let (multicast, chain) = (d.bytes_multicast - by.0, d.bytes_chain - by.1);
+            let lost = (bytes >= LOSS_FROM_DATAGRAMS * self.cfg.fragment_size)
+                .then(|| (chain * 1000).checked_div(multicast + chain))
+                .flatten()
+                .map(|l| l as u32);
+            self.measured(call.comm(), sample, start.elapsed(), lost);
+        }
         Ok(())
+    }
+
+    /// The algorithm for a blocking broadcast of `bytes` bytes, and what to
+    /// measure of it when the automatic choice measures its class.
+    fn plan(&mut self, bytes: usize) -> (Algorithm, Option<Sample>) {
+        if self.tunes() {
+            if let Some(plan) = self.tuner.plan(bytes) {
+                return plan;
+            }
+        }
+        (self.choose_now(bytes), None)
+    }
+
+    /// Whether the automatic choice measures its candidates here: only
+    /// where multicast is one of them.
+    fn tunes(&self) -> bool {
+        !self.broken && self.cfg.tunes() && matches!(self.multicast, Multicast::Ready(_))
+    }
+
+    /// A measured call ended: when its class is complete, this rank's part
+    /// of the vote goes to the background, after the call's own work.
+    fn measured(&mut self, comm: Comm, sample: Sample, took: Duration, lost_permille: Option<u32>) {
+        if let Some((class, mine)) = self.tuner.record(sample, took, lost_permille) {
+            if let Multicast::Ready(background) = &mut self.multicast {
+                background.vote(comm, class, mine);
+            }
+        }
+    }
+
+    /// Takes the decisions of the votes that ended. A class that gave up
+    /// multicast because it lost most of its data is the user's business:
+    /// the process of rank 0 in `MPI_COMM_WORLD` says so, once for the job
+    /// (the communicator's rank 0 logs it at `coll_ipmc_verbose` 1).
+    fn settle_votes(&mut self, comm: Comm) {
+        let Multicast::Ready(background) = &mut self.multicast else {
+            return;
+        };
+        for (class, result) in background.take_votes() {
+            let d = self.tuner.settle(class, &result);
+            debug!(
+                "rank {} cid {}: broadcasts of up to {} bytes: {} ({:?})",
+                self.rank,
+                self.cid,
+                tuning::class_max(class),
+                d.alg.name(),
+                d.times_us
+            );
+            if d.alg == Algorithm::Multicast || d.lost_permille < LOSS_TO_REPORT {
+                continue;
+            }
+            if self.rank == 0 {
+                warn!(
+                    "multicast on {} delivered {}% of some rank's data: broadcasts of up to \
+                     {} bytes go to the replaced component",
+                    comm.name(),
+                    100 - d.lost_permille / 10,
+                    tuning::class_max(class)
+                );
+            }
+            static TOLD: AtomicBool = AtomicBool::new(false);
+            if ompi::world_rank() == 0 && !TOLD.swap(true, Ordering::Relaxed) {
+                ompi::print_line(&format!(
+                    "ipmc: on communicator {}, multicast delivered only {}% of a broadcast's \
+                     data to some rank, so Open MPI's broadcast serves it for now (ipmc \
+                     measures again later). If the network should carry multicast, check \
+                     that switches with IGMP snooping have a querier and that firewalls \
+                     pass UDP to the groups of coll_ipmc_group_range.",
+                    comm.name(),
+                    100 - d.lost_permille / 10
+                ));
+            }
+        }
     }
 
     /// One `MPI_Ibcast` on this communicator: `Ok(true)` when ipmc serves
@@ -322,8 +436,20 @@ impl Module {
         }
         if !self.broken {
             self.finish_joining(call.comm())?;
+            // The class's decision is read only once every rank has it.
+            if self.tunes() && self.tuner.voting(bytes) {
+                if let Multicast::Ready(background) = &mut self.multicast {
+                    background.finish().map_err(|e| e.0)?;
+                }
+            }
+            self.settle_votes(call.comm());
         }
-        let alg = self.choose_now(bytes);
+        let agreed = if self.tunes() {
+            self.tuner.current(bytes)
+        } else {
+            None
+        };
+        let alg = agreed.unwrap_or_else(|| self.choose_now(bytes));
         self.stats.nonblocking += 1;
         let Multicast::Ready(background) = &mut self.multicast else {
             self.stats.record(Algorithm::Previous, bytes);
@@ -652,7 +778,7 @@ mod tests {
             ))
         };
         let mut m = module();
-        assert_eq!(m.choose(100), Algorithm::Multicast);
+        assert_eq!(m.choose(4096), Algorithm::Multicast);
         assert!(m.poison(), "no message moved: the call may be handed over");
         for bytes in [1, 100, 1 << 20, 1 << 30] {
             assert_eq!(m.choose(bytes), Algorithm::Previous, "{bytes}");

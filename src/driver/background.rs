@@ -6,7 +6,9 @@
 //! - broadcasts that returned to their caller but still owe their neighbours
 //!   chain frames (`END`, the fragments a `NEED` asked for);
 //! - nonblocking broadcasts (`MPI_Ibcast`, [`Ibcast`]), whose requests
-//!   complete once the rank owns the message.
+//!   complete once the rank owns the message;
+//! - the votes of the automatic choice of algorithm ([`crate::group::vote`]),
+//!   which use the broadcast tag too.
 //!
 //! Each communicator has one [`Background`]: its multicast driver and its
 //! work, in the order the calls came. Broadcasts run one after another (the
@@ -37,6 +39,7 @@ use crate::driver::multicast::{Driver, Ranks, Run};
 use crate::ffi::ompi;
 use crate::ffi::ompi::{Comm, Messages, Request, UserMessage};
 use crate::group::setup::{Agreed, Agreement, Announce};
+use crate::group::vote::Vote;
 use crate::net::mcast_socket::{McastSocket, OpenError};
 
 /// A broadcast's chain over Open MPI.
@@ -156,11 +159,35 @@ impl Ibcast {
     }
 }
 
+/// A vote of the automatic choice on a size class's measurements; its
+/// messages are posted when its turn comes, after the work before it.
+struct VoteJob {
+    msgs: Messages,
+    class: usize,
+    mine: Vec<u32>,
+    vote: Option<Vote<Messages>>,
+    result: Option<Vec<u32>>,
+}
+
+impl VoteJob {
+    fn turn(&mut self, wait: Wait) -> P2pResult<bool> {
+        if self.vote.is_none() {
+            let comm = self.msgs.comm();
+            let mine = std::mem::take(&mut self.mine);
+            self.vote = Some(Vote::start(&mut self.msgs, comm.rank(), comm.size(), mine)?);
+        }
+        let vote = self.vote.as_mut().expect("started above");
+        self.result = vote.poll(&mut self.msgs, wait)?;
+        Ok(self.result.is_some())
+    }
+}
+
 /// A piece of a communicator's work in the background.
 enum Job {
     /// What a broadcast that returned still owes its neighbours.
     Rest(Box<OmpiRun>),
     Ibcast(Box<Ibcast>),
+    Vote(Box<VoteJob>),
 }
 
 impl Job {
@@ -177,6 +204,7 @@ impl Job {
                 Ok(run.is_done())
             }
             Job::Ibcast(ib) => ib.turn(d, wait, stats),
+            Job::Vote(v) => v.turn(wait),
         }
     }
 
@@ -184,6 +212,7 @@ impl Job {
         match self {
             Job::Rest(run) => run.comm(),
             Job::Ibcast(ib) => ib.comm,
+            Job::Vote(v) => v.msgs.comm(),
         }
     }
 
@@ -213,6 +242,8 @@ struct Slot {
     broken: Option<P2pError>,
     /// What the work in the background did with datagrams.
     datagrams: Datagrams,
+    /// Votes that ended: the size class and the agreed vector.
+    voted: Vec<(usize, Vec<u32>)>,
 }
 
 impl Slot {
@@ -237,6 +268,10 @@ impl Slot {
                     let job = self.jobs.pop_front().expect("checked");
                     RUNNING.fetch_sub(1, Ordering::Relaxed);
                     ended.push(job.comm());
+                    if let Job::Vote(v) = job {
+                        self.voted
+                            .push((v.class, v.result.expect("the vote ended")));
+                    }
                 }
                 Ok(false) => break,
                 Err(e) => {
@@ -439,6 +474,36 @@ impl Background {
         }
         drop(slot);
         release(ended);
+    }
+
+    /// Leaves this rank's part in a vote on size class `class` (its vector
+    /// `mine`) to the background, after the work before it.
+    pub fn vote(&mut self, comm: Comm, class: usize, mine: Vec<u32>) {
+        let mut ended = Vec::new();
+        let mut slot = self.slot();
+        if slot.broken.is_some() {
+            return;
+        }
+        slot.push(Job::Vote(Box::new(VoteJob {
+            msgs: Messages::new(comm),
+            class,
+            mine,
+            vote: None,
+            result: None,
+        })));
+        if let Err(e) = slot.turn(Wait::Look, &mut ended) {
+            slot.broken = Some(e);
+        }
+        drop(slot);
+        release(ended);
+    }
+
+    /// The votes that ended since the last call: size class and result.
+    pub fn take_votes(&mut self) -> Vec<(usize, Vec<u32>)> {
+        match &self.slot {
+            Some(s) => std::mem::take(&mut locked(s).voted),
+            None => Vec::new(),
+        }
     }
 
     /// What the work in the background did with datagrams.

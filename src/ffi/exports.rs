@@ -156,6 +156,8 @@ impl From<&sys::ipmc_config_t> for Config {
             inject_seed: u64::try_from(c.inject_seed).unwrap_or(0),
             background_limit: c.background_limit,
             ranks_are_nodes: c.ranks_are_nodes,
+            tune_calls: usize::try_from(c.tune_calls).unwrap_or(0),
+            inject_timing: c.inject_timing,
         }
     }
 }

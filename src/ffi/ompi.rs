@@ -22,6 +22,14 @@ pub fn log_line(level: i32, line: &str) {
 }
 
 /// A line that is always shown (Open MPI's stream 0, standard error).
+/// This process's rank in `MPI_COMM_WORLD`: who speaks once for the job.
+pub fn world_rank() -> usize {
+    // SAFETY: MPI_COMM_WORLD exists from MPI_Init to MPI_Finalize, which is
+    // when Rust is called.
+    let r = unsafe { sys::ipmc_world_rank() };
+    usize::try_from(r).unwrap_or(usize::MAX)
+}
+
 pub fn print_line(line: &str) {
     let line = c_line(line);
     // SAFETY: `line` is a valid NUL-terminated string for the duration of the call.

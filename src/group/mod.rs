@@ -5,3 +5,4 @@ pub mod bbs;
 pub mod entropy;
 pub mod groups;
 pub mod setup;
+pub mod vote;

@@ -365,7 +365,7 @@ pub struct Agreed<S> {
 
 /// A rank's place in the binomial tree the agreement's messages follow,
 /// rooted at rank 0: its parent, and its children, the largest subtree first.
-fn tree(rank: usize, size: usize) -> (Option<usize>, Vec<usize>) {
+pub(crate) fn tree(rank: usize, size: usize) -> (Option<usize>, Vec<usize>) {
     let parent = (rank != 0).then(|| rank & (rank - 1));
     let lowest_bit = if rank == 0 {
         size.next_power_of_two()

@@ -508,6 +508,31 @@ pub fn assert_multicast_accounts_for_every_byte(
     }
 }
 
+/// Asserts that every rank of each communicator that every rank reported
+/// took the same algorithm for the same calls: the automatic choice's
+/// decisions agree.
+pub fn assert_ranks_decide_alike(
+    stats: &[HashMap<String, String>],
+    checks: &[HashMap<String, String>],
+) {
+    let mut comms: Vec<&str> = stats.iter().map(|s| s["comm"].as_str()).collect();
+    comms.sort_unstable();
+    comms.dedup();
+    for comm in comms {
+        let lines: Vec<_> = stats.iter().filter(|s| s["comm"] == comm).collect();
+        if lines.len() as u64 != num(lines[0], "size") || !checks.iter().any(|c| c["comm"] == comm)
+        {
+            continue;
+        }
+        for alg in ["linear", "chain", "multicast", "previous"] {
+            let first = tally(lines[0], alg);
+            for s in &lines {
+                assert_eq!(tally(s, alg), first, "{alg} on {comm}: {lines:?}");
+            }
+        }
+    }
+}
+
 /// One statistics or report line as `key -> value`.
 pub type Line = HashMap<String, String>;
 

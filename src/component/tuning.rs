@@ -1,0 +1,450 @@
+//! The automatic choice of algorithm, measured on the calls themselves (as
+//! STAR-MPI does): per size class (powers of two), the first broadcasts of
+//! a communicator take each candidate algorithm in turn, every rank times its
+//! own calls, and the ranks agree on the fastest in the background
+//! ([`crate::group::vote`]): each candidate's time is the slowest rank's
+//! best, the same numbers on every rank, so every rank takes the same
+//! decision. Decisions change only at calls every rank counts alike (the
+//! n-th broadcast of a class), never from a rank's own clock.
+//!
+//! A class is measured again after 1024 calls, then after twice as many
+//! each time, so that a network that changed (multicast that started to be
+//! dropped, or stopped) is noticed at a bounded cost.
+
+use std::time::Duration;
+
+use crate::component::config::{Algorithm, AUTO_LARGE};
+
+/// Class k holds the messages of 2^(k-1) + 1 … 2^k bytes (class 0: 1 byte).
+pub fn class_of(bytes: usize) -> usize {
+    if bytes <= 1 {
+        0
+    } else {
+        (usize::BITS - (bytes - 1).leading_zeros()) as usize
+    }
+}
+
+/// The largest message of class `k`.
+pub fn class_max(k: usize) -> usize {
+    1usize.checked_shl(k as u32).unwrap_or(usize::MAX)
+}
+
+const CLASSES: usize = usize::BITS as usize + 1;
+
+/// Calls of a class before it is first measured again.
+const RETUNE_AFTER: u64 = 1024;
+/// Open MPI's own broadcast is kept unless another is faster by more than
+/// this (per mille): it needs no datagrams, and measurements are noisy.
+const PREFER_PREVIOUS_PERMILLE: u64 = 30;
+/// Multicast that got more than this share (per mille) of a message to
+/// some rank by the chain instead is not chosen, however fast: a network
+/// that drops most multicast (a firewall, IGMP snooping without a querier)
+/// leaves the chain alone to do the work.
+pub const GIVE_UP_LOSS_PERMILLE: u32 = 500;
+/// The ipmc chain measured against the others from this size on (below,
+/// its per-segment steps cannot pay off against a tree).
+const CHAIN_FROM: usize = 1 << 20;
+
+/// What a rank measures for one call of a class.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Sample {
+    class: usize,
+    candidate: usize,
+}
+
+/// A size class's agreed choice, with what it was based on.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Decision {
+    pub alg: Algorithm,
+    /// Each candidate's time, the slowest rank's best, in microseconds.
+    pub times_us: Vec<(Algorithm, u32)>,
+    /// The largest share of a multicast message that a rank had to get by
+    /// the chain instead (per mille).
+    pub lost_permille: u32,
+}
+
+enum Phase {
+    /// Candidates take turns; `done` calls were measured, `best` is this
+    /// rank's best time per candidate (µs).
+    Explore {
+        done: usize,
+        best: Vec<u32>,
+        lost: Option<u32>,
+    },
+    /// This rank's measurements went to the vote; the class waits for it.
+    Voting,
+    Decided(Decision),
+}
+
+struct Class {
+    calls: u64,
+    phase: Phase,
+    /// The call at which the class is measured again, and the interval.
+    retune_at: u64,
+    interval: u64,
+    /// The last decision, kept while the class is measured again.
+    last: Option<Decision>,
+}
+
+/// A communicator's measured choice, the same on every rank.
+pub struct Tuner {
+    /// Calls per candidate.
+    samples: usize,
+    rank: usize,
+    /// `coll_ipmc_inject_timing`: made-up times for tests.
+    inject: bool,
+    classes: Vec<Class>,
+}
+
+/// The algorithms measured against each other in class `k`; Open MPI's
+/// own broadcast first.
+pub fn candidates(k: usize) -> &'static [Algorithm] {
+    use Algorithm::{Chain, Multicast, Previous};
+    let max = class_max(k);
+    if max > AUTO_LARGE {
+        // Multicast keeps a copy of the message per rank while it runs.
+        &[Previous, Chain]
+    } else if max > CHAIN_FROM {
+        &[Previous, Multicast, Chain]
+    } else {
+        &[Previous, Multicast]
+    }
+}
+
+impl Tuner {
+    pub fn new(samples: usize, rank: usize, inject: bool) -> Self {
+        let classes = (0..CLASSES)
+            .map(|k| Class {
+                calls: 0,
+                phase: Phase::Explore {
+                    done: 0,
+                    best: vec![u32::MAX; candidates(k).len()],
+                    lost: None,
+                },
+                retune_at: 0,
+                interval: RETUNE_AFTER,
+                last: None,
+            })
+            .collect();
+        Tuner {
+            samples: samples.max(1),
+            rank,
+            inject,
+            classes,
+        }
+    }
+
+    /// For a blocking broadcast of `bytes` bytes (counted here): the
+    /// algorithm, and what to measure if the class is being measured;
+    /// `None` while the class waits for its vote (the caller finishes the
+    /// vote first, so this means the vote was lost to an error).
+    pub fn plan(&mut self, bytes: usize) -> Option<(Algorithm, Option<Sample>)> {
+        let k = class_of(bytes);
+        let samples = self.samples;
+        let c = &mut self.classes[k];
+        c.calls += 1;
+        if matches!(c.phase, Phase::Decided(_)) && c.calls > c.retune_at {
+            let Phase::Decided(d) = std::mem::replace(
+                &mut c.phase,
+                Phase::Explore {
+                    done: 0,
+                    best: vec![u32::MAX; candidates(k).len()],
+                    lost: None,
+                },
+            ) else {
+                unreachable!("matched above");
+            };
+            c.last = Some(d);
+        }
+        match &c.phase {
+            Phase::Explore { done, .. } => {
+                let cands = candidates(k);
+                let candidate = (done / samples) % cands.len();
+                Some((
+                    cands[candidate],
+                    Some(Sample {
+                        class: k,
+                        candidate,
+                    }),
+                ))
+            }
+            Phase::Voting => None,
+            Phase::Decided(d) => Some((d.alg, None)),
+        }
+    }
+
+    /// The agreed algorithm for a call that is not measured (a nonblocking
+    /// broadcast): `None` while the class has no decision.
+    pub fn current(&self, bytes: usize) -> Option<Algorithm> {
+        let c = &self.classes[class_of(bytes)];
+        match &c.phase {
+            Phase::Decided(d) => Some(d.alg),
+            _ => c.last.as_ref().map(|d| d.alg),
+        }
+    }
+
+    /// Whether the class of `bytes` waits for its vote.
+    pub fn voting(&self, bytes: usize) -> bool {
+        matches!(self.classes[class_of(bytes)].phase, Phase::Voting)
+    }
+
+    /// Records a measured call that took `elapsed` on this rank and, if it
+    /// multicast to this rank, got `lost_permille` of its message by the
+    /// chain instead. When the class's measurements are complete: the class
+    /// and this rank's vector for the vote (each candidate's best time in
+    /// µs, then its smallest loss: one datagram overtaken by the chain in a
+    /// small message is not a network that drops multicast).
+    pub fn record(
+        &mut self,
+        s: Sample,
+        elapsed: Duration,
+        lost_permille: Option<u32>,
+    ) -> Option<(usize, Vec<u32>)> {
+        let n = candidates(s.class).len();
+        let us = if self.inject {
+            self.made_up(candidates(s.class)[s.candidate], s.candidate, n)
+        } else {
+            u32::try_from(elapsed.as_micros()).unwrap_or(u32::MAX)
+        };
+        let total = self.samples * n;
+        let c = &mut self.classes[s.class];
+        let Phase::Explore { done, best, lost } = &mut c.phase else {
+            return None;
+        };
+        best[s.candidate] = best[s.candidate].min(us);
+        if let Some(l) = lost_permille {
+            *lost = Some(lost.map_or(l, |m| m.min(l)));
+        }
+        *done += 1;
+        if *done < total {
+            return None;
+        }
+        let mut vector = std::mem::take(best);
+        vector.push(lost.unwrap_or(0));
+        c.phase = Phase::Voting;
+        Some((s.class, vector))
+    }
+
+    /// Times that differ from rank to rank, so that each rank alone would
+    /// choose another candidate, while the slowest rank's times make
+    /// multicast the agreed choice.
+    fn made_up(&self, alg: Algorithm, candidate: usize, n: usize) -> u32 {
+        let own = 1000 * (1 + ((self.rank + candidate) % n) as u32);
+        own + if alg == Algorithm::Multicast { 0 } else { 500 }
+    }
+
+    /// Takes the vote's result for class `k` (the same vector on every
+    /// rank) and returns the decision.
+    pub fn settle(&mut self, k: usize, result: &[u32]) -> &Decision {
+        let cands = candidates(k);
+        let times: Vec<u32> = (0..cands.len())
+            .map(|i| result.get(i).copied().unwrap_or(u32::MAX))
+            .collect();
+        let lost_permille = result.get(cands.len()).copied().unwrap_or(0);
+        let usable =
+            |i: &usize| cands[*i] != Algorithm::Multicast || lost_permille < GIVE_UP_LOSS_PERMILLE;
+        let fastest = (0..cands.len())
+            .filter(usable)
+            .min_by_key(|&i| times[i])
+            .expect("Open MPI's broadcast is always usable");
+        let previous = u64::from(times[0]) * 1000;
+        let margin = u64::from(times[fastest]) * (1000 + PREFER_PREVIOUS_PERMILLE);
+        let alg = if previous <= margin {
+            Algorithm::Previous
+        } else {
+            cands[fastest]
+        };
+        let c = &mut self.classes[k];
+        c.retune_at = c.calls + c.interval;
+        c.interval *= 2;
+        c.last = None;
+        c.phase = Phase::Decided(Decision {
+            alg,
+            times_us: cands.iter().copied().zip(times).collect(),
+            lost_permille,
+        });
+        let Phase::Decided(d) = &c.phase else {
+            unreachable!("set above")
+        };
+        d
+    }
+
+    /// The classes decided so far, smallest first, for the decision table.
+    pub fn decisions(&self) -> impl Iterator<Item = (usize, &Decision)> {
+        self.classes
+            .iter()
+            .enumerate()
+            .filter_map(|(k, c)| match &c.phase {
+                Phase::Decided(d) => Some((k, d)),
+                _ => c.last.as_ref().map(|d| (k, d)),
+            })
+    }
+}
+
+/// The decision table of a communicator, for `coll_ipmc_verbose`.
+pub fn table(tuner: &Tuner) -> String {
+    let mut out = String::new();
+    for (k, d) in tuner.decisions() {
+        let low = if k == 0 { 1 } else { class_max(k - 1) + 1 };
+        let times: Vec<String> = d
+            .times_us
+            .iter()
+            .map(|(a, t)| format!("{} {t} us", a.name()))
+            .collect();
+        out.push_str(&format!(
+            "\n  {low}-{} bytes: {} (measured: {}; multicast loss {}.{}%)",
+            class_max(k),
+            d.alg.name(),
+            times.join(", "),
+            d.lost_permille / 10,
+            d.lost_permille % 10
+        ));
+    }
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn us(n: u64) -> Duration {
+        Duration::from_micros(n)
+    }
+
+    #[test]
+    fn classes_are_powers_of_two() {
+        assert_eq!(class_of(1), 0);
+        assert_eq!(class_of(2), 1);
+        assert_eq!(class_of(3), 2);
+        assert_eq!(class_of(4), 2);
+        assert_eq!(class_of(4097), 13);
+        assert_eq!(class_max(13), 8192);
+        assert_eq!(class_of(usize::MAX), 64);
+        assert_eq!(class_max(64), usize::MAX);
+        assert_eq!(candidates(class_of(1 << 20)).len(), 2);
+        assert_eq!(candidates(class_of((1 << 20) + 1)).len(), 3);
+        assert!(!candidates(class_of(AUTO_LARGE + 1)).contains(&Algorithm::Multicast));
+    }
+
+    /// Runs the measured calls of one class on one rank with `time(alg)`.
+    fn measure(t: &mut Tuner, bytes: usize, time: impl Fn(Algorithm) -> u64) -> Vec<u32> {
+        loop {
+            let (alg, sample) = t.plan(bytes).expect("not voting");
+            let sample = sample.expect("measuring");
+            if let Some((k, v)) = t.record(sample, us(time(alg)), None) {
+                assert_eq!(k, class_of(bytes));
+                return v;
+            }
+        }
+    }
+
+    #[test]
+    fn candidates_take_turns_and_the_fastest_wins() {
+        let mut t = Tuner::new(2, 0, false);
+        let mut seen = Vec::new();
+        for _ in 0..4 {
+            let (alg, s) = t.plan(65536).unwrap();
+            seen.push(alg);
+            let took = if alg == Algorithm::Multicast { 50 } else { 100 };
+            let v = t.record(s.unwrap(), us(took), Some(0));
+            assert_eq!(v.is_some(), seen.len() == 4);
+        }
+        assert_eq!(
+            seen,
+            [
+                Algorithm::Previous,
+                Algorithm::Previous,
+                Algorithm::Multicast,
+                Algorithm::Multicast
+            ]
+        );
+        assert!(t.voting(65536));
+        assert_eq!(t.plan(65536), None);
+        let d = t.settle(class_of(65536), &[100, 50, 0]);
+        assert_eq!(d.alg, Algorithm::Multicast);
+        assert_eq!(t.plan(65536), Some((Algorithm::Multicast, None)));
+        assert_eq!(t.current(65536), Some(Algorithm::Multicast));
+        // Other classes are measured on their own.
+        assert_eq!(t.current(1000), None);
+        assert!(t.plan(1000).unwrap().1.is_some());
+    }
+
+    #[test]
+    fn open_mpi_keeps_near_ties() {
+        let mut t = Tuner::new(1, 0, false);
+        measure(&mut t, 4096, |_| 1);
+        assert_eq!(
+            t.settle(class_of(4096), &[1020, 1000, 0]).alg,
+            Algorithm::Previous
+        );
+        let mut t = Tuner::new(1, 0, false);
+        measure(&mut t, 4096, |_| 1);
+        assert_eq!(
+            t.settle(class_of(4096), &[1040, 1000, 0]).alg,
+            Algorithm::Multicast
+        );
+    }
+
+    #[test]
+    fn the_vote_decides_not_the_rank() {
+        // Every rank alone prefers another candidate; the vote's vector
+        // (the maximum over ranks) gives one decision to all.
+        let n = candidates(class_of(4 << 20)).len();
+        let vectors: Vec<Vec<u32>> = (0..5)
+            .map(|rank| measure(&mut Tuner::new(1, rank, true), 4 << 20, |_| 0))
+            .collect();
+        let own: Vec<usize> = vectors
+            .iter()
+            .map(|v| (0..n).min_by_key(|&i| v[i]).unwrap())
+            .collect();
+        assert!(own.iter().any(|&c| c != own[0]), "{own:?}");
+        let result: Vec<u32> = (0..=n)
+            .map(|i| vectors.iter().map(|v| v[i]).max().unwrap())
+            .collect();
+        for rank in 0..5 {
+            let mut t = Tuner::new(1, rank, true);
+            measure(&mut t, 4 << 20, |_| 0);
+            assert_eq!(
+                t.settle(class_of(4 << 20), &result).alg,
+                Algorithm::Multicast
+            );
+        }
+    }
+
+    #[test]
+    fn a_rank_reports_its_smallest_loss() {
+        let mut t = Tuner::new(2, 0, false);
+        let mut vector = None;
+        for lost in [Some(1000), None, Some(200), Some(900)] {
+            let (_, s) = t.plan(4096).unwrap();
+            vector = t.record(s.unwrap(), us(5), lost);
+        }
+        assert_eq!(vector.unwrap().1.last(), Some(&200));
+    }
+
+    #[test]
+    fn multicast_that_loses_most_data_is_given_up() {
+        let mut t = Tuner::new(1, 0, false);
+        measure(&mut t, 4096, |_| 1);
+        let d = t.settle(class_of(4096), &[1000, 10, GIVE_UP_LOSS_PERMILLE]);
+        assert_eq!(d.alg, Algorithm::Previous);
+    }
+
+    #[test]
+    fn a_class_is_measured_again_later() {
+        let mut t = Tuner::new(1, 0, false);
+        measure(
+            &mut t,
+            100,
+            |a| if a == Algorithm::Previous { 10 } else { 90 },
+        );
+        t.settle(class_of(100), &[10, 90, 0]);
+        for _ in 0..RETUNE_AFTER {
+            assert_eq!(t.plan(100), Some((Algorithm::Previous, None)));
+        }
+        // Measuring again; meanwhile the last decision serves nonblocking calls.
+        assert!(t.plan(100).unwrap().1.is_some());
+        assert_eq!(t.current(100), Some(Algorithm::Previous));
+        assert_eq!(t.decisions().count(), 1);
+    }
+}
