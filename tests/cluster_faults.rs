@@ -132,12 +132,12 @@ fn with_every_datagram_lost_the_chain_delivers_everything() {
         assert_eq!(num(s, "recv") + num(s, "mcast_bytes"), 0, "{s:?}");
     }
     // The automatic choice measured multicast (2 calls per size class) and
-    // gave it up: Open MPI's broadcast served the rest, and the user was
-    // told once for the job.
+    // gave it up from 8 datagrams on (smaller classes go by their times):
+    // Open MPI's broadcast served most calls, and the user was told once
+    // for the job.
     for s in &job.world {
         let (multicast, previous) = (tally(s, "multicast").0, tally(s, "previous").0);
-        assert!(multicast <= 2 * 21, "{s:?}");
-        assert!(previous > multicast, "{s:?}");
+        assert!(multicast * 4 < multicast + previous, "{s:?}");
     }
     let told = job
         .run
