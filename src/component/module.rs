@@ -306,7 +306,9 @@ impl Module {
             if let Multicast::Ready(background) = &mut self.multicast {
                 background.finish().map_err(|e| e.0)?;
             }
-            self.settle_votes(call.comm());
+            if self.tuner.awaits_votes() {
+                self.settle_votes(call.comm());
+            }
         }
         let (alg, sample) = self.plan(bytes);
         debug!(
@@ -317,24 +319,20 @@ impl Module {
             alg.name()
         );
         self.moved = true;
-        let start = Instant::now();
-        let by = (
-            self.stats.datagrams.bytes_multicast,
-            self.stats.datagrams.bytes_chain,
-        );
+        // Clock and counters only for a measured call.
+        let measuring = sample.map(|sample| (sample, Instant::now(), self.bytes_by()));
         match alg {
             Algorithm::Previous => call.previous()?,
             Algorithm::Multicast => self.run_multicast(call, bytes)?,
             _ => self.run(alg, call, bytes)?,
         }
         self.stats.record(alg, bytes);
-        if let Some(sample) = sample {
+        if let Some((sample, start, (multicast, chain))) = measuring {
             // The share of the message that this rank got by the chain
             // instead of multicast: none to get at the root, and too
             // coarse a sign for messages of a few datagrams, one of which
             // an unscheduled receiver may read after the chain brought it.
-            let d = &self.stats.datagrams;
-            let (multicast, chain) = (d.bytes_multicast - by.0, d.bytes_chain - by.1);
+            let (multicast, chain) = (self.bytes_by().0 - multicast, self.bytes_by().1 - chain);
             let lost = (bytes >= LOSS_FROM_DATAGRAMS * self.cfg.fragment_size)
                 .then(|| (chain * 1000).checked_div(multicast + chain))
                 .flatten()
@@ -342,6 +340,12 @@ impl Module {
             self.measured(call.comm(), sample, start.elapsed(), lost);
         }
         Ok(())
+    }
+
+    /// Message bytes this rank got by multicast and by the chain so far.
+    fn bytes_by(&self) -> (u64, u64) {
+        let d = &self.stats.datagrams;
+        (d.bytes_multicast, d.bytes_chain)
     }
 
     /// The algorithm for a blocking broadcast of `bytes` bytes, and what to
@@ -442,7 +446,9 @@ impl Module {
                     background.finish().map_err(|e| e.0)?;
                 }
             }
-            self.settle_votes(call.comm());
+            if self.tuner.awaits_votes() {
+                self.settle_votes(call.comm());
+            }
         }
         let agreed = if self.tunes() {
             self.tuner.current(bytes)

@@ -94,6 +94,8 @@ pub struct Tuner {
     /// `coll_ipmc_inject_timing`: made-up times for tests.
     inject: bool,
     classes: Vec<Class>,
+    /// Classes whose vote has not been settled.
+    voting: usize,
 }
 
 /// The algorithms measured against each other in class `k`; Open MPI's
@@ -131,6 +133,7 @@ impl Tuner {
             rank,
             inject,
             classes,
+            voting: 0,
         }
     }
 
@@ -183,6 +186,12 @@ impl Tuner {
         }
     }
 
+    /// Whether some class waits for its vote: only then are there votes to
+    /// take from the background (which costs a lock).
+    pub fn awaits_votes(&self) -> bool {
+        self.voting > 0
+    }
+
     /// Whether the class of `bytes` waits for its vote.
     pub fn voting(&self, bytes: usize) -> bool {
         matches!(self.classes[class_of(bytes)].phase, Phase::Voting)
@@ -222,6 +231,7 @@ impl Tuner {
         let mut vector = std::mem::take(best);
         vector.push(lost.unwrap_or(0));
         c.phase = Phase::Voting;
+        self.voting += 1;
         Some((s.class, vector))
     }
 
@@ -255,6 +265,9 @@ impl Tuner {
             cands[fastest]
         };
         let c = &mut self.classes[k];
+        if matches!(c.phase, Phase::Voting) {
+            self.voting -= 1;
+        }
         c.retune_at = c.calls + c.interval;
         c.interval *= 2;
         c.last = None;
@@ -358,10 +371,11 @@ mod tests {
                 Algorithm::Multicast
             ]
         );
-        assert!(t.voting(65536));
+        assert!(t.voting(65536) && t.awaits_votes());
         assert_eq!(t.plan(65536), None);
         let d = t.settle(class_of(65536), &[100, 50, 0]);
         assert_eq!(d.alg, Algorithm::Multicast);
+        assert!(!t.awaits_votes());
         assert_eq!(t.plan(65536), Some((Algorithm::Multicast, None)));
         assert_eq!(t.current(65536), Some(Algorithm::Multicast));
         // Other classes are measured on their own.

@@ -457,40 +457,33 @@ impl Background {
 
     /// Leaves a nonblocking broadcast to the background, after the work
     /// before it; it moves on at once as far as it can.
-    pub fn ibcast(&mut self, mut ib: Ibcast) {
-        let mut ended = Vec::new();
-        let mut slot = self.slot();
-        if let Some(e) = slot.broken {
-            // Until a blocking broadcast reports the failure, nothing more
-            // multicasts here.
-            if let Some(request) = ib.request.take() {
-                request.complete(Err(e.0));
-            }
-            return;
-        }
-        slot.push(Job::Ibcast(Box::new(ib)));
-        if let Err(e) = slot.turn(Wait::Look, &mut ended) {
-            slot.broken = Some(e);
-        }
-        drop(slot);
-        release(ended);
+    pub fn ibcast(&mut self, ib: Ibcast) {
+        self.start(Job::Ibcast(Box::new(ib)));
     }
 
     /// Leaves this rank's part in a vote on size class `class` (its vector
     /// `mine`) to the background, after the work before it.
     pub fn vote(&mut self, comm: Comm, class: usize, mine: Vec<u32>) {
-        let mut ended = Vec::new();
-        let mut slot = self.slot();
-        if slot.broken.is_some() {
-            return;
-        }
-        slot.push(Job::Vote(Box::new(VoteJob {
+        self.start(Job::Vote(Box::new(VoteJob {
             msgs: Messages::new(comm),
             class,
             mine,
             vote: None,
             result: None,
         })));
+    }
+
+    /// Queues `job` after the work before it and moves the work on at once
+    /// as far as it can. After a failure in the background nothing more
+    /// runs here until a blocking broadcast reports it: the job fails.
+    fn start(&mut self, job: Job) {
+        let mut ended = Vec::new();
+        let mut slot = self.slot();
+        if let Some(e) = slot.broken {
+            job.fail(e);
+            return;
+        }
+        slot.push(job);
         if let Err(e) = slot.turn(Wait::Look, &mut ended) {
             slot.broken = Some(e);
         }

@@ -54,3 +54,21 @@ pub trait MessageIo {
         }
     }
 }
+
+/// Tests the messages `waiting` in the order they were posted, each only
+/// once those before it completed, appending the buffers of those that
+/// completed to `got`; whether all have.
+pub fn complete_in_order<M: MessageIo>(
+    msgs: &mut M,
+    waiting: &[M::Id],
+    got: &mut Vec<Vec<u8>>,
+    wait: Wait,
+) -> P2pResult<bool> {
+    while got.len() < waiting.len() {
+        match msgs.test(waiting[got.len()], wait)? {
+            Some(buf) => got.push(buf),
+            None => return Ok(false),
+        }
+    }
+    Ok(true)
+}

@@ -13,7 +13,7 @@ use std::net::{IpAddr, Ipv6Addr, SocketAddr};
 
 use crate::algorithms::transport::P2pResult;
 use crate::component::config::Config;
-use crate::driver::io::{MessageIo, Wait};
+use crate::driver::io::{complete_in_order, MessageIo, Wait};
 use crate::group::groups::{self, GroupRanges, PortRange};
 use crate::net::mcast_socket::OpenError;
 use crate::protocol::datagram::{Auth, Key, KEY_LEN};
@@ -480,11 +480,8 @@ impl<S, M: MessageIo> Agreement<S, M> {
         open: &mut impl FnMut(&Announce) -> Result<S, OpenError>,
     ) -> P2pResult<Option<Agreed<S>>> {
         loop {
-            while self.got.len() < self.waiting.len() {
-                match msgs.test(self.waiting[self.got.len()], wait)? {
-                    Some(buf) => self.got.push(buf),
-                    None => return Ok(None),
-                }
+            if !complete_in_order(msgs, &self.waiting, &mut self.got, wait)? {
+                return Ok(None);
             }
             self.waiting.clear();
             let got = std::mem::take(&mut self.got);

@@ -7,7 +7,7 @@
 //! ([`Vote::poll`] never waits), so that it runs in the background.
 
 use crate::algorithms::transport::P2pResult;
-use crate::driver::io::{MessageIo, Wait};
+use crate::driver::io::{complete_in_order, MessageIo, Wait};
 use crate::group::setup;
 
 /// Where one rank's vote stands.
@@ -54,11 +54,8 @@ impl<M: MessageIo> Vote<M> {
     /// Moves the vote on; `Some(result)` once it is over on this rank.
     pub fn poll(&mut self, msgs: &mut M, wait: Wait) -> P2pResult<Option<Vec<u32>>> {
         loop {
-            while self.got.len() < self.waiting.len() {
-                match msgs.test(self.waiting[self.got.len()], wait)? {
-                    Some(buf) => self.got.push(buf),
-                    None => return Ok(None),
-                }
+            if !complete_in_order(msgs, &self.waiting, &mut self.got, wait)? {
+                return Ok(None);
             }
             self.waiting.clear();
             let got = std::mem::take(&mut self.got);

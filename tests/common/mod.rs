@@ -481,15 +481,8 @@ pub fn assert_multicast_accounts_for_every_byte(
     stats: &[HashMap<String, String>],
     checks: &[HashMap<String, String>],
 ) {
-    let mut comms: Vec<&str> = stats.iter().map(|s| s["comm"].as_str()).collect();
-    comms.sort_unstable();
-    comms.dedup();
-    for comm in comms {
-        let lines: Vec<_> = stats.iter().filter(|s| s["comm"] == comm).collect();
+    for (comm, lines) in reported_by_every_rank(stats, checks) {
         let size = num(lines[0], "size");
-        if lines.len() as u64 != size || !checks.iter().any(|c| c["comm"] == comm) {
-            continue; // not every rank reported this communicator (a helper comm)
-        }
         // Every rank counts each broadcast; the root's copy is not delivered.
         let moved = tally(lines[0], "multicast").1;
         let delivered: u64 = lines
@@ -508,6 +501,33 @@ pub fn assert_multicast_accounts_for_every_byte(
     }
 }
 
+/// The statistics lines of each communicator of the program's that every
+/// one of its ranks reported (not helper communicators, and not names that
+/// several communicators share), by name.
+fn reported_by_every_rank<'a>(
+    stats: &'a [HashMap<String, String>],
+    checks: &[HashMap<String, String>],
+) -> Vec<(&'a str, Vec<&'a HashMap<String, String>>)> {
+    let mut comms: Vec<&str> = stats.iter().map(|s| s["comm"].as_str()).collect();
+    comms.sort_unstable();
+    comms.dedup();
+    comms
+        .into_iter()
+        .map(|comm| {
+            (
+                comm,
+                stats
+                    .iter()
+                    .filter(|s| s["comm"] == comm)
+                    .collect::<Vec<_>>(),
+            )
+        })
+        .filter(|(comm, lines)| {
+            lines.len() as u64 == num(lines[0], "size") && checks.iter().any(|c| c["comm"] == *comm)
+        })
+        .collect()
+}
+
 /// Asserts that every rank of each communicator that every rank reported
 /// took the same algorithm for the same calls: the automatic choice's
 /// decisions agree.
@@ -515,15 +535,7 @@ pub fn assert_ranks_decide_alike(
     stats: &[HashMap<String, String>],
     checks: &[HashMap<String, String>],
 ) {
-    let mut comms: Vec<&str> = stats.iter().map(|s| s["comm"].as_str()).collect();
-    comms.sort_unstable();
-    comms.dedup();
-    for comm in comms {
-        let lines: Vec<_> = stats.iter().filter(|s| s["comm"] == comm).collect();
-        if lines.len() as u64 != num(lines[0], "size") || !checks.iter().any(|c| c["comm"] == comm)
-        {
-            continue;
-        }
+    for (comm, lines) in reported_by_every_rank(stats, checks) {
         for alg in ["linear", "chain", "multicast", "previous"] {
             let first = tally(lines[0], alg);
             for s in &lines {
