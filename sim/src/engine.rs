@@ -2,7 +2,7 @@
 
 use std::cell::RefCell;
 use std::cmp::Reverse;
-use std::collections::{BinaryHeap, HashSet, VecDeque};
+use std::collections::{BinaryHeap, HashMap, HashSet, VecDeque};
 use std::rc::Rc;
 
 use rand_chacha::rand_core::{RngCore, SeedableRng};
@@ -38,16 +38,29 @@ enum Body {
     },
     Request(NetMsg),
     Clear(NetMsg),
+    /// A TCP acknowledgement of `bytes` of the connection to its sender.
+    Ack {
+        bytes: usize,
+    },
 }
 
 struct Packet {
-    /// When it was queued, engine-wide: datagrams keep their place.
-    order: u64,
     src: usize,
     /// `None`: every other host (multicast).
     dst: Option<usize>,
     wire: usize,
     body: Body,
+}
+
+impl Packet {
+    /// Whether it is data of a point-to-point connection, held to the
+    /// connection's window and share of the link queue.
+    fn is_stream(&self) -> bool {
+        matches!(
+            self.body,
+            Body::Segment { .. } | Body::Request(_) | Body::Clear(_)
+        )
+    }
 }
 
 enum Event {
@@ -90,15 +103,23 @@ struct Message {
     data: Vec<u8>,
 }
 
-/// One direction of a link, shaped as a token bucket (`tbf`) when the
-/// network has one. On a host's link, point-to-point messages to different
-/// peers share the link in turn (the point-to-point layer interleaves its
-/// connections), while a datagram leaves before anything queued after it
-/// (the kernel's queue is one FIFO). A switch port is one FIFO.
+/// One direction of a link: one FIFO queue in front of the wire, shaped as
+/// a token bucket (`tbf`) when the network has one. On a host's link each
+/// point-to-point connection (a TCP socket) may have at most
+/// `Network::tcp_queue` bytes in that queue at once, as Linux's TCP small
+/// queues allow, and at most `Network::tcp_window` bytes sent and not yet
+/// acknowledged; the rest waits in the connection. So a small message goes
+/// behind at most that much of another connection's data, long messages to
+/// different peers share the link in turns, and a connection whose
+/// acknowledgements queue behind the receiver's own data slows down.
+/// Datagrams and acknowledgements go straight into the queue.
 struct Link {
-    flows: Vec<(Option<usize>, VecDeque<Rc<Packet>>)>,
-    next_flow: usize,
+    fifo: VecDeque<Rc<Packet>>,
+    /// Per destination: the connection's packets not yet in the queue, and
+    /// its bytes in it.
+    conns: HashMap<usize, Conn>,
     on_wire: Option<Rc<Packet>>,
+    /// Bytes in the queue and on the wire.
     bytes: usize,
     tokens: f64,
     tokens_at: Ns,
@@ -106,11 +127,39 @@ struct Link {
     dropped: HashSet<u64>,
 }
 
+#[derive(Default)]
+struct Conn {
+    waiting: VecDeque<Rc<Packet>>,
+    queued: usize,
+    in_flight: usize,
+}
+
+/// How much of a connection's data a host's link lets go at once.
+#[derive(Clone, Copy)]
+struct Limits {
+    queue: usize,
+    window: usize,
+}
+
+impl Limits {
+    const NONE: Limits = Limits {
+        queue: usize::MAX,
+        window: usize::MAX,
+    };
+
+    fn of(net: &Network) -> Self {
+        Limits {
+            queue: net.tcp_queue,
+            window: net.tcp_window,
+        }
+    }
+}
+
 impl Link {
     fn new(net: &Network) -> Self {
         Link {
-            flows: Vec::new(),
-            next_flow: 0,
+            fifo: VecDeque::new(),
+            conns: HashMap::new(),
             on_wire: None,
             bytes: 0,
             tokens: net.bucket as f64,
@@ -119,38 +168,53 @@ impl Link {
         }
     }
 
-    fn push(&mut self, flow: Option<usize>, p: Rc<Packet>) {
-        self.bytes += p.wire;
-        match self.flows.iter_mut().find(|(f, _)| *f == flow) {
-            Some((_, q)) => q.push_back(p),
-            None => self.flows.push((flow, VecDeque::from([p]))),
+    /// Queues a packet: a connection's data within the connection's
+    /// limits, anything else straight into the queue.
+    fn push(&mut self, p: Rc<Packet>, limits: Limits) {
+        match p.dst.filter(|_| p.is_stream()) {
+            Some(dst) => {
+                self.conns.entry(dst).or_default().waiting.push_back(p);
+                self.admit(dst, limits);
+            }
+            None => {
+                self.bytes += p.wire;
+                self.fifo.push_back(p);
+            }
+        }
+    }
+
+    /// Moves connection `dst`'s waiting packets into the queue while its
+    /// limits allow; a connection with nothing queued and nothing in
+    /// flight always gets one in.
+    fn admit(&mut self, dst: usize, limits: Limits) {
+        let Some(c) = self.conns.get_mut(&dst) else {
+            return;
+        };
+        while let Some(p) = c.waiting.front() {
+            if (c.queued > 0 && c.queued + p.wire > limits.queue)
+                || (c.in_flight > 0 && c.in_flight + p.wire > limits.window)
+            {
+                break;
+            }
+            let p = c.waiting.pop_front().expect("checked");
+            c.queued += p.wire;
+            c.in_flight += p.wire;
+            self.bytes += p.wire;
+            self.fifo.push_back(p);
+        }
+    }
+
+    /// The receiver acknowledged `bytes` of connection `dst`.
+    fn acked(&mut self, dst: usize, bytes: usize, limits: Limits) {
+        if let Some(c) = self.conns.get_mut(&dst) {
+            c.in_flight -= bytes;
+            self.admit(dst, limits);
         }
     }
 
     /// Puts the next packet on the wire, if any: when it has left.
     fn start(&mut self, at: Ns, net: &Network) -> Option<Ns> {
-        if self.flows.is_empty() {
-            return None;
-        }
-        let n = self.flows.len();
-        let turn = (0..n)
-            .map(|k| (self.next_flow + k) % n)
-            .find(|&k| self.flows[k].0.is_some());
-        let datagrams = self.flows.iter().position(|(f, _)| f.is_none());
-        let head = |k: usize| self.flows[k].1.front().expect("flows hold packets").order;
-        let i = match (turn, datagrams) {
-            (Some(t), Some(d)) if head(d) < head(t) => d,
-            (Some(t), _) => t,
-            (None, Some(d)) => d,
-            (None, None) => unreachable!("flows is not empty"),
-        };
-        let p = self.flows[i].1.pop_front().expect("flows hold packets");
-        if self.flows[i].1.is_empty() {
-            self.flows.remove(i);
-            self.next_flow = i;
-        } else if self.flows[i].0.is_some() {
-            self.next_flow = i + 1;
-        }
+        let p = self.fifo.pop_front()?;
         let wire = p.wire;
         self.on_wire = Some(p);
         Some(at + self.transmit(at, wire, net))
@@ -176,9 +240,16 @@ impl Link {
         wait
     }
 
-    fn finish(&mut self) -> Rc<Packet> {
+    /// The packet on the wire has left; its connection may queue more.
+    fn finish(&mut self, limits: Limits) -> Rc<Packet> {
         let p = self.on_wire.take().expect("a packet on the wire");
         self.bytes -= p.wire;
+        if let Some(dst) = p.dst.filter(|_| p.is_stream()) {
+            if let Some(c) = self.conns.get_mut(&dst) {
+                c.queued -= p.wire;
+            }
+            self.admit(dst, limits);
+        }
         p
     }
 }
@@ -193,6 +264,9 @@ struct Host {
     lossy: bool,
     returned_at: Option<Ns>,
     done: bool,
+    /// Per sending host: segments and bytes of its connection received and
+    /// not yet acknowledged.
+    unacked: HashMap<usize, (u32, usize)>,
 }
 
 /// Counts of what the network did, for the conservation checks.
@@ -249,6 +323,13 @@ pub struct Engine {
     counters: Counters,
     /// The datagrams' protection, to forge valid foreign ones.
     protection: Option<Protection>,
+    /// Pairs of hosts with a rendezvous transfer on its way, and the ones
+    /// that wait for it.
+    rendezvous: HashMap<(usize, usize), VecDeque<(usize, NetMsg)>>,
+}
+
+fn pair_of(a: usize, b: usize) -> (usize, usize) {
+    (a.min(b), a.max(b))
 }
 
 impl Engine {
@@ -273,6 +354,7 @@ impl Engine {
             leave_loss,
             counters: Counters::default(),
             protection: None,
+            rendezvous: HashMap::new(),
         }
     }
 
@@ -305,6 +387,7 @@ impl Engine {
             lossy: false,
             returned_at: None,
             done: false,
+            unacked: HashMap::new(),
         });
         self.ports.push(Link::new(&self.net));
     }
@@ -454,6 +537,40 @@ impl Engine {
         }
     }
 
+    /// Host `h` may send rendezvous message `msg`'s data. Between two
+    /// processes whose connection has carried data before, one such
+    /// transfer moves at a time (measured: a 512 KiB exchange takes twice a
+    /// one-way transfer, while eager messages cross in both directions at
+    /// once; TCP's grown window in one direction fills the queue that the
+    /// other direction's acknowledgements wait in), so it waits for the one
+    /// between the same pair that is on its way.
+    fn start_rendezvous(&mut self, h: usize, at: Ns, msg: NetMsg) {
+        let pair = pair_of(h, self.message(msg).dst);
+        match self.rendezvous.get_mut(&pair) {
+            Some(waiting) => waiting.push_back((h, msg)),
+            None => {
+                self.rendezvous.insert(pair, VecDeque::new());
+                self.send_segments(h, at, msg);
+            }
+        }
+    }
+
+    /// A rendezvous transfer between `a` and `b` arrived: the next one
+    /// between them may go.
+    fn end_rendezvous(&mut self, a: usize, b: usize) {
+        let pair = pair_of(a, b);
+        let next = self.rendezvous.get_mut(&pair).and_then(VecDeque::pop_front);
+        match next {
+            Some((h, msg)) => {
+                let at = self.now.max(self.hosts[h].busy_until);
+                self.send_segments(h, at, msg);
+            }
+            None => {
+                self.rendezvous.remove(&pair);
+            }
+        }
+    }
+
     fn message(&self, msg: NetMsg) -> &Message {
         self.messages[msg as usize]
             .as_ref()
@@ -492,16 +609,20 @@ impl Engine {
     /// Queues a packet on host `h`'s link, from time `at` (the end of the
     /// host's work that made it).
     fn send_packet(&mut self, h: usize, at: Ns, dst: Option<usize>, wire: usize, body: Body) {
-        self.seq += 1;
         let packet = Rc::new(Packet {
-            order: self.seq,
             src: h,
             dst,
             wire,
             body,
         });
+        self.hosts[h].uplink.push(packet, Limits::of(&self.net));
+        self.kick_uplink(h, at);
+    }
+
+    /// Starts host `h`'s link from `at` if it is idle and has something
+    /// to send.
+    fn kick_uplink(&mut self, h: usize, at: Ns) {
         let link = &mut self.hosts[h].uplink;
-        link.push(dst, packet);
         if link.on_wire.is_none() {
             let at = at.max(self.now);
             if let Some(done) = link.start(at, &self.net) {
@@ -510,9 +631,27 @@ impl Engine {
         }
     }
 
+    /// Host `h` received `p` of the connection from `p.src`: it
+    /// acknowledges every second segment and the end of each message, as
+    /// TCP's delayed acknowledgements do.
+    fn acknowledge(&mut self, h: usize, p: &Packet) {
+        let (segments, bytes) = {
+            let u = self.hosts[h].unacked.entry(p.src).or_default();
+            u.0 += 1;
+            u.1 += p.wire;
+            *u
+        };
+        let ends = !matches!(p.body, Body::Segment { last: false, .. });
+        if segments >= 2 || ends {
+            self.hosts[h].unacked.remove(&p.src);
+            let wire = network::segment_wire(0);
+            self.send_packet(h, self.now, Some(p.src), wire, Body::Ack { bytes });
+        }
+    }
+
     fn uplink_done(&mut self, h: usize) {
         let link = &mut self.hosts[h].uplink;
-        let p = link.finish();
+        let p = link.finish(Limits::of(&self.net));
         if let Some(done) = link.start(self.now, &self.net) {
             self.at(done, Event::UplinkDone(h));
         }
@@ -567,7 +706,7 @@ impl Engine {
                 return;
             }
         }
-        port.push(None, p);
+        port.push(p, Limits::NONE);
         if port.on_wire.is_none() {
             if let Some(done) = port.start(self.now, &self.net) {
                 self.at(done, Event::PortDone(d));
@@ -577,7 +716,7 @@ impl Engine {
 
     fn port_done(&mut self, d: usize) {
         let port = &mut self.ports[d];
-        let p = port.finish();
+        let p = port.finish(Limits::NONE);
         if let Some(done) = port.start(self.now, &self.net) {
             self.at(done, Event::PortDone(d));
         }
@@ -667,7 +806,16 @@ impl Engine {
     }
 
     fn at_host(&mut self, h: usize, p: Rc<Packet>) {
+        if p.is_stream() {
+            self.acknowledge(h, &p);
+        }
         match &p.body {
+            Body::Ack { bytes } => {
+                let limits = Limits::of(&self.net);
+                self.hosts[h].uplink.acked(p.src, *bytes, limits);
+                self.kick_uplink(h, self.now);
+                return;
+            }
             Body::Fragment { whole: None, .. } => return,
             Body::Fragment {
                 datagram,
@@ -704,6 +852,8 @@ impl Engine {
                     p2p.eager(m.src, m.len, m.data);
                 } else {
                     p2p.rendezvous_data(*msg, m.len, m.data);
+                    drop(p2p);
+                    self.end_rendezvous(m.src, h);
                 }
             }
             Body::Request(msg) => {
@@ -717,7 +867,7 @@ impl Engine {
             }
             Body::Clear(msg) => {
                 let at = self.now.max(self.hosts[h].busy_until);
-                self.send_segments(h, at, *msg);
+                self.start_rendezvous(h, at, *msg);
             }
         }
         self.wake(h);

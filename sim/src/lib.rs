@@ -8,9 +8,11 @@
 //! The network ([`network`]): full-duplex host links of one rate and
 //! latency to a store-and-forward switch with a finite output queue per port
 //! (tail drop), multicast replicated in the switch, loss per receiver
-//! (independent or in bursts), point-to-point messages cut into segments
-//! with eager or rendezvous matching, and a cost per message and per byte on
-//! every host. `docs/simulator.md` says what is modelled and what is not.
+//! (independent or in bursts), point-to-point messages cut into TCP
+//! segments with a window and acknowledgements, each connection holding a
+//! bounded share of its host's one link queue, eager or rendezvous matching,
+//! and a cost per message and per byte on every host. `docs/simulator.md`
+//! says what is modelled and what is not.
 
 pub mod engine;
 pub mod network;

@@ -10,26 +10,30 @@ use ipmc_sim::scenario::{Algorithm, Scenario};
 const USAGE: &str = "\
 usage: simulate --nodes N --size BYTES [--loss PCT] [--burst LEN] [--rate MBITS]
                 [--latency-us US] [--queue BYTES] [--bucket BYTES]
-                [--preset emulated|clic]
+                [--tcp-window BYTES] [--tcp-queue BYTES] [--message-us US]
+                [--byte-ps PS] [--preset emulated|clic]
                 [--peer NAME]... [--only NAME] [--seed S] [--root R]
-                [--fragment BYTES]
+                [--fragment BYTES] [--per-rank]
 
 Simulates one broadcast of BYTES (suffixes K, M: KiB, MiB) from rank R
 (default 0) to N nodes, one rank each, on one switch, every rank waiting when
 the root enters. ipmc runs its own driver; each --peer (binomial, pipeline,
 scatter-allgather, all, none; default all) runs a model of Open MPI tuned's
 broadcast on the same network. Loss is per receiver and datagram, in bursts
-of mean length LEN (default 1: independent). The last line reads
+of mean length LEN (default 1: independent). The options after --bucket set
+a point-to-point connection's window and share of its host's link queue and
+a host's cost per message and per byte. The last line reads
   nodes=N size=B loss=P completion_max_us=T wire_us=W
 T: when the slowest rank returned, from the root's entry; W: the message's
 bits at the link rate. --only NAME (ipmc or a peer) runs that algorithm
 alone and reports it on the last line; --only ipmc-first runs a
-communicator's first broadcast, the setup of its group through rank 0 first.
+communicator's first broadcast, the agreement on its group first.
+--per-rank also prints when each rank returned (returned_us=...).
 
-  simulate validate RESULTS.csv [--preset clic]
+  simulate validate RESULTS.csv [--preset clic] [network options]
 sets each point of a scripts/compare run the simulator has a model of
-against its simulation (tuned-6: binomial, tuned-3-seg64k: pipeline,
-tuned-9: scatter-allgather).";
+against its simulation (ipmc-mcast: ipmc, tuned-6: binomial,
+tuned-3-seg64k: pipeline, tuned-9: scatter-allgather).";
 
 struct Args {
     scenario: Scenario,
@@ -37,6 +41,8 @@ struct Args {
     only: Option<Algorithm>,
     peers: Vec<Algorithm>,
     loss_pct: f64,
+    /// Print each rank's return.
+    per_rank: bool,
 }
 
 fn bytes(s: &str) -> Result<usize, String> {
@@ -60,10 +66,15 @@ fn parse(argv: &[String]) -> Result<Args, String> {
     let mut peers: Option<Vec<Algorithm>> = None;
     let mut only = None;
     let (mut seed, mut root, mut fragment) = (1, 0, None);
+    let mut per_rank = false;
     let mut it = argv.iter();
     while let Some(flag) = it.next() {
         if flag == "--help" || flag == "-h" {
             return Err(String::new());
+        }
+        if flag == "--per-rank" {
+            per_rank = true;
+            continue;
         }
         let value = it
             .next()
@@ -83,9 +94,7 @@ fn parse(argv: &[String]) -> Result<Args, String> {
                     _ => return Err(format!("--preset: emulated or clic, not {value}")),
                 }
             }
-            "--loss" | "--burst" | "--rate" | "--latency-us" | "--queue" | "--bucket" => {
-                set.push((flag.clone(), value))
-            }
+            f if NET_FLAGS.contains(&f) => set.push((flag.clone(), value)),
             "--peer" => {
                 let list = peers.get_or_insert_with(Vec::new);
                 match value.as_str() {
@@ -111,24 +120,7 @@ fn parse(argv: &[String]) -> Result<Args, String> {
         }
     }
     // Presets first, then what was given on top of them.
-    let mut loss_pct = 0.0;
-    for (flag, value) in set {
-        let v: f64 = value
-            .parse()
-            .map_err(|_| format!("{flag}: not a number: {value}"))?;
-        match flag.as_str() {
-            "--loss" if (0.0..100.0).contains(&v) => {
-                loss_pct = v;
-                net.loss = v / 100.0;
-            }
-            "--burst" if v >= 1.0 => net.burst = v,
-            "--rate" if v > 0.0 => net.rate_bps = (v * 1e6) as u64,
-            "--latency-us" if v >= 0.0 => net.latency_ns = (v * 1e3) as u64,
-            "--queue" if v >= 0.0 => net.port_queue = v as usize,
-            "--bucket" if v >= 0.0 => net.bucket = v as usize,
-            _ => return Err(format!("{flag}: out of range: {value}")),
-        }
-    }
+    let loss_pct = set_network(&mut net, &set)?;
     let nodes = nodes.ok_or("--nodes is required")?;
     let size = size.ok_or("--size is required")?;
     if nodes < 2 || root >= nodes {
@@ -145,7 +137,53 @@ fn parse(argv: &[String]) -> Result<Args, String> {
         only,
         peers: peers.unwrap_or_else(|| Algorithm::PEERS.to_vec()),
         loss_pct,
+        per_rank,
     })
+}
+
+/// The options that change the network of a preset.
+const NET_FLAGS: [&str; 10] = [
+    "--loss",
+    "--burst",
+    "--rate",
+    "--latency-us",
+    "--queue",
+    "--bucket",
+    "--tcp-window",
+    "--tcp-queue",
+    "--message-us",
+    "--byte-ps",
+];
+
+/// Applies network options to `net`; the loss in percent.
+fn set_network(net: &mut Network, set: &[(String, String)]) -> Result<f64, String> {
+    let mut loss_pct = 0.0;
+    for (flag, value) in set {
+        let v = if NET_FLAGS[6..8].contains(&flag.as_str()) {
+            bytes(value)? as f64
+        } else {
+            value
+                .parse::<f64>()
+                .map_err(|_| format!("{flag}: not a number: {value}"))?
+        };
+        match flag.as_str() {
+            "--loss" if (0.0..100.0).contains(&v) => {
+                loss_pct = v;
+                net.loss = v / 100.0;
+            }
+            "--burst" if v >= 1.0 => net.burst = v,
+            "--rate" if v > 0.0 => net.rate_bps = (v * 1e6) as u64,
+            "--latency-us" if v >= 0.0 => net.latency_ns = (v * 1e3) as u64,
+            "--queue" if v >= 0.0 => net.port_queue = v as usize,
+            "--bucket" if v >= 0.0 => net.bucket = v as usize,
+            "--tcp-window" if v >= 1.0 => net.tcp_window = v as usize,
+            "--tcp-queue" if v >= 1.0 => net.tcp_queue = v as usize,
+            "--message-us" if v >= 0.0 => net.per_message_ns = (v * 1e3) as u64,
+            "--byte-ps" if v >= 0.0 => net.per_byte_ps = v as u64,
+            _ => return Err(format!("{flag}: out of range: {value}")),
+        }
+    }
+    Ok(loss_pct)
 }
 
 fn us(ns: u64) -> f64 {
@@ -155,7 +193,7 @@ fn us(ns: u64) -> f64 {
 /// The simulator's model of each peer of `scripts/compare` it has one of.
 fn model_of(peer: &str) -> Option<Algorithm> {
     match peer {
-        "ipmc" | "ipmc-mcast" => Some(Algorithm::Ipmc),
+        "ipmc-mcast" => Some(Algorithm::Ipmc),
         "tuned-6" => Some(Algorithm::Binomial),
         "tuned-3-seg64k" => Some(Algorithm::Pipeline),
         "tuned-9" => Some(Algorithm::ScatterAllgather),
@@ -169,10 +207,17 @@ fn validate(argv: &[String]) -> Result<(), String> {
     let path = argv
         .first()
         .ok_or("validate: the results.csv of a scripts/compare run")?;
-    let net = match argv.get(1..3) {
-        Some([flag, p]) if flag == "--preset" && p == "clic" => Network::clic(),
-        _ => Network::emulated(),
-    };
+    let mut net = Network::emulated();
+    let mut set = Vec::new();
+    for pair in argv[1..].chunks(2) {
+        match pair {
+            [flag, p] if flag == "--preset" && p == "clic" => net = Network::clic(),
+            [flag, p] if flag == "--preset" && p == "emulated" => {}
+            [flag, v] if NET_FLAGS.contains(&flag.as_str()) => set.push((flag.clone(), v.clone())),
+            _ => return Err(format!("validate: unknown options {pair:?}")),
+        }
+    }
+    set_network(&mut net, &set)?;
     let text = std::fs::read_to_string(path).map_err(|e| format!("{path}: {e}"))?;
     println!("| peer | p | bytes | measured µs | simulated µs | simulated / measured |");
     println!("|---|---|---|---|---|---|");
@@ -254,6 +299,14 @@ fn main() -> ExitCode {
         c.events,
         started.elapsed().as_secs_f64()
     );
+    if args.per_rank {
+        let ranks: Vec<String> = ipmc
+            .returned_ns
+            .iter()
+            .map(|&t| format!("{:.0}", us(t)))
+            .collect();
+        println!("returned_us={}", ranks.join(","));
+    }
     for &peer in &peers {
         let mut p = s.clone();
         p.algorithm = peer;

@@ -48,6 +48,11 @@ pub struct Network {
     pub segment: usize,
     /// Largest point-to-point message sent without a rendezvous.
     pub eager_limit: usize,
+    /// Bytes one point-to-point connection may have in its host's link
+    /// queue at once (Linux's TCP small queues), and sent but not yet
+    /// acknowledged (its window).
+    pub tcp_queue: usize,
+    pub tcp_window: usize,
     /// Host cost of each message or datagram sent or received.
     pub per_message_ns: Ns,
     /// Host cost of each byte sent or received, picoseconds.
@@ -57,8 +62,8 @@ pub struct Network {
 impl Network {
     /// The repository's emulated cluster (`tests/cluster/cluster.sh`):
     /// 100 Mbit/s links shaped by `tbf` with queues long enough that nothing
-    /// is dropped, veth and bridge latency, and the host costs of ranks that
-    /// share two cores.
+    /// is dropped, veth and bridge latency, host costs, and TCP's window and
+    /// share of the link queue as measured there (`docs/simulator.md`).
     pub fn emulated() -> Self {
         Network {
             rate_bps: 100_000_000,
@@ -72,6 +77,8 @@ impl Network {
             rcvbuf: 4 << 20,
             segment: 1448,
             eager_limit: 65536,
+            tcp_queue: 64 << 10,
+            tcp_window: 64 << 10,
             per_message_ns: 5_000,
             per_byte_ps: 500,
         }
@@ -92,6 +99,8 @@ impl Network {
             rcvbuf: 1 << 20,
             segment: 1448,
             eager_limit: 65536,
+            tcp_queue: 64 << 10,
+            tcp_window: 64 << 10,
             per_message_ns: 20_000,
             per_byte_ps: 2_000,
         }

@@ -165,9 +165,13 @@ impl Program for IpmcRank {
 /// One operation of a point-to-point schedule.
 #[derive(Clone, Copy, Debug)]
 pub enum Op {
-    /// A receive, posted once operation `after` (an index into the
-    /// schedule) completed.
-    Recv { from: usize, after: Option<usize> },
+    /// A receive, posted once operations `after` and `also` (indices into
+    /// the schedule) completed.
+    Recv {
+        from: usize,
+        after: Option<usize>,
+        also: Option<usize>,
+    },
     /// A send of `len` bytes, once operation `after` and every receive
     /// before it completed, and operation `also`.
     Send {
@@ -180,7 +184,11 @@ pub enum Op {
 
 impl Op {
     fn recv(from: usize) -> Self {
-        Op::Recv { from, after: None }
+        Op::Recv {
+            from,
+            after: None,
+            also: None,
+        }
     }
 
     fn send(to: usize, len: usize, after: Option<usize>) -> Self {
@@ -247,10 +255,10 @@ impl Program for Schedule {
             let mut moved = false;
             while self.open_recvs < RECV_WINDOW && self.next_recv < self.recvs.len() {
                 let i = self.recvs[self.next_recv];
-                let Op::Recv { from, after } = self.ops[i] else {
+                let Op::Recv { from, after, also } = self.ops[i] else {
                     unreachable!("indexed receives")
                 };
-                if after.is_some_and(|a| !self.done[a]) {
+                if [after, also].iter().flatten().any(|&a| !self.done[a]) {
                     break;
                 }
                 self.id[i] = Some(p2p.recv(from));
@@ -312,10 +320,12 @@ impl Program for Schedule {
     }
 }
 
-/// A rank's place in the binomial tree of `size` virtual ranks rooted at 0:
-/// its parent, and its children, the largest subtree first, each with the
-/// virtual ranks its subtree holds.
-fn binomial_tree(vrank: usize, size: usize) -> (Option<usize>, Vec<(usize, usize)>) {
+/// A rank's place in the binomial tree of Open MPI's scatter
+/// (`ompi_coll_base_bcast_intra_scatter_allgather*`) over `size` virtual
+/// ranks rooted at 0: its parent clears its lowest set bit; its children, the
+/// largest subtree first, each with the end of the virtual ranks its subtree
+/// holds.
+fn scatter_tree(vrank: usize, size: usize) -> (Option<usize>, Vec<(usize, usize)>) {
     let mut mask = 1;
     let mut parent = None;
     while mask < size {
@@ -336,14 +346,35 @@ fn binomial_tree(vrank: usize, size: usize) -> (Option<usize>, Vec<(usize, usize
     (parent, children)
 }
 
-/// Open MPI's binomial tree (`ompi_coll_base_bcast_intra_binomial`),
-/// unsegmented: a rank receives from its parent, then sends to its
-/// children, the largest subtree first.
+/// A rank's place in Open MPI's binomial tree of the broadcast
+/// (`ompi_coll_base_topo_build_bmtree`) over `size` virtual ranks rooted at
+/// 0: its parent clears its highest set bit; its children add each power of
+/// two above that bit, the smallest first. For 6 ranks: 0 → 1, 2, 4 and
+/// 1 → 3, 5 (the scatter's tree has 0 → 4, 2, 1, 4 → 5 and 2 → 3).
+pub fn bmtree(vrank: usize, size: usize) -> (Option<usize>, Vec<usize>) {
+    let (parent, mut mask) = match vrank {
+        0 => (None, 1),
+        v => {
+            let high = 1 << (usize::BITS - 1 - v.leading_zeros());
+            (Some(v ^ high), high << 1)
+        }
+    };
+    let mut children = Vec::new();
+    while vrank + mask < size {
+        children.push(vrank + mask);
+        mask <<= 1;
+    }
+    (parent, children)
+}
+
+/// Open MPI's binomial broadcast (`ompi_coll_base_bcast_intra_binomial`),
+/// unsegmented: a rank receives from its parent, then sends to all its
+/// children at once (`isend` each, then wait for all).
 pub fn binomial(vrank: usize, size: usize, len: usize, real: impl Fn(usize) -> usize) -> Vec<Op> {
-    let (parent, children) = binomial_tree(vrank, size);
+    let (parent, children) = bmtree(vrank, size);
     let mut ops: Vec<Op> = parent.map(|p| Op::recv(real(p))).into_iter().collect();
     let after = parent.map(|_| 0);
-    ops.extend(children.iter().map(|&(c, _)| Op::send(real(c), len, after)));
+    ops.extend(children.iter().map(|&c| Op::send(real(c), len, after)));
     ops
 }
 
@@ -376,6 +407,7 @@ pub fn pipeline(
             ops.push(Op::Recv {
                 from: real(vrank - 1),
                 after,
+                also: None,
             });
             recv_at.push(ops.len() - 1);
         }
@@ -394,7 +426,10 @@ pub fn pipeline(
 
 /// Open MPI's scatter-allgather with a ring allgather
 /// (`ompi_coll_base_bcast_intra_scatter_allgather_ring`): a binomial
-/// scatter of `size` blocks, then `size - 1` ring steps.
+/// scatter of `size` blocks with blocking sends, the largest subtree first,
+/// then `size - 1` ring steps, each a receive from the left posted, a
+/// blocking send to the right of the block received last, and a wait for the
+/// receive (`ompi_coll_base_sendrecv`).
 pub fn scatter_allgather(
     vrank: usize,
     size: usize,
@@ -403,25 +438,36 @@ pub fn scatter_allgather(
 ) -> Vec<Op> {
     let block = len.div_ceil(size).max(1);
     let bytes = |from: usize, to: usize| len.min(to * block).saturating_sub(from * block);
-    let (parent, children) = binomial_tree(vrank, size);
+    let (parent, children) = scatter_tree(vrank, size);
     let mut ops: Vec<Op> = parent.map(|p| Op::recv(real(p))).into_iter().collect();
     let got = parent.map(|_| 0);
-    ops.extend(
-        children
-            .iter()
-            .map(|&(c, end)| Op::send(real(c), bytes(c, end), got)),
-    );
+    let mut sent = None;
+    for &(c, end) in &children {
+        ops.push(Op::Send {
+            to: real(c),
+            len: bytes(c, end),
+            after: got,
+            also: sent,
+        });
+        sent = Some(ops.len() - 1);
+    }
     let (pred, succ) = ((vrank + size - 1) % size, (vrank + 1) % size);
-    let mut after = got;
+    let (mut received, mut step_done) = (got, sent);
     for step in 0..size.saturating_sub(1) {
         let send_block = (vrank + size - step) % size;
-        ops.push(Op::send(
-            real(succ),
-            bytes(send_block, send_block + 1),
-            after,
-        ));
-        ops.push(Op::recv(real(pred)));
-        after = Some(ops.len() - 1);
+        ops.push(Op::Recv {
+            from: real(pred),
+            after: received,
+            also: step_done,
+        });
+        let recv = ops.len() - 1;
+        ops.push(Op::Send {
+            to: real(succ),
+            len: bytes(send_block, send_block + 1),
+            after: received,
+            also: step_done,
+        });
+        (received, step_done) = (Some(recv), Some(ops.len() - 1));
     }
     ops
 }
@@ -491,5 +537,51 @@ impl Program for FirstBroadcast {
 
     fn datagrams(&self) -> Option<Datagrams> {
         self.bcast.as_ref()?.datagrams()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Open MPI's own examples (`coll_base_topo.c`) and the 6-rank tree.
+    #[test]
+    fn bmtree_is_open_mpis() {
+        let children = |size| (0..size).map(|v| bmtree(v, size).1).collect::<Vec<_>>();
+        assert_eq!(children(2), [vec![1], vec![]]);
+        assert_eq!(children(4), [vec![1, 2], vec![3], vec![], vec![]]);
+        assert_eq!(
+            children(8),
+            [
+                vec![1, 2, 4],
+                vec![3, 5],
+                vec![6],
+                vec![7],
+                vec![],
+                vec![],
+                vec![],
+                vec![]
+            ]
+        );
+        assert_eq!(children(6)[..2], [vec![1, 2, 4], vec![3, 5]]);
+        for size in 2..70 {
+            for v in 0..size {
+                let (parent, kids) = bmtree(v, size);
+                assert_eq!(parent.is_none(), v == 0);
+                if let Some(p) = parent {
+                    assert!(bmtree(p, size).1.contains(&v), "{v} of {size}");
+                }
+                assert!(kids.iter().all(|&k| bmtree(k, size).0 == Some(v)));
+            }
+        }
+    }
+
+    /// The scatter's tree: the largest subtree first, each child with the
+    /// end of its subtree's blocks.
+    #[test]
+    fn the_scatter_sends_the_largest_subtree_first() {
+        assert_eq!(scatter_tree(0, 8), (None, vec![(4, 8), (2, 4), (1, 2)]));
+        assert_eq!(scatter_tree(4, 6), (Some(0), vec![(5, 6)]));
+        assert_eq!(scatter_tree(3, 6), (Some(2), vec![]));
     }
 }

@@ -1,7 +1,9 @@
 //! The simulator's own checks: closed forms, conservation, completion and
 //! determinism.
 
+use ipmc_sim::engine::Engine;
 use ipmc_sim::network::{self, Network};
+use ipmc_sim::programs::{Op, Schedule};
 use ipmc_sim::scenario::{Algorithm, Scenario};
 
 /// The emulated cluster without host costs: only the wire counts.
@@ -230,4 +232,79 @@ fn the_driver_survives_a_misbehaving_network() {
             "seed {seed}: {c:?}"
         );
     }
+}
+
+/// A schedule of point-to-point operations per host, run to its end: when
+/// each host finished.
+fn run_schedules(net: Network, schedules: Vec<Vec<Op>>) -> Vec<u64> {
+    let mut engine = Engine::new(net, 1);
+    for ops in schedules {
+        let io = engine.host_io();
+        engine.add_host(io.clone(), Box::new(Schedule::new(&io, ops)));
+    }
+    engine.run(u64::MAX / 2).unwrap().returned_ns
+}
+
+fn send(to: usize, len: usize) -> Op {
+    Op::Send {
+        to,
+        len,
+        after: None,
+        also: None,
+    }
+}
+
+fn recv(from: usize) -> Op {
+    Op::Recv {
+        from,
+        after: None,
+        also: None,
+    }
+}
+
+/// Two processes that send each other a rendezvous message at once take as
+/// long as the two transfers one after the other, as Open MPI's TCP
+/// transport does; eager messages cross at once.
+#[test]
+fn rendezvous_transfers_between_two_processes_take_turns() {
+    let net = wire_only();
+    let both = |len| {
+        let t = run_schedules(
+            net.clone(),
+            vec![vec![recv(1), send(1, len)], vec![recv(0), send(0, len)]],
+        );
+        *t.iter().max().unwrap() as f64
+    };
+    let one = |len| {
+        let t = run_schedules(net.clone(), vec![vec![send(1, len)], vec![recv(0)]]);
+        t[1] as f64
+    };
+    let (big, small) = (512 << 10, 32 << 10);
+    assert!(!net.is_eager(big) && net.is_eager(small));
+    let ratio = both(big) / one(big);
+    assert!((1.9..2.1).contains(&ratio), "rendezvous both ways: {ratio}");
+    let ratio = both(small) / one(small);
+    assert!((0.95..1.1).contains(&ratio), "eager both ways: {ratio}");
+}
+
+/// A short message to one peer waits behind at most `tcp_queue` bytes of a
+/// long message to another peer, not behind all of it.
+#[test]
+fn a_connection_holds_at_most_its_share_of_the_link_queue() {
+    let net = Network {
+        tcp_queue: 8 << 10,
+        ..wire_only()
+    };
+    let long = 60_000;
+    let t = run_schedules(
+        net.clone(),
+        vec![
+            vec![send(1, long), send(2, 100)],
+            vec![recv(0)],
+            vec![recv(0)],
+        ],
+    );
+    let whole = net.serialize(network::segment_wire(net.segment)) * (long / net.segment) as u64;
+    assert!(t[2] < whole / 3, "the short message took {} ns", t[2]);
+    assert!(t[1] > whole, "the long message took {} ns", t[1]);
 }
