@@ -321,8 +321,10 @@ pub struct Engine {
     enter_loss: f64,
     leave_loss: f64,
     counters: Counters,
-    /// The datagrams' protection, to forge valid foreign ones.
+    /// The datagrams' protection, to forge valid foreign ones, and the
+    /// first broadcast the ranks never make.
     protection: Option<Protection>,
+    unreached: u64,
     /// Pairs of hosts with a rendezvous transfer on its way, and the ones
     /// that wait for it.
     rendezvous: HashMap<(usize, usize), VecDeque<(usize, NetMsg)>>,
@@ -354,14 +356,19 @@ impl Engine {
             leave_loss,
             counters: Counters::default(),
             protection: None,
+            unreached: 0,
             rendezvous: HashMap::new(),
         }
     }
 
     /// The protection of the datagrams on the network, for the `foreign`
-    /// fault.
-    pub fn protect(&mut self, auth: Auth) {
+    /// fault, which forges datagrams of broadcasts from `unreached` on (the
+    /// run's ranks make fewer broadcasts: a valid datagram of a broadcast
+    /// they do make would be an insider's forgery, which no protocol tells
+    /// from the root's).
+    pub fn protect(&mut self, auth: Auth, unreached: u64) {
         self.protection = Some(Protection::new(auth));
+        self.unreached = unreached;
     }
 
     /// A host's I/O, for the program that will run on it.
@@ -440,6 +447,16 @@ impl Engine {
                 stuck.len(),
                 self.hosts.len(),
                 &stuck[..stuck.len().min(8)]
+            ));
+        }
+        // Nothing left in flight: a receive still posted or a message not
+        // matched would meet the communicator's next broadcast.
+        if let Some((h, n)) = (0..self.hosts.len())
+            .map(|h| (h, self.hosts[h].io.p2p.borrow().leftovers()))
+            .find(|&(_, n)| n > 0)
+        {
+            return Err(format!(
+                "rank {h} ended with {n} receives or messages unmatched"
             ));
         }
         Ok(Outcome {
@@ -766,8 +783,8 @@ impl Engine {
         out
     }
 
-    /// A valid datagram of another communicator or a later broadcast, for
-    /// the fragment of `d`.
+    /// A valid datagram of another communicator or of a broadcast the ranks
+    /// never make, for the fragment of `d`.
     fn forge(&mut self, d: &[u8]) -> Option<Rc<[u8]>> {
         let prot = self.protection.as_ref()?;
         let mut bytes = d.to_vec();
@@ -775,7 +792,10 @@ impl Engine {
         let mut header = dg.header;
         match self.rng.next_u32() % 2 {
             0 => header.comm_id ^= 1 + u64::from(self.rng.next_u32()),
-            _ => header.bcast += 1 + u64::from(self.rng.next_u32() % 3),
+            _ => {
+                header.bcast =
+                    self.unreached.max(header.bcast + 1) + u64::from(self.rng.next_u32() % 3)
+            }
         }
         // Other bytes than the genuine fragment's: taking it would show.
         let payload: Vec<u8> = dg.payload.iter().map(|b| !b).collect();

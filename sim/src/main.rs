@@ -13,7 +13,7 @@ usage: simulate --nodes N --size BYTES [--loss PCT] [--burst LEN] [--rate MBITS]
                 [--tcp-window BYTES] [--tcp-queue BYTES] [--message-us US]
                 [--byte-ps PS] [--preset emulated|clic]
                 [--peer NAME]... [--only NAME] [--seed S] [--root R]
-                [--fragment BYTES] [--per-rank]
+                [--fragment BYTES] [--calls N] [--per-rank]
 
 Simulates one broadcast of BYTES (suffixes K, M: KiB, MiB) from rank R
 (default 0) to N nodes, one rank each, on one switch, every rank waiting when
@@ -28,7 +28,9 @@ T: when the slowest rank returned, from the root's entry; W: the message's
 bits at the link rate. --only NAME (ipmc or a peer) runs that algorithm
 alone and reports it on the last line; --only ipmc-first runs a
 communicator's first broadcast, the agreement on its group first.
---per-rank also prints when each rank returned (returned_us=...).
+--calls N makes ipmc's ranks broadcast N times back to back (T: when the
+slowest rank's last call returned); --per-rank also prints when each rank
+returned (returned_us=...).
 
   simulate validate RESULTS.csv [--preset clic] [network options]
 sets each point of a scripts/compare run the simulator has a model of
@@ -65,7 +67,7 @@ fn parse(argv: &[String]) -> Result<Args, String> {
     let mut set: Vec<(String, String)> = Vec::new();
     let mut peers: Option<Vec<Algorithm>> = None;
     let mut only = None;
-    let (mut seed, mut root, mut fragment) = (1, 0, None);
+    let (mut seed, mut root, mut fragment, mut calls) = (1, 0, None, 1);
     let mut per_rank = false;
     let mut it = argv.iter();
     while let Some(flag) = it.next() {
@@ -116,6 +118,7 @@ fn parse(argv: &[String]) -> Result<Args, String> {
             "--seed" => seed = num(&value)? as u64,
             "--root" => root = num(&value)? as usize,
             "--fragment" => fragment = Some(bytes(&value)?),
+            "--calls" => calls = num(&value)? as usize,
             _ => return Err(format!("unknown option {flag}")),
         }
     }
@@ -129,6 +132,9 @@ fn parse(argv: &[String]) -> Result<Args, String> {
     let mut scenario = Scenario::new(nodes, size, net);
     scenario.seed = seed;
     scenario.root = root;
+    if calls > 1 {
+        scenario.calls = vec![(root, size); calls];
+    }
     if let Some(f) = fragment {
         scenario.ipmc.fragment_size = f;
     }

@@ -14,9 +14,9 @@ pub struct Faults {
     pub corrupt: f64,
     /// Random bytes come along with the copy.
     pub garbage: f64,
-    /// A genuine datagram of another communicator or a later broadcast,
-    /// valid under the communicator's key, comes along with the copy (an
-    /// insider replaying or forging).
+    /// A genuine datagram of another communicator or of a broadcast the
+    /// ranks never make, valid under the communicator's key, comes along
+    /// with the copy (an insider replaying or forging).
     pub foreign: f64,
     /// Each copy is delayed by up to this much more (reordering).
     pub jitter_ns: Ns,

@@ -99,6 +99,14 @@ impl P2pState {
         id
     }
 
+    /// Receives posted and not matched, and messages arrived and not
+    /// matched: at the end of a run, anything here would have met a later
+    /// broadcast's messages.
+    pub fn leftovers(&self) -> usize {
+        self.posted.values().map(VecDeque::len).sum::<usize>()
+            + self.arrived.values().map(VecDeque::len).sum::<usize>()
+    }
+
     /// `Some((len, data))` once message `id` completed; it is then gone.
     pub fn test(&mut self, id: usize) -> Option<(usize, Vec<u8>)> {
         let slot = self.slots[id].as_ref().expect("a live message");

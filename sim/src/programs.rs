@@ -44,30 +44,58 @@ pub struct IpmcParams {
     pub fragment_size: usize,
     pub auth: Auth,
     pub root_wait: Duration,
+    /// Largest message whose broadcast leaves what it still owes its
+    /// neighbours to the background (`coll_ipmc_background_limit`); a
+    /// larger one finishes before it returns.
+    pub background_limit: usize,
 }
 
-/// A rank running ipmc's two-stage broadcast with the component's driver.
-pub struct IpmcRank {
-    driver: Driver<SimSocket>,
-    run: Option<Run<SimMessages>>,
-    stats: Datagrams,
+/// One broadcast call of a rank: the root and its message.
+#[derive(Clone, Debug)]
+pub struct Call {
+    pub root: usize,
+    pub message: Rc<[u8]>,
+}
+
+/// A call of a rank that has begun: its chain, its message, and what this
+/// rank asked its predecessor for, in bytes, once its `NEED` went.
+struct Begun {
+    run: Run<SimMessages>,
     message: Rc<[u8]>,
-    returned: bool,
-    /// The fragments this rank's `NEED` asked for, in bytes, once it asked.
     asked_bytes: Option<u64>,
 }
 
+/// A rank running ipmc's two-stage broadcasts with the component's driver,
+/// one call after another as a program's loop of `MPI_Bcast` makes them,
+/// on one communicator (one driver, its datagrams of later broadcasts kept
+/// for them): each call returns once the rank owns the message (the root
+/// once its datagrams are in the socket) and leaves what it still owes its
+/// neighbours to the background, which the next call finishes before it
+/// begins, as `ipmc::driver::background` does; the next call comes at once.
+pub struct IpmcRank {
+    driver: Driver<SimSocket>,
+    msgs: Rc<RefCell<P2pState>>,
+    rank: usize,
+    size: usize,
+    background_limit: usize,
+    plan: std::collections::VecDeque<Call>,
+    current: Option<Begun>,
+    rest: Option<Begun>,
+    stats: Datagrams,
+}
+
 impl IpmcRank {
-    /// The rank's broadcast, entered at `now`.
+    /// The rank's calls, the first entered at `now`.
     pub fn new(
         io: &HostIo,
-        at: Ranks,
+        rank: usize,
+        size: usize,
         params: IpmcParams,
         comm_id: u64,
-        message: Rc<[u8]>,
+        plan: Vec<Call>,
         now: Ns,
     ) -> Result<Self, String> {
-        let mut driver = Driver::new(
+        let driver = Driver::new(
             SimSocket(io.socket.clone()),
             comm_id,
             params.fragment_size,
@@ -75,42 +103,63 @@ impl IpmcRank {
             params.root_wait,
             (0, 0),
         );
-        let mut stats = Datagrams::default();
-        let root_data = (at.rank == at.root).then_some(&message[..]);
-        let now = Duration::from_nanos(now);
-        let b = driver.begin(at, message.len(), root_data, now, &mut stats);
-        let run = Run::new(b, SimMessages(io.p2p.clone()), at.rank, at.size)
-            .map_err(|e| e.to_string())?;
-        Ok(IpmcRank {
+        let mut r = IpmcRank {
             driver,
-            run: Some(run),
-            stats,
-            message,
-            returned: false,
-            asked_bytes: None,
-        })
-    }
-}
-
-impl Program for IpmcRank {
-    fn step(&mut self, now: Ns) -> Result<Status, String> {
-        let Some(run) = self.run.as_mut() else {
-            return Ok(Status {
-                returned: true,
-                done: true,
-            });
+            msgs: io.p2p.clone(),
+            rank,
+            size,
+            background_limit: params.background_limit,
+            plan: plan.into(),
+            current: None,
+            rest: None,
+            stats: Datagrams::default(),
         };
-        self.driver
+        r.begin(now)?;
+        Ok(r)
+    }
+
+    /// Begins the next call, if any, at `now`.
+    fn begin(&mut self, now: Ns) -> Result<(), String> {
+        let Some(call) = self.plan.pop_front() else {
+            return Ok(());
+        };
+        let at = Ranks {
+            rank: self.rank,
+            size: self.size,
+            root: call.root,
+        };
+        let root_data = (at.rank == at.root).then_some(&call.message[..]);
+        let now = Duration::from_nanos(now);
+        let b = self
+            .driver
+            .begin(at, call.message.len(), root_data, now, &mut self.stats);
+        let run = Run::new(b, SimMessages(self.msgs.clone()), at.rank, at.size)
+            .map_err(|e| e.to_string())?;
+        self.current = Some(Begun {
+            run,
+            message: call.message,
+            asked_bytes: None,
+        });
+        Ok(())
+    }
+
+    /// One step of a call's broadcast, and the checks on it.
+    fn step_call(
+        driver: &mut Driver<SimSocket>,
+        call: &mut Begun,
+        now: Ns,
+        stats: &mut Datagrams,
+    ) -> Result<(), String> {
+        driver
             .step(
-                run,
+                &mut call.run,
                 Duration::from_nanos(now),
                 Wait::Progress,
-                &mut self.stats,
+                stats,
             )
             .map_err(|e| e.to_string())?;
-        self.returned |= run.is_done() || run.may_return();
-        let b = run.broadcast();
-        if let (None, Some(asked)) = (self.asked_bytes, b.requested()) {
+        let b = call.run.broadcast();
+        if let (None, Some(asked)) = (call.asked_bytes, b.requested()) {
             // The NEED went in this step, after the last datagram this rank
             // read: it must list exactly what the rank lacks.
             let lacking: Vec<u32> = (0..b.fragments()).filter(|&k| !b.owns(k)).collect();
@@ -126,35 +175,87 @@ impl Program for IpmcRank {
                     fragment
                 }
             };
-            self.asked_bytes = Some(asked.iter().map(bytes).sum());
+            call.asked_bytes = Some(asked.iter().map(bytes).sum());
         }
-        let done = run.is_done();
-        if done {
-            if b.data() != &self.message[..] {
-                return Err("the message received differs from the root's".into());
-            }
-            // The chain brings nothing that was not asked for (a datagram
-            // late after the NEED may still bring an asked fragment first).
-            let asked = self.asked_bytes.unwrap_or(0);
-            if b.params().vrank != 0 && b.bytes_by_chain() > asked {
-                return Err(format!(
-                    "{} bytes came by the chain, {asked} were asked for",
-                    b.bytes_by_chain()
-                ));
-            }
-            Driver::<SimSocket>::account(b, &mut self.stats);
-            // Ten thousand ranks' copies of a large message do not fit.
-            self.run = None;
+        Ok(())
+    }
+
+    /// The call returns: this rank owns the root's bytes.
+    fn returns(call: &Begun) -> Result<(), String> {
+        let b = call.run.broadcast();
+        if b.data() != &call.message[..] {
+            return Err(format!(
+                "broadcast {} returned with other bytes than the root's",
+                b.params().bcast
+            ));
         }
+        Ok(())
+    }
+
+    /// The call's broadcast is over on this rank.
+    fn finish(call: Begun, stats: &mut Datagrams) -> Result<(), String> {
+        Self::returns(&call)?;
+        let b = call.run.broadcast();
+        // The chain brings nothing that was not asked for (a datagram late
+        // after the NEED may still bring an asked fragment first).
+        let asked = call.asked_bytes.unwrap_or(0);
+        if b.params().vrank != 0 && b.bytes_by_chain() > asked {
+            return Err(format!(
+                "{} bytes came by the chain, {asked} were asked for",
+                b.bytes_by_chain()
+            ));
+        }
+        Driver::<SimSocket>::account(b, stats);
+        Ok(())
+    }
+}
+
+impl Program for IpmcRank {
+    fn step(&mut self, now: Ns) -> Result<Status, String> {
+        loop {
+            if let Some(rest) = self.rest.as_mut() {
+                Self::step_call(&mut self.driver, rest, now, &mut self.stats)?;
+                if rest.run.is_done() {
+                    let rest = self.rest.take().expect("checked");
+                    Self::finish(rest, &mut self.stats)?;
+                }
+            }
+            if self.current.is_none() {
+                // The next call finishes what the last one left first.
+                if self.rest.is_some() || self.plan.is_empty() {
+                    break;
+                }
+                self.begin(now)?;
+            }
+            let call = self.current.as_mut().expect("begun above");
+            Self::step_call(&mut self.driver, call, now, &mut self.stats)?;
+            let run = &call.run;
+            let in_background = call.message.len() <= self.background_limit;
+            if run.is_done() {
+                let call = self.current.take().expect("checked");
+                Self::finish(call, &mut self.stats)?;
+            } else if in_background && run.may_return() {
+                let call = self.current.take().expect("checked");
+                Self::returns(&call)?;
+                self.rest = Some(call);
+            } else {
+                break;
+            }
+        }
+        let returned = self.current.is_none() && self.plan.is_empty();
         Ok(Status {
-            returned: self.returned,
-            done,
+            returned,
+            done: returned && self.rest.is_none(),
         })
     }
 
     fn wake_at(&self) -> Option<Ns> {
-        let run = self.run.as_ref()?;
-        Driver::<SimSocket>::wake_at(run).map(|d| d.as_nanos() as Ns)
+        [&self.current, &self.rest]
+            .into_iter()
+            .flatten()
+            .filter_map(|c| Driver::<SimSocket>::wake_at(&c.run))
+            .map(|d| d.as_nanos() as Ns)
+            .min()
     }
 
     fn datagrams(&self) -> Option<Datagrams> {

@@ -7,13 +7,14 @@ use rand_chacha::rand_core::{RngCore, SeedableRng};
 use rand_chacha::ChaCha8Rng;
 
 use ipmc::component::config::Config;
-use ipmc::driver::multicast::Ranks;
 use ipmc::group::setup;
 use ipmc::protocol::datagram::Key;
 
 use crate::engine::{Engine, Outcome};
 use crate::network::Network;
-use crate::programs::{self, FirstBroadcast, IpmcParams, IpmcRank, Program, Schedule, Status};
+use crate::programs::{
+    self, Call, FirstBroadcast, IpmcParams, IpmcRank, Program, Schedule, Status,
+};
 use crate::Ns;
 
 /// The broadcast a rank runs.
@@ -69,6 +70,10 @@ pub struct Scenario {
     /// Each rank enters the broadcast at a random time up to this (0: all
     /// waiting when it starts).
     pub skew_ns: Ns,
+    /// ipmc only: the broadcasts every rank makes one after another, each a
+    /// root and a length, as a program's loop of `MPI_Bcast` does; empty:
+    /// the one broadcast of `root` and `size`.
+    pub calls: Vec<(usize, usize)>,
     pub seed: u64,
 }
 
@@ -86,9 +91,11 @@ impl Scenario {
                 fragment_size: cfg.fragment_size,
                 auth: setup::auth_of(&cfg, Key([7; ipmc::protocol::datagram::KEY_LEN])),
                 root_wait: Duration::from_micros(cfg.root_wait_time_us),
+                background_limit: cfg.background_limit,
             },
             pipeline_segment: 65536,
             skew_ns: 0,
+            calls: Vec::new(),
             seed: 1,
         }
     }
@@ -102,43 +109,57 @@ impl Scenario {
         let mut rng = ChaCha8Rng::seed_from_u64(self.seed);
         let mut engine = Engine::new(self.net.clone(), rng.next_u64());
         let multicast = matches!(self.algorithm, Algorithm::Ipmc | Algorithm::IpmcFirst);
-        let message: Rc<[u8]> = if multicast {
-            let mut m = vec![0; self.size];
-            rng.fill_bytes(&mut m);
-            m.into()
+        let calls = match &self.calls[..] {
+            [] => vec![(self.root, self.size)],
+            calls => calls.to_vec(),
+        };
+        if calls.iter().any(|&(r, _)| r >= n) {
+            return Err("a call's root is outside the communicator".into());
+        }
+        let plan: Vec<Call> = if multicast {
+            let mut message = |len| {
+                let mut m = vec![0; len];
+                rng.fill_bytes(&mut m);
+                Rc::<[u8]>::from(m)
+            };
+            calls
+                .iter()
+                .map(|&(root, len)| Call {
+                    root,
+                    message: message(len),
+                })
+                .collect()
         } else {
-            Rc::from(Vec::new())
+            Vec::new()
         };
         let comm_id = rng.next_u64();
         if multicast {
-            engine.protect(self.ipmc.auth);
+            engine.protect(self.ipmc.auth, calls.len() as u64);
         }
         let root = self.root;
         let real = move |v: usize| (v + root) % n;
         for rank in 0..n {
             let io = engine.host_io();
             let vrank = (rank + n - root) % n;
-            let at = Ranks {
-                rank,
-                size: n,
-                root,
-            };
             let program: Box<dyn Program> = match self.algorithm {
                 Algorithm::Ipmc => Box::new(IpmcRank::new(
                     &io,
-                    at,
+                    rank,
+                    n,
                     self.ipmc,
                     comm_id,
-                    message.clone(),
+                    plan.clone(),
                     0,
                 )?),
                 Algorithm::IpmcFirst => {
-                    let (io2, params, message) = (io.clone(), self.ipmc, message.clone());
+                    let (io2, params, plan) = (io.clone(), self.ipmc, plan.clone());
                     Box::new(FirstBroadcast::new(
                         &io,
                         rank,
                         n,
-                        Box::new(move |now| IpmcRank::new(&io2, at, params, comm_id, message, now)),
+                        Box::new(move |now| {
+                            IpmcRank::new(&io2, rank, n, params, comm_id, plan, now)
+                        }),
                     ))
                 }
                 Algorithm::Binomial => Box::new(Schedule::new(

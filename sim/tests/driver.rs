@@ -150,3 +150,66 @@ fn every_loss_level_ends_with_the_roots_bytes() {
         }
     }
 }
+
+/// Calls of `MPI_Bcast` one after another with changing roots and lengths,
+/// as a program makes them: every call returns with the root's bytes (the
+/// run checks them), no receive or message is left over at the end (the
+/// run fails otherwise: it would meet a later broadcast), and each rank
+/// received exactly the bytes of every call it was not the root of.
+#[test]
+fn back_to_back_broadcasts_with_changing_roots_deliver_every_byte() {
+    use rand_chacha::rand_core::{RngCore, SeedableRng};
+    for (seed, loss) in [0.0, 0.05, 0.3, 1.0].into_iter().enumerate() {
+        for nodes in [2, 5, 17] {
+            let mut rng = rand_chacha::ChaCha8Rng::seed_from_u64(seed as u64);
+            let net = Network {
+                loss,
+                burst: 2.0,
+                ..Network::emulated()
+            };
+            let mut s = ipmc(nodes, 0, net);
+            s.calls = (0..6)
+                .map(|_| {
+                    let root = rng.next_u64() as usize % nodes;
+                    let len = [0, 1, 4096, 10_000, 70_000][rng.next_u64() as usize % 5];
+                    (root, len)
+                })
+                .collect();
+            s.seed = seed as u64;
+            let out = run(&s);
+            for (rank, d) in out.datagrams.iter().enumerate() {
+                let expected: usize = s
+                    .calls
+                    .iter()
+                    .filter(|&&(root, _)| root != rank)
+                    .map(|&(_, len)| len)
+                    .sum();
+                assert_eq!(
+                    d.bytes_multicast + d.bytes_chain,
+                    expected as u64,
+                    "rank {rank}: {s:?}"
+                );
+            }
+        }
+    }
+}
+
+/// A call returns once the rank owns the message and leaves the rest to the
+/// background, so a root starts its next broadcast at once and broadcasts
+/// back to back pipeline on the wire: 20 of 64 KiB on 16 nodes take little
+/// more than 20 wire times. Above `background_limit` a call finishes its
+/// part before it returns, and the same calls take longer.
+#[test]
+fn early_returning_ranks_pipeline_back_to_back_broadcasts() {
+    let mut s = ipmc(16, 65536, Network::emulated());
+    s.calls = vec![(0, 65536); 20];
+    let pipelined = run(&s).completion_max_ns();
+    let wire = 20 * s.wire_ns();
+    assert!(
+        (pipelined as f64) < 1.12 * wire as f64,
+        "20 broadcasts took {pipelined} ns, 20 wire times are {wire} ns"
+    );
+    s.ipmc.background_limit = 0;
+    let held = run(&s).completion_max_ns();
+    assert!(held > pipelined, "held {held} ns, pipelined {pipelined} ns");
+}

@@ -173,7 +173,8 @@ fn the_first_broadcast_pays_for_the_setup() {
 /// The component's driver on 300 random clusters that misbehave: loss in bursts,
 /// short queues and socket buffers, duplicated, reordered, truncated,
 /// corrupted and garbage datagrams, ranks entering at different times, any
-/// root, fragment size, length, protection and root wait.
+/// root, fragment size, length, protection and root wait, and in a third of
+/// them several broadcasts back to back.
 /// Every rank must end with the root's bytes (the run checks them).
 #[test]
 fn the_driver_survives_a_misbehaving_network() {
@@ -221,6 +222,19 @@ fn the_driver_survives_a_misbehaving_network() {
         ][pick(3) as usize];
         s.skew_ns = [0, 1_000_000, 50_000_000][pick(3) as usize];
         s.ipmc.root_wait = std::time::Duration::from_micros([0, 500][pick(2) as usize]);
+        // A third of the clusters run several broadcasts back to back, with
+        // other roots and lengths, some above the background limit.
+        if pick(3) == 0 {
+            s.calls = (0..2 + pick(3))
+                .map(|_| {
+                    (
+                        pick(nodes as u64) as usize,
+                        [0, 4096, 70_000][pick(3) as usize],
+                    )
+                })
+                .collect();
+            s.ipmc.background_limit = [0, 65536, 1 << 30][pick(3) as usize];
+        }
         s.seed = seed;
         let out = s
             .run()
