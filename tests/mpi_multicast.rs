@@ -338,19 +338,18 @@ fn setup_failures_told(run: &common::Run) -> usize {
         .count()
 }
 
-/// `MPI_Ibcast` over multicast: several outstanding at once on two
-/// communicators, a strided datatype, an `MPI_Bcast` while one is
-/// outstanding, and a communicator freed before its request is waited for;
-/// every byte checked on every rank. Messages above `crossover_size` go to
-/// the replaced component's nonblocking broadcast.
-#[test]
-fn nonblocking_broadcasts_multicast() {
-    // The thesis's rule: multicast up to 1 MiB, the chain (libnbc here) above.
+/// `ibcast_check` on 4 ranks with `crossover_nodes` (the thesis's rule) for
+/// `rounds` rounds: several `MPI_Ibcast`s outstanding at once on two
+/// communicators, 1 B … 4 MiB, a strided datatype, an `MPI_Bcast` while one
+/// is outstanding, and a communicator freed before its request is waited
+/// for; every byte checked on every rank. The statistics of the world and
+/// dup communicators (every rank) and of the freed ones, and the output.
+fn ibcast_check(crossover_nodes: &str, rounds: u64) -> (Vec<Line>, Vec<Line>, String) {
     let mca = [
         ("coll_ipmc_print_statistics", "1"),
-        ("coll_ipmc_crossover_nodes", "4"),
+        ("coll_ipmc_crossover_nodes", crossover_nodes),
     ];
-    let args = ["--max-bytes", "4194304", "--rounds", "3"];
+    let args = ["--max-bytes", "4194304", "--rounds", &rounds.to_string()];
     let run = mpirun(4, &mca, "ibcast_check", &args);
     assert!(
         run.ok && run.output.contains("ibcast_check: PASS"),
@@ -358,20 +357,38 @@ fn nonblocking_broadcasts_multicast() {
         run.output
     );
     let stats = stats_lines(&run.output);
-    let of = |comm: &str| -> Vec<&Line> { stats.iter().filter(|s| s["comm"] == comm).collect() };
-    let (world, dup, freed) = (of("world"), of("dup"), of("freed"));
+    let of = |pick: &dyn Fn(&str) -> bool| -> Vec<Line> {
+        stats.iter().filter(|s| pick(&s["comm"])).cloned().collect()
+    };
+    let main = of(&|c| c == "world" || c == "dup");
+    let freed = of(&|c| c == "freed");
     assert_eq!(
-        (world.len(), dup.len(), freed.len()),
-        (4, 4, 12),
+        (main.len(), freed.len() as u64),
+        (8, 4 * rounds),
         "{}",
         run.output
     );
     // Each round: 16 outstanding (8 sizes, two layouts) in pairs on world
-    // and dup, of which the two of 4 MiB go to the replaced component, and
-    // one more on world before a blocking broadcast.
-    let ibcasts: u64 = world.iter().chain(&dup).map(|s| num(s, "ibcasts")).sum();
-    assert_eq!(ibcasts, 4 * 3 * 17, "{}", run.output);
-    for s in world.iter().chain(&dup) {
+    // and dup, and one more on world before a blocking broadcast.
+    let ibcasts: u64 = main.iter().map(|s| num(s, "ibcasts")).sum();
+    assert_eq!(ibcasts, 4 * rounds * 17, "{}", run.output);
+    for s in &freed {
+        assert_eq!(num(s, "ibcasts"), 1, "{s:?}");
+    }
+    (main, freed, run.output)
+}
+
+/// Calls of an algorithm over statistics lines.
+fn calls_by(lines: &[Line], alg: &str) -> u64 {
+    lines.iter().map(|s| tally(s, alg).0).sum()
+}
+
+/// `MPI_Ibcast` over multicast (the thesis's rule on 4 nodes: multicast up
+/// to 1 MiB, ipmc's chain above), none handed to the replaced component.
+#[test]
+fn nonblocking_broadcasts_multicast() {
+    let (main, freed, output) = ibcast_check("4", 3);
+    for s in &main {
         assert_eq!(s["setup"], "ok", "{s:?}");
         assert!(tally(s, "multicast").0 > 0, "{s:?}");
         assert!(
@@ -379,21 +396,44 @@ fn nonblocking_broadcasts_multicast() {
             "no byte came by multicast: {s:?}"
         );
     }
-    let previous: u64 = world
-        .iter()
-        .chain(&dup)
-        .map(|s| tally(s, "previous").0)
-        .sum();
-    assert_eq!(previous, 4 * 3 * 2, "the 4 MiB ones: {}", run.output);
-    for s in &freed {
-        assert_eq!(num(s, "ibcasts"), 1, "{s:?}");
-        assert_eq!(tally(s, "multicast").0, 1, "{s:?}");
-    }
+    assert_eq!(
+        calls_by(&main, "chain"),
+        4 * 3 * 2,
+        "the 4 MiB ones: {output}"
+    );
+    assert_eq!(calls_by(&main, "previous"), 0, "{output}");
+    assert_eq!(calls_by(&freed, "multicast"), 4 * 3, "{output}");
     let useful: u64 = freed.iter().map(|s| num(s, "useful")).sum();
     assert!(
         useful > 0,
         "the freed communicators' ibcasts did not multicast"
     );
+}
+
+/// `MPI_Ibcast` goes by ipmc's linear and chain algorithms where those are
+/// the choice (the thesis's rule on a communicator of fewer nodes than
+/// `crossover_nodes`: linear up to `crossover_size`, the chain above), in
+/// the communicator's background work: every byte right on every rank,
+/// every nonblocking call counted by ipmc and none handed to the replaced
+/// component (libnbc), no datagram.
+#[test]
+fn nonblocking_broadcasts_by_linear_and_chain() {
+    let (main, freed, output) = ibcast_check("8", 2);
+    assert_eq!(
+        calls_by(&main, "chain"),
+        4 * 2 * 2,
+        "the 4 MiB ones: {output}"
+    );
+    assert!(calls_by(&main, "linear") >= 4 * 2 * 15, "{output}");
+    assert_eq!(
+        calls_by(&main, "previous") + calls_by(&main, "multicast"),
+        0,
+        "{output}"
+    );
+    for s in &main {
+        assert_eq!(num(s, "mcast_bytes"), 0, "{s:?}");
+    }
+    assert_eq!(calls_by(&freed, "linear"), 4 * 2, "{output}");
 }
 
 /// The automatic choice: every rank times its own calls, and the ranks

@@ -30,6 +30,10 @@ impl std::error::Error for P2pError {}
 
 pub type P2pResult<T> = Result<T, P2pError>;
 
+/// MPI's error class for a message that does not fit its receive (the
+/// ranks' counts or datatypes differ).
+pub const MPI_ERR_TRUNCATE: i32 = 15;
+
 /// Non-blocking point-to-point between the ranks of one communicator, over one
 /// message buffer of [`Transport::len`] bytes. Messages between two ranks are
 /// matched in the order they were posted, as in MPI.

@@ -6,6 +6,7 @@ use std::time::{Duration, Instant};
 
 use log::{debug, info, warn};
 
+use crate::algorithms::nonblocking::Shape;
 use crate::algorithms::transport::Transport;
 use crate::algorithms::{chain, linear};
 use crate::component::config::{Algorithm, Config};
@@ -147,9 +148,9 @@ enum Multicast {
     NotSetUp,
     /// The agreement on the group, started when the communicator was
     /// created, goes on in the background; the next broadcast finishes it.
-    Joining(Background),
-    /// The group is agreed: the driver and its work.
-    Ready(Background),
+    Joining,
+    /// The group is agreed: the background has its driver.
+    Ready,
     /// Some rank could not join: the replaced component's broadcast serves
     /// the calls that would multicast.
     Failed,
@@ -165,6 +166,10 @@ pub struct Module {
     stats: Stats,
     reported: bool,
     multicast: Multicast,
+    /// The communicator's work outside its calls: the agreement on the
+    /// group, the multicast driver once agreed, and the broadcasts that
+    /// returned or are nonblocking.
+    background: Background,
     /// A panic was caught in a call on this module (see [`Module::poison`]).
     broken: bool,
     /// The current broadcast call has started to move messages.
@@ -189,6 +194,7 @@ impl Module {
             stats: Stats::default(),
             reported: false,
             multicast: Multicast::NotSetUp,
+            background: Background::default(),
             broken: false,
             moved: false,
         }
@@ -204,7 +210,9 @@ impl Module {
     /// messages in flight, for the same reason.
     pub fn poison(&mut self) -> bool {
         self.broken = true;
-        !self.moved && matches!(self.multicast, Multicast::NotSetUp | Multicast::Failed)
+        !self.moved
+            && matches!(self.multicast, Multicast::NotSetUp | Multicast::Failed)
+            && !self.background.busy()
     }
 
     /// The algorithm for a broadcast of `bytes` bytes.
@@ -219,9 +227,7 @@ impl Module {
     /// What this rank did on the communicator so far.
     pub fn stats(&self) -> Stats {
         let mut stats = self.stats.clone();
-        if let Multicast::Ready(background) = &self.multicast {
-            stats.datagrams.merge(&background.datagrams());
-        }
+        stats.datagrams.merge(&self.background.datagrams());
         stats
     }
 
@@ -271,21 +277,19 @@ impl Module {
         self.reported = true;
         // An agreement on the group holds a reference on the communicator:
         // it ended before the communicator could be freed, and what it
-        // agreed goes unused.
-        if let Multicast::Ready(group) = &mut self.multicast {
-            // The neighbours may still wait for frames of the last broadcast
-            // (unless a panic left the group's state in doubt).
-            if !self.broken {
-                if let Err(e) = group.finish() {
-                    warn!(
-                        "rank {}: the last broadcast on {} failed: {e}",
-                        self.rank,
-                        comm.name()
-                    );
-                }
+        // agreed goes unused. The neighbours may still wait for messages of
+        // the last broadcasts (unless a panic left their state in doubt).
+        if !self.broken {
+            if let Err(e) = self.background.finish() {
+                warn!(
+                    "rank {}: the last broadcast on {} failed: {e}",
+                    self.rank,
+                    comm.name()
+                );
             }
         }
         // Leaves the group and closes the sockets.
+        self.background = Background::default();
         self.multicast = Multicast::Failed;
     }
 
@@ -303,9 +307,7 @@ impl Module {
         // work is left alone (see `poison`).
         if !self.broken {
             self.finish_joining(call.comm())?;
-            if let Multicast::Ready(background) = &mut self.multicast {
-                background.finish().map_err(|e| e.0)?;
-            }
+            self.background.finish().map_err(|e| e.0)?;
             if self.tuner.awaits_votes() {
                 self.settle_votes(call.comm());
             }
@@ -362,15 +364,15 @@ impl Module {
     /// Whether the automatic choice measures its candidates here: only
     /// where multicast is one of them.
     fn tunes(&self) -> bool {
-        !self.broken && self.cfg.tunes() && matches!(self.multicast, Multicast::Ready(_))
+        !self.broken && self.cfg.tunes() && matches!(self.multicast, Multicast::Ready)
     }
 
     /// A measured call ended: when its class is complete, this rank's part
     /// of the vote goes to the background, after the call's own work.
     fn measured(&mut self, comm: Comm, sample: Sample, took: Duration, lost_permille: Option<u32>) {
         if let Some((class, mine)) = self.tuner.record(sample, took, lost_permille) {
-            if let Multicast::Ready(background) = &mut self.multicast {
-                background.vote(comm, class, mine);
+            if let Multicast::Ready = self.multicast {
+                self.background.vote(comm, class, mine);
             }
         }
     }
@@ -380,10 +382,10 @@ impl Module {
     /// the process of rank 0 in `MPI_COMM_WORLD` says so, once for the job
     /// (the communicator's rank 0 logs it at `coll_ipmc_verbose` 1).
     fn settle_votes(&mut self, comm: Comm) {
-        let Multicast::Ready(background) = &mut self.multicast else {
+        if !matches!(self.multicast, Multicast::Ready) {
             return;
-        };
-        for (class, result) in background.take_votes() {
+        }
+        for (class, result) in self.background.take_votes() {
             let d = self.tuner.settle(class, &result);
             debug!(
                 "rank {} cid {}: broadcasts of up to {} bytes: {} ({:?})",
@@ -422,10 +424,11 @@ impl Module {
 
     /// One `MPI_Ibcast` on this communicator: `Ok(true)` when ipmc serves
     /// it and completes the request `request()` makes, `Ok(false)` when the
-    /// replaced component's nonblocking broadcast is to serve it. ipmc
-    /// serves the calls that multicast; the others go to the replaced
-    /// component (counted as its fallbacks; its messages have a tag of their
-    /// own, so they never meet ipmc's).
+    /// replaced component's nonblocking broadcast is to serve it. The
+    /// choice is `MPI_Bcast`'s: ipmc serves the calls that multicast or go by
+    /// its linear or chain algorithm, in the communicator's background work;
+    /// the others go to the replaced component (counted as its fallbacks;
+    /// its messages have a tag of their own, so they never meet ipmc's).
     pub fn ibcast(
         &mut self,
         call: &BcastCall,
@@ -442,9 +445,7 @@ impl Module {
             self.finish_joining(call.comm())?;
             // The class's decision is read only once every rank has it.
             if self.tunes() && self.tuner.voting(bytes) {
-                if let Multicast::Ready(background) = &mut self.multicast {
-                    background.finish().map_err(|e| e.0)?;
-                }
+                self.background.finish().map_err(|e| e.0)?;
             }
             if self.tuner.awaits_votes() {
                 self.settle_votes(call.comm());
@@ -457,14 +458,15 @@ impl Module {
         };
         let alg = agreed.unwrap_or_else(|| self.choose_now(bytes));
         self.stats.nonblocking += 1;
-        let Multicast::Ready(background) = &mut self.multicast else {
-            self.stats.record(Algorithm::Previous, bytes);
-            return Ok(false);
+        let how = match alg {
+            Algorithm::Multicast if matches!(self.multicast, Multicast::Ready) => None,
+            Algorithm::Linear => Some(Shape::Linear),
+            Algorithm::Chain => Some(Shape::Chain(self.cfg.chain_segment_size)),
+            _ => {
+                self.stats.record(Algorithm::Previous, bytes);
+                return Ok(false);
+            }
         };
-        if alg != Algorithm::Multicast {
-            self.stats.record(Algorithm::Previous, bytes);
-            return Ok(false);
-        }
         debug!(
             "rank {} cid {}: ibcast of {bytes} bytes from root {} with {}",
             self.rank,
@@ -478,8 +480,12 @@ impl Module {
             size: self.size,
             root: call.root(),
         };
-        let comm = call.comm();
-        background.ibcast(Ibcast::new(comm, at, call.keep_message(), request()));
+        let (comm, message) = (call.comm(), call.keep_message());
+        let ib = match how {
+            None => Ibcast::multicast(comm, at, message, request()),
+            Some(shape) => Ibcast::point_to_point(comm, at, message, request(), shape),
+        };
+        self.background.ibcast(ib);
         self.stats.record(alg, bytes);
         Ok(true)
     }
@@ -488,7 +494,7 @@ impl Module {
     /// where the group is agreed.
     fn choose_now(&self, bytes: usize) -> Algorithm {
         match self.choose(bytes) {
-            Algorithm::Multicast if !matches!(self.multicast, Multicast::Ready(_)) => {
+            Algorithm::Multicast if !matches!(self.multicast, Multicast::Ready) => {
                 Algorithm::Previous
             }
             alg => alg,
@@ -498,17 +504,13 @@ impl Module {
     /// Finishes the agreement on the group, if it still runs (waiting as
     /// long as it takes), and takes what it agreed.
     fn finish_joining(&mut self, comm: Comm) -> Result<(), i32> {
-        let Multicast::Joining(background) = &mut self.multicast else {
+        if !matches!(self.multicast, Multicast::Joining) {
             return Ok(());
-        };
+        }
         // Its messages may be in flight.
         self.moved = true;
-        let agreed = background.finish_joining();
-        let Multicast::Joining(mut background) =
-            std::mem::replace(&mut self.multicast, Multicast::Failed)
-        else {
-            unreachable!("matched above");
-        };
+        let agreed = self.background.finish_joining();
+        self.multicast = Multicast::Failed;
         let driver = match agreed {
             Ok(agreed) => self.joined(comm, agreed),
             Err(e) => {
@@ -517,8 +519,8 @@ impl Module {
             }
         };
         if let Some(driver) = driver {
-            background.set_driver(driver);
-            self.multicast = Multicast::Ready(background);
+            self.background.set_driver(driver);
+            self.multicast = Multicast::Ready;
         }
         Ok(())
     }
@@ -543,9 +545,10 @@ impl Module {
 
     /// The two-stage broadcast on the message bytes.
     fn run_multicast(&mut self, call: &mut BcastCall, bytes: usize) -> Result<(), i32> {
-        let Multicast::Ready(background) = &mut self.multicast else {
+        if !matches!(self.multicast, Multicast::Ready) {
             return Err(OMPI_ERROR);
-        };
+        }
+        let background = &mut self.background;
         let limit = self.cfg.background_limit;
         let at = Ranks {
             rank: self.rank,
@@ -569,9 +572,8 @@ impl Module {
         let open: Open = Box::new(move |a: &Announce| open_socket(&cfg, loopback, a));
         let families = interface_families(&self.cfg);
         let joining = Joining::start(comm, self.cfg.clone(), families, open).map_err(|e| e.0)?;
-        let mut background = Background::default();
-        background.join(joining);
-        self.multicast = Multicast::Joining(background);
+        self.background.join(joining);
+        self.multicast = Multicast::Joining;
         Ok(())
     }
 

@@ -5,8 +5,9 @@
 //!   started when the communicator is created, where every rank is;
 //! - broadcasts that returned to their caller but still owe their neighbours
 //!   chain frames (`END`, the fragments a `NEED` asked for);
-//! - nonblocking broadcasts (`MPI_Ibcast`, [`Ibcast`]), whose requests
-//!   complete once the rank owns the message;
+//! - nonblocking broadcasts (`MPI_Ibcast`, [`Ibcast`]) by multicast or by
+//!   the linear or chain algorithm, whose requests complete once the rank
+//!   owns the message;
 //! - the votes of the automatic choice of algorithm ([`crate::group::vote`]),
 //!   which use the broadcast tag too.
 //!
@@ -31,6 +32,7 @@ use std::time::{Duration, Instant};
 
 use log::{debug, warn};
 
+use crate::algorithms::nonblocking::{Shape, Steps};
 use crate::algorithms::transport::{P2pError, P2pResult};
 use crate::component::config::Config;
 use crate::component::stats::Datagrams;
@@ -96,67 +98,132 @@ impl Joining {
     }
 }
 
-/// One `MPI_Ibcast` over multicast: it begins when the work before it is
-/// over, and its request completes once this rank owns the message (the
-/// root: once every datagram went to the socket); it stays until it owes its
-/// neighbours nothing.
+/// One `MPI_Ibcast`: it begins when the work before it is over, and its
+/// request completes once this rank owns the message (the root: once every
+/// datagram went to the socket, or every send was posted); it stays until it
+/// owes its neighbours nothing.
 pub struct Ibcast {
     comm: Comm,
     at: Ranks,
     message: UserMessage,
     request: Option<Request>,
-    run: Option<(OmpiRun, Instant)>,
+    how: How,
+}
+
+/// An `MPI_Ibcast`'s algorithm, and its state once begun.
+enum How {
+    Multicast(Option<(Box<OmpiRun>, Instant)>),
+    PointToPoint(Shape, Option<Box<Steps<Messages>>>),
 }
 
 impl Ibcast {
-    pub fn new(comm: Comm, at: Ranks, message: UserMessage, request: Request) -> Self {
+    /// A nonblocking two-stage multicast broadcast.
+    pub fn multicast(comm: Comm, at: Ranks, message: UserMessage, request: Request) -> Self {
+        Self::with(comm, at, message, request, How::Multicast(None))
+    }
+
+    /// A nonblocking linear or chain broadcast.
+    pub fn point_to_point(
+        comm: Comm,
+        at: Ranks,
+        message: UserMessage,
+        request: Request,
+        shape: Shape,
+    ) -> Self {
+        Self::with(comm, at, message, request, How::PointToPoint(shape, None))
+    }
+
+    fn with(comm: Comm, at: Ranks, message: UserMessage, request: Request, how: How) -> Self {
         Ibcast {
             comm,
             at,
             message,
             request: Some(request),
-            run: None,
+            how,
         }
     }
 
     fn turn(
         &mut self,
-        d: &mut Driver<McastSocket>,
+        d: Option<&mut Driver<McastSocket>>,
         wait: Wait,
         stats: &mut Datagrams,
     ) -> P2pResult<bool> {
-        let at = self.at;
-        if self.run.is_none() {
-            let data = if at.rank == at.root {
-                Some(self.message.read().map_err(P2pError)?)
-            } else {
-                None
-            };
-            let len = self.message.bytes();
-            let b = d.begin(at, len, data.as_deref(), Duration::ZERO, stats);
-            let run = Run::new(b, Messages::new(self.comm), at.rank, at.size)?;
-            self.run = Some((run, Instant::now()));
-        }
-        let (run, start) = self.run.as_mut().expect("begun above");
-        d.step(run, start.elapsed(), wait, stats)?;
-        if self.request.is_some() && (run.may_return() || run.is_done()) {
-            let b = run.broadcast();
-            if at.rank != at.root {
-                self.message.write(b.data()).map_err(P2pError)?;
+        let Ibcast {
+            comm,
+            at,
+            message,
+            request,
+            how,
+        } = self;
+        let at = *at;
+        match how {
+            How::Multicast(state) => {
+                let d = d.expect("multicast work runs once the group is agreed");
+                if state.is_none() {
+                    let data = root_data(message, at)?;
+                    let b = d.begin(at, message.bytes(), data.as_deref(), Duration::ZERO, stats);
+                    let run = Run::new(b, Messages::new(*comm), at.rank, at.size)?;
+                    *state = Some((Box::new(run), Instant::now()));
+                }
+                let (run, start) = state.as_mut().expect("begun above");
+                d.step(run, start.elapsed(), wait, stats)?;
+                if request.is_some() && (run.may_return() || run.is_done()) {
+                    let b = run.broadcast();
+                    Driver::<McastSocket>::account(b, stats);
+                    debug!(
+                        "ibcast {} of {} bytes complete on vrank {}: {} by multicast, {} by chain",
+                        b.params().bcast,
+                        b.params().message_len,
+                        b.params().vrank,
+                        b.bytes_by_multicast(),
+                        b.bytes_by_chain()
+                    );
+                    complete(request, message, at, b.data())?;
+                }
+                Ok(run.is_done())
             }
-            Driver::<McastSocket>::account(b, stats);
-            debug!(
-                "ibcast {} of {} bytes complete on vrank {}: {} by multicast, {} by chain",
-                b.params().bcast,
-                b.params().message_len,
-                b.params().vrank,
-                b.bytes_by_multicast(),
-                b.bytes_by_chain()
-            );
-            self.request.take().expect("checked").complete(Ok(()));
+            How::PointToPoint(shape, state) => {
+                if state.is_none() {
+                    let data = root_data(message, at)?;
+                    let rank = (at.rank, at.size, at.root);
+                    let msgs = Messages::new(*comm);
+                    let steps = Steps::new(msgs, *shape, rank, message.bytes(), data);
+                    *state = Some(Box::new(steps));
+                }
+                let steps = state.as_mut().expect("begun above");
+                steps.turn(wait)?;
+                if request.is_some() && steps.has_message() {
+                    complete(request, message, at, steps.data())?;
+                }
+                Ok(steps.is_done())
+            }
         }
-        Ok(run.is_done())
     }
+}
+
+/// The root's message, read when its broadcast begins.
+fn root_data(message: &UserMessage, at: Ranks) -> P2pResult<Option<Vec<u8>>> {
+    if at.rank == at.root {
+        Ok(Some(message.read().map_err(P2pError)?))
+    } else {
+        Ok(None)
+    }
+}
+
+/// This rank owns `data`: the request completes, a non-root's message
+/// written to the user's buffer first.
+fn complete(
+    request: &mut Option<Request>,
+    message: &mut UserMessage,
+    at: Ranks,
+    data: &[u8],
+) -> P2pResult<()> {
+    if at.rank != at.root {
+        message.write(data).map_err(P2pError)?;
+    }
+    request.take().expect("completes once").complete(Ok(()));
+    Ok(())
 }
 
 /// A vote of the automatic choice on a size class's measurements; its
@@ -191,10 +258,11 @@ enum Job {
 }
 
 impl Job {
-    /// One turn; whether the job is over.
+    /// One turn; whether the job is over. `d` is the multicast driver, once
+    /// the group is agreed (only multicast work uses it).
     fn turn(
         &mut self,
-        d: &mut Driver<McastSocket>,
+        d: Option<&mut Driver<McastSocket>>,
         wait: Wait,
         stats: &mut Datagrams,
     ) -> P2pResult<bool> {
@@ -259,11 +327,7 @@ impl Slot {
             }
         }
         while let Some(job) = self.jobs.front_mut() {
-            let driver = self
-                .driver
-                .as_mut()
-                .expect("jobs run once the group is agreed");
-            match job.turn(driver, wait, &mut self.datagrams) {
+            match job.turn(self.driver.as_mut(), wait, &mut self.datagrams) {
                 Ok(true) => {
                     let job = self.jobs.pop_front().expect("checked");
                     RUNNING.fetch_sub(1, Ordering::Relaxed);
@@ -456,7 +520,8 @@ impl Background {
     }
 
     /// Leaves a nonblocking broadcast to the background, after the work
-    /// before it; it moves on at once as far as it can.
+    /// before it; it moves on at once as far as it can. (A multicast one
+    /// only once the group is agreed.)
     pub fn ibcast(&mut self, ib: Ibcast) {
         self.start(Job::Ibcast(Box::new(ib)));
     }
@@ -497,6 +562,11 @@ impl Background {
             Some(s) => std::mem::take(&mut locked(s).voted),
             None => Vec::new(),
         }
+    }
+
+    /// Whether work is left in the background (the agreement or jobs).
+    pub fn busy(&self) -> bool {
+        self.slot.as_ref().is_some_and(|s| locked(s).busy())
     }
 
     /// What the work in the background did with datagrams.

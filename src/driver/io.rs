@@ -55,6 +55,27 @@ pub trait MessageIo {
     }
 }
 
+/// A borrowed [`MessageIo`] is one too.
+impl<M: MessageIo + ?Sized> MessageIo for &mut M {
+    type Id = M::Id;
+
+    fn send(&mut self, peer: usize, data: Vec<u8>) -> P2pResult<Self::Id> {
+        (**self).send(peer, data)
+    }
+
+    fn recv(&mut self, peer: usize, capacity: usize) -> P2pResult<Self::Id> {
+        (**self).recv(peer, capacity)
+    }
+
+    fn test(&mut self, id: Self::Id, wait: Wait) -> P2pResult<Option<Vec<u8>>> {
+        (**self).test(id, wait)
+    }
+
+    fn wait(&mut self, id: Self::Id) -> P2pResult<Vec<u8>> {
+        (**self).wait(id)
+    }
+}
+
 /// Tests the messages `waiting` in the order they were posted, each only
 /// once those before it completed, appending the buffers of those that
 /// completed to `got`; whether all have.

@@ -11,7 +11,7 @@ use std::ptr;
 
 use super::sys::{self, ipmc_module, ompi_communicator_t, ompi_datatype_t, ompi_request_t};
 use super::{c_line, OMPI_SUCCESS};
-use crate::algorithms::transport::{P2pError, P2pResult, ReqId, Transport};
+use crate::algorithms::transport::{P2pError, P2pResult, ReqId, Transport, MPI_ERR_TRUNCATE};
 use crate::driver::io::{MessageIo, Wait};
 
 /// A line at a verbosity level of the component's output stream.
@@ -463,9 +463,6 @@ impl Transport for PmlTransport<'_> {
         check_counts(&expect, &counts)
     }
 }
-
-/// MPI's error class for a message that does not fit its receive.
-const MPI_ERR_TRUNCATE: c_int = 15;
 
 /// Every receive got exactly the bytes it was posted for: a shorter message
 /// (a rank that called `MPI_Bcast` with fewer bytes than this one) would
