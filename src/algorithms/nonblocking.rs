@@ -26,8 +26,13 @@ pub enum Shape {
     Chain(usize),
 }
 
-/// Receives and sends a rank keeps in flight, as the blocking chain does.
-const WINDOW: usize = 8;
+/// Receives posted ahead and sends in flight: the linear broadcast's root
+/// keeps several targets busy; the chain moves as the blocking chain does
+/// ([`crate::algorithms::chain::bcast`]), one send at a time and two
+/// receives ahead.
+const LINEAR_WINDOW: usize = 8;
+const CHAIN_RECV_AHEAD: usize = 2;
+const CHAIN_SENDS: usize = 1;
 
 /// One rank's part of a nonblocking linear or chain broadcast.
 pub struct Steps<M: MessageIo> {
@@ -46,6 +51,9 @@ pub struct Steps<M: MessageIo> {
     /// as one index: segment × targets + target.
     sends: VecDeque<M::Id>,
     next_send: usize,
+    /// At most this many receives posted and sends in flight.
+    recv_window: usize,
+    send_window: usize,
 }
 
 impl<M: MessageIo> Steps<M> {
@@ -69,6 +77,10 @@ impl<M: MessageIo> Steps<M> {
             }
         };
         let segments = len.div_ceil(segment.max(1));
+        let (recv_window, send_window) = match shape {
+            Shape::Linear => (LINEAR_WINDOW, LINEAR_WINDOW),
+            Shape::Chain(_) => (CHAIN_RECV_AHEAD, CHAIN_SENDS),
+        };
         let is_root = rank == root;
         let data = match root_data {
             Some(d) if is_root => d,
@@ -91,6 +103,8 @@ impl<M: MessageIo> Steps<M> {
             have: if is_root { segments } else { 0 },
             sends: VecDeque::new(),
             next_send: 0,
+            recv_window,
+            send_window,
         }
     }
 
@@ -106,7 +120,7 @@ impl<M: MessageIo> Steps<M> {
         loop {
             let mut moved = false;
             if let Some(source) = self.source {
-                while self.recvs.len() < WINDOW && self.next_recv < self.segments {
+                while self.recvs.len() < self.recv_window && self.next_recv < self.segments {
                     let capacity = self.range(self.next_recv).len();
                     self.recvs.push_back(self.msgs.recv(source, capacity)?);
                     self.next_recv += 1;
@@ -132,7 +146,7 @@ impl<M: MessageIo> Steps<M> {
                 }
             }
             let per = self.targets.len();
-            while self.sends.len() < WINDOW
+            while self.sends.len() < self.send_window
                 && per > 0
                 && self.next_send < self.segments * per
                 && self.next_send / per < self.have
