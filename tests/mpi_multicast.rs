@@ -250,6 +250,80 @@ fn the_automatic_choice_waits_for_no_rank_where_open_mpi_does_not() {
     });
 }
 
+/// A root several broadcasts ahead of rank 1 (`--ahead`), which waits for
+/// the root's token before it enters the first: Open MPI's own broadcast
+/// completes it for the messages it sends eagerly.
+#[test]
+fn open_mpi_completes_a_root_broadcasts_ahead() {
+    let run = mpirun(
+        4,
+        &[("coll", "^ipmc")],
+        "early_return",
+        &["--max-bytes", "1024", "--ahead", "12"],
+    );
+    assert!(
+        run.ok && run.output.contains("early_return: PASS"),
+        "{}",
+        run.output
+    );
+}
+
+/// The same with ipmc's multicast: a root's next broadcasts multicast at
+/// once and return, their chains following the earlier ones' in the
+/// background (up to 256 KiB of them, many more than 12 of the sizes Open
+/// MPI sends eagerly).
+#[test]
+fn multicast_completes_a_root_broadcasts_ahead() {
+    let mca = [
+        ("coll_ipmc_bcast_algorithm", "3"),
+        ("coll_ipmc_print_statistics", "1"),
+    ];
+    let run = mpirun(
+        4,
+        &mca,
+        "early_return",
+        &["--max-bytes", "1024", "--ahead", "12"],
+    );
+    assert!(
+        run.ok && run.output.contains("early_return: PASS"),
+        "{}",
+        run.output
+    );
+    let stats = common::stats_lines(&run.output);
+    let world: Vec<_> = stats.iter().filter(|s| s["comm"] == "world").collect();
+    assert_eq!(world.len(), 4, "{}", run.output);
+    for s in world {
+        assert!(common::tally(s, "multicast").0 >= 2 * 14, "{s:?}");
+    }
+}
+
+/// The same with the automatic choice, whose first calls of a size class
+/// measure Open MPI's broadcast and multicast, and whose ranks then vote on
+/// them in the background while the class multicasts: the root's calls
+/// wait for no rank through all of it.
+#[test]
+fn the_automatic_choice_completes_a_root_broadcasts_ahead() {
+    let mca = [("coll_ipmc_print_statistics", "1")];
+    let run = mpirun(
+        4,
+        &mca,
+        "early_return",
+        &["--max-bytes", "1024", "--ahead", "12"],
+    );
+    assert!(
+        run.ok && run.output.contains("early_return: PASS"),
+        "{}",
+        run.output
+    );
+    let stats = common::stats_lines(&run.output);
+    let world: Vec<_> = stats.iter().filter(|s| s["comm"] == "world").collect();
+    assert_eq!(world.len(), 4, "{}", run.output);
+    for s in world {
+        assert!(common::tally(s, "previous").0 > 0, "{s:?}");
+        assert!(common::tally(s, "multicast").0 > 0, "{s:?}");
+    }
+}
+
 fn early_return(mca: &[(&str, &str)], max_bytes: &str, each: impl Fn(&Line)) {
     let run = mpirun(4, mca, "early_return", &["--max-bytes", max_bytes]);
     assert!(

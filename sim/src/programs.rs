@@ -7,10 +7,12 @@ use std::time::Duration;
 
 use ipmc::component::config::Config;
 use ipmc::component::stats::Datagrams;
+use ipmc::driver::background::AHEAD_LIMIT;
 use ipmc::driver::io::Wait;
 use ipmc::driver::multicast::{Driver, Ranks, Run};
 use ipmc::group::setup::{Agreement, Joined};
 use ipmc::protocol::datagram::Auth;
+use ipmc::protocol::two_stage::Broadcast;
 
 use crate::engine::HostIo;
 use crate::p2p::{P2pState, SimMessages};
@@ -44,9 +46,10 @@ pub struct IpmcParams {
     pub fragment_size: usize,
     pub auth: Auth,
     pub root_wait: Duration,
-    /// Largest message whose broadcast leaves what it still owes its
-    /// neighbours to the background (`coll_ipmc_background_limit`); a
-    /// larger one finishes before it returns.
+    /// Bytes of messages whose broadcasts may leave what they still owe
+    /// their neighbours to the background (`coll_ipmc_background_limit`); a
+    /// larger message finishes before it returns, and a call waits for the
+    /// oldest broadcasts to finish while the background would hold more.
     pub background_limit: usize,
 }
 
@@ -65,13 +68,30 @@ struct Begun {
     asked_bytes: Option<u64>,
 }
 
+/// A call that has begun while the chains of the calls before it still
+/// run: stage 1 only, its chain follows theirs.
+struct Stage1 {
+    b: Broadcast,
+    at: Ranks,
+    message: Rc<[u8]>,
+}
+
+/// A call that has begun, with or without its chain.
+enum Current {
+    Stage1(Stage1),
+    Chain(Begun),
+}
+
 /// A rank running ipmc's two-stage broadcasts with the component's driver,
 /// one call after another as a program's loop of `MPI_Bcast` makes them,
 /// on one communicator (one driver, its datagrams of later broadcasts kept
-/// for them): each call returns once the rank owns the message (the root
-/// once its datagrams are in the socket) and leaves what it still owes its
-/// neighbours to the background, which the next call finishes before it
-/// begins, as `ipmc::driver::background` does; the next call comes at once.
+/// for them), with `ipmc::driver::background`'s rules: each call returns
+/// once the rank owns the message (the root once its datagrams are in the
+/// socket) and leaves what it still owes its neighbours to the background;
+/// the next call comes at once, and runs its stage 1 alongside the chains
+/// still running (up to `background_limit` bytes of messages held; beyond,
+/// it waits for the oldest), a root returning before its own chain starts
+/// (up to `AHEAD_LIMIT` bytes of such calls).
 pub struct IpmcRank {
     driver: Driver<SimSocket>,
     msgs: Rc<RefCell<P2pState>>,
@@ -79,8 +99,10 @@ pub struct IpmcRank {
     size: usize,
     background_limit: usize,
     plan: std::collections::VecDeque<Call>,
-    current: Option<Begun>,
-    rest: Option<Begun>,
+    current: Option<Current>,
+    /// Calls that returned and still owe chain frames, oldest first (a
+    /// root's may not have begun its chain yet).
+    rests: std::collections::VecDeque<Current>,
     stats: Datagrams,
 }
 
@@ -111,17 +133,34 @@ impl IpmcRank {
             background_limit: params.background_limit,
             plan: plan.into(),
             current: None,
-            rest: None,
+            rests: std::collections::VecDeque::new(),
             stats: Datagrams::default(),
         };
-        r.begin(now)?;
+        r.begin(now);
         Ok(r)
     }
 
-    /// Begins the next call, if any, at `now`.
-    fn begin(&mut self, now: Ns) -> Result<(), String> {
+    /// Bytes of messages the calls in the background hold.
+    fn held(&self) -> usize {
+        self.rests.iter().map(|c| c.message().len()).sum()
+    }
+
+    /// Whether the next call may begin now: nothing in the background, or
+    /// it and the calls there within the limit.
+    fn may_begin(&self) -> bool {
+        let Some(call) = self.plan.front() else {
+            return false;
+        };
+        let len = call.message.len();
+        self.rests.is_empty()
+            || (len <= self.background_limit && self.held() + len <= self.background_limit)
+    }
+
+    /// Begins the next call, if any, at `now` (stage 1 only: its chain
+    /// starts when nothing is left before it).
+    fn begin(&mut self, now: Ns) {
         let Some(call) = self.plan.pop_front() else {
-            return Ok(());
+            return;
         };
         let at = Ranks {
             rank: self.rank,
@@ -133,14 +172,27 @@ impl IpmcRank {
         let b = self
             .driver
             .begin(at, call.message.len(), root_data, now, &mut self.stats);
-        let run = Run::new(b, SimMessages(self.msgs.clone()), at.rank, at.size)
-            .map_err(|e| e.to_string())?;
-        self.current = Some(Begun {
-            run,
+        self.current = Some(Current::Stage1(Stage1 {
+            b,
+            at,
             message: call.message,
-            asked_bytes: None,
-        });
-        Ok(())
+        }));
+    }
+
+    /// Starts the chain of a call whose turn came.
+    fn start_chain(&self, c: Current) -> Result<Current, String> {
+        match c {
+            Current::Stage1(Stage1 { b, at, message }) => {
+                let run = Run::new(b, SimMessages(self.msgs.clone()), at.rank, at.size)
+                    .map_err(|e| e.to_string())?;
+                Ok(Current::Chain(Begun {
+                    run,
+                    message,
+                    asked_bytes: None,
+                }))
+            }
+            chain => Ok(chain),
+        }
     }
 
     /// One step of a call's broadcast, and the checks on it.
@@ -181,9 +233,9 @@ impl IpmcRank {
     }
 
     /// The call returns: this rank owns the root's bytes.
-    fn returns(call: &Begun) -> Result<(), String> {
-        let b = call.run.broadcast();
-        if b.data() != &call.message[..] {
+    fn returns(call: &Current) -> Result<(), String> {
+        let b = call.broadcast();
+        if b.data() != &call.message()[..] {
             return Err(format!(
                 "broadcast {} returned with other bytes than the root's",
                 b.params().bcast
@@ -194,8 +246,13 @@ impl IpmcRank {
 
     /// The call's broadcast is over on this rank.
     fn finish(call: Begun, stats: &mut Datagrams) -> Result<(), String> {
-        Self::returns(&call)?;
         let b = call.run.broadcast();
+        if b.data() != &call.message[..] {
+            return Err(format!(
+                "broadcast {} ended with other bytes than the root's",
+                b.params().bcast
+            ));
+        }
         // The chain brings nothing that was not asked for (a datagram late
         // after the NEED may still bring an asked fragment first).
         let asked = call.asked_bytes.unwrap_or(0);
@@ -210,50 +267,106 @@ impl IpmcRank {
     }
 }
 
+impl Current {
+    fn broadcast(&self) -> &Broadcast {
+        match self {
+            Current::Stage1(s) => &s.b,
+            Current::Chain(c) => c.run.broadcast(),
+        }
+    }
+
+    fn message(&self) -> &Rc<[u8]> {
+        match self {
+            Current::Stage1(s) => &s.message,
+            Current::Chain(c) => &c.message,
+        }
+    }
+}
+
 impl Program for IpmcRank {
     fn step(&mut self, now: Ns) -> Result<Status, String> {
         loop {
-            if let Some(rest) = self.rest.as_mut() {
-                Self::step_call(&mut self.driver, rest, now, &mut self.stats)?;
-                if rest.run.is_done() {
-                    let rest = self.rest.take().expect("checked");
-                    Self::finish(rest, &mut self.stats)?;
+            // The chains in the background, oldest first.
+            while let Some(rest) = self.rests.pop_front() {
+                let mut rest = self.start_chain(rest)?;
+                let Current::Chain(call) = &mut rest else {
+                    unreachable!("started above")
+                };
+                Self::step_call(&mut self.driver, call, now, &mut self.stats)?;
+                if call.run.is_done() {
+                    let Current::Chain(call) = rest else {
+                        unreachable!("matched above")
+                    };
+                    Self::finish(call, &mut self.stats)?;
+                } else {
+                    self.rests.push_front(rest);
+                    break;
                 }
             }
             if self.current.is_none() {
-                // The next call finishes what the last one left first.
-                if self.rest.is_some() || self.plan.is_empty() {
+                if !self.may_begin() {
                     break;
                 }
-                self.begin(now)?;
+                self.begin(now);
             }
-            let call = self.current.as_mut().expect("begun above");
-            Self::step_call(&mut self.driver, call, now, &mut self.stats)?;
-            let run = &call.run;
-            let in_background = call.message.len() <= self.background_limit;
+            let call = self.current.take().expect("begun above");
+            let in_background = call.message().len() <= self.background_limit;
+            let call = match call {
+                Current::Stage1(mut s) if !self.rests.is_empty() => {
+                    // Stage 1 alongside the chains before; a root whose
+                    // datagrams are out returns, within `AHEAD_LIMIT`.
+                    let later: usize = self
+                        .rests
+                        .iter()
+                        .filter(|c| matches!(c, Current::Stage1(_)))
+                        .map(|c| c.message().len())
+                        .sum();
+                    let root = s.at.rank == s.at.root && later + s.message.len() <= AHEAD_LIMIT;
+                    let b = &mut s.b;
+                    self.driver
+                        .stage1(b, Duration::from_nanos(now), &mut self.stats);
+                    let call = Current::Stage1(s);
+                    if root && call.broadcast().stage1_done() {
+                        Self::returns(&call)?;
+                        self.rests.push_back(call);
+                        continue;
+                    }
+                    self.current = Some(call);
+                    break;
+                }
+                call => self.start_chain(call)?,
+            };
+            let Current::Chain(mut begun) = call else {
+                unreachable!("started above")
+            };
+            Self::step_call(&mut self.driver, &mut begun, now, &mut self.stats)?;
+            let run = &begun.run;
             if run.is_done() {
-                let call = self.current.take().expect("checked");
-                Self::finish(call, &mut self.stats)?;
+                Self::finish(begun, &mut self.stats)?;
             } else if in_background && run.may_return() {
-                let call = self.current.take().expect("checked");
+                let call = Current::Chain(begun);
                 Self::returns(&call)?;
-                self.rest = Some(call);
+                self.rests.push_back(call);
             } else {
+                self.current = Some(Current::Chain(begun));
                 break;
             }
         }
         let returned = self.current.is_none() && self.plan.is_empty();
         Ok(Status {
             returned,
-            done: returned && self.rest.is_none(),
+            done: returned && self.rests.is_empty(),
         })
     }
 
     fn wake_at(&self) -> Option<Ns> {
-        [&self.current, &self.rest]
-            .into_iter()
-            .flatten()
-            .filter_map(|c| Driver::<SimSocket>::wake_at(&c.run))
+        self.current
+            .iter()
+            .chain(self.rests.iter())
+            .filter_map(|c| match c {
+                Current::Chain(c) => Driver::<SimSocket>::wake_at(&c.run),
+                Current::Stage1(s) => (!s.b.stage1_done()).then(|| s.b.stage1_start()).flatten(),
+            })
             .map(|d| d.as_nanos() as Ns)
             .min()
     }

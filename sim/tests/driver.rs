@@ -197,19 +197,29 @@ fn back_to_back_broadcasts_with_changing_roots_deliver_every_byte() {
 /// A call returns once the rank owns the message and leaves the rest to the
 /// background, so a root starts its next broadcast at once and broadcasts
 /// back to back pipeline on the wire: 20 of 64 KiB on 16 nodes take little
-/// more than 20 wire times. Above `background_limit` a call finishes its
-/// part before it returns, and the same calls take longer.
+/// more than 20 wire times, and the root is done with its calls before the
+/// others. Above `background_limit` a call finishes its part before it
+/// returns, and the root waits for its neighbours in every call.
 #[test]
 fn early_returning_ranks_pipeline_back_to_back_broadcasts() {
     let mut s = ipmc(16, 65536, Network::emulated());
     s.calls = vec![(0, 65536); 20];
-    let pipelined = run(&s).completion_max_ns();
+    let out = run(&s);
+    let pipelined = out.completion_max_ns();
     let wire = 20 * s.wire_ns();
     assert!(
         (pipelined as f64) < 1.12 * wire as f64,
         "20 broadcasts took {pipelined} ns, 20 wire times are {wire} ns"
     );
+    let root_free = out.returned_ns[0];
+    assert!(
+        root_free < pipelined,
+        "the root returned from its last call at {root_free} ns, the last rank at {pipelined} ns"
+    );
     s.ipmc.background_limit = 0;
-    let held = run(&s).completion_max_ns();
-    assert!(held > pipelined, "held {held} ns, pipelined {pipelined} ns");
+    let held = run(&s).returned_ns[0];
+    assert!(
+        held > root_free,
+        "root held {held} ns, early {root_free} ns"
+    );
 }

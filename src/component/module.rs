@@ -302,17 +302,22 @@ impl Module {
             return Ok(());
         }
         // Every algorithm (and the replaced component's) uses the broadcast
-        // tag: the agreement's messages and the last multicast broadcast's
-        // frames must not meet this call's. A broken module's background
-        // work is left alone (see `poison`).
+        // tag: the agreement's and the votes' messages, and the frames of the
+        // multicast broadcasts before, must not meet this call's. Only a
+        // multicast broadcast may begin while earlier ones' chains and votes
+        // still run (its own chain follows them). A broken module's
+        // background work is left alone (see `poison`).
         if !self.broken {
             self.finish_joining(call.comm())?;
-            self.background.finish().map_err(|e| e.0)?;
             if self.tuner.awaits_votes() {
                 self.settle_votes(call.comm());
             }
         }
-        let (alg, sample) = self.plan(bytes);
+        let (alg, sample) = self.plan(call.comm(), bytes)?;
+        let queues = alg == Algorithm::Multicast && self.background.holds_only_multicast();
+        if !self.broken && !queues {
+            self.background.finish().map_err(|e| e.0)?;
+        }
         debug!(
             "rank {} cid {}: bcast of {bytes} bytes from root {} with {}",
             self.rank,
@@ -352,13 +357,19 @@ impl Module {
 
     /// The algorithm for a blocking broadcast of `bytes` bytes, and what to
     /// measure of it when the automatic choice measures its class.
-    fn plan(&mut self, bytes: usize) -> (Algorithm, Option<Sample>) {
+    fn plan(&mut self, comm: Comm, bytes: usize) -> Result<(Algorithm, Option<Sample>), i32> {
         if self.tunes() {
             if let Some(plan) = self.tuner.plan(bytes) {
-                return plan;
+                return Ok(plan);
+            }
+            // This call takes the decision of a vote that has not ended here.
+            self.background.finish().map_err(|e| e.0)?;
+            self.settle_votes(comm);
+            if let Some(plan) = self.tuner.plan(bytes) {
+                return Ok(plan);
             }
         }
-        (self.choose_now(bytes), None)
+        Ok((self.choose_now(bytes), None))
     }
 
     /// Whether the automatic choice measures its candidates here: only
@@ -443,8 +454,8 @@ impl Module {
         }
         if !self.broken {
             self.finish_joining(call.comm())?;
-            // The class's decision is read only once every rank has it.
-            if self.tunes() && self.tuner.voting(bytes) {
+            // The class's decision is read only where every rank takes it.
+            if self.tunes() && self.tuner.must_await_vote(bytes) {
                 self.background.finish().map_err(|e| e.0)?;
             }
             if self.tuner.awaits_votes() {

@@ -5,7 +5,13 @@
 //! ([`crate::group::vote`]): each candidate's time is the slowest rank's
 //! best, the same numbers on every rank, so every rank takes the same
 //! decision. Decisions change only at calls every rank counts alike (the
-//! n-th broadcast of a class), never from a rank's own clock.
+//! n-th broadcast of a class), never from a rank's own clock: while the
+//! vote runs, the class's next [`VOTE_CALLS`] calls multicast (whose calls
+//! may begin while earlier ones' and the vote's messages are under way), and
+//! the decision takes effect at the call after them; only a rank that gets
+//! there before its vote ended waits for it. So the vote never makes a rank
+//! wait for one that has not entered a broadcast, unless it runs that many
+//! calls ahead.
 //!
 //! A class is measured again after 1024 calls, then after twice as many
 //! each time, so that a network that changed (multicast that started to be
@@ -33,6 +39,9 @@ const CLASSES: usize = usize::BITS as usize + 1;
 
 /// Calls of a class before it is first measured again.
 const RETUNE_AFTER: u64 = 1024;
+/// Calls of a class between the end of its measurements and the call at
+/// which the ranks' decision takes effect (see the module's summary).
+pub const VOTE_CALLS: u64 = 16;
 /// Open MPI's own broadcast is kept unless another is faster by more than
 /// this (per mille): it needs no datagrams, and measurements are noisy.
 const PREFER_PREVIOUS_PERMILLE: u64 = 30;
@@ -61,6 +70,10 @@ pub struct Decision {
     /// The largest share of a multicast message that a rank had to get by
     /// the chain instead (per mille).
     pub lost_permille: u32,
+    /// The class's call from which `alg` serves; the calls before it take
+    /// `interim`, as during the vote.
+    pub from: u64,
+    interim: Algorithm,
 }
 
 enum Phase {
@@ -71,8 +84,12 @@ enum Phase {
         best: Vec<u32>,
         lost: Option<u32>,
     },
-    /// This rank's measurements went to the vote; the class waits for it.
-    Voting,
+    /// This rank's measurements went to the vote after the class's call
+    /// `at`; the next calls take `interim` (if any) until the decision.
+    Voting {
+        at: u64,
+        interim: Option<Algorithm>,
+    },
     Decided(Decision),
 }
 
@@ -139,14 +156,15 @@ impl Tuner {
 
     /// For a blocking broadcast of `bytes` bytes (counted here): the
     /// algorithm, and what to measure if the class is being measured;
-    /// `None` while the class waits for its vote (the caller finishes the
-    /// vote first, so this means the vote was lost to an error).
+    /// `None` when this call must take the decision of a vote that has not
+    /// ended on this rank (the call is not counted: the caller finishes the
+    /// vote, settles it and asks again).
     pub fn plan(&mut self, bytes: usize) -> Option<(Algorithm, Option<Sample>)> {
         let k = class_of(bytes);
         let samples = self.samples;
         let c = &mut self.classes[k];
-        c.calls += 1;
-        if matches!(c.phase, Phase::Decided(_)) && c.calls > c.retune_at {
+        let call = c.calls + 1;
+        if matches!(c.phase, Phase::Decided(_)) && call > c.retune_at {
             let Phase::Decided(d) = std::mem::replace(
                 &mut c.phase,
                 Phase::Explore {
@@ -159,7 +177,7 @@ impl Tuner {
             };
             c.last = Some(d);
         }
-        match &c.phase {
+        let plan = match &c.phase {
             Phase::Explore { done, .. } => {
                 let cands = candidates(k);
                 let candidate = (done / samples) % cands.len();
@@ -171,18 +189,44 @@ impl Tuner {
                     }),
                 ))
             }
-            Phase::Voting => None,
+            Phase::Voting { at, interim } => interim
+                .filter(|_| call <= at + VOTE_CALLS)
+                .map(|alg| (alg, None)),
+            Phase::Decided(d) if call < d.from => Some((d.interim, None)),
             Phase::Decided(d) => Some((d.alg, None)),
+        };
+        if plan.is_some() {
+            c.calls = call;
+        }
+        plan
+    }
+
+    /// The algorithm for a call that is not measured and not counted (a
+    /// nonblocking broadcast), as the class's next blocking call would
+    /// take it unless measured: `None` while the class has no decision (the
+    /// fixed rule serves). The caller first finishes the vote where
+    /// [`Tuner::must_await_vote`] says so.
+    pub fn current(&self, bytes: usize) -> Option<Algorithm> {
+        let c = &self.classes[class_of(bytes)];
+        let call = c.calls + 1;
+        match &c.phase {
+            Phase::Decided(d) if call < d.from => Some(d.interim),
+            Phase::Decided(d) => Some(d.alg),
+            Phase::Voting {
+                interim: Some(alg), ..
+            } => Some(*alg),
+            _ => c.last.as_ref().map(|d| d.alg),
         }
     }
 
-    /// The agreed algorithm for a call that is not measured (a nonblocking
-    /// broadcast): `None` while the class has no decision.
-    pub fn current(&self, bytes: usize) -> Option<Algorithm> {
+    /// Whether the class of `bytes` needs its vote's decision before its
+    /// next call: the vote has not been settled on this rank, and the calls
+    /// it may take meanwhile are over (or there are none).
+    pub fn must_await_vote(&self, bytes: usize) -> bool {
         let c = &self.classes[class_of(bytes)];
-        match &c.phase {
-            Phase::Decided(d) => Some(d.alg),
-            _ => c.last.as_ref().map(|d| d.alg),
+        match c.phase {
+            Phase::Voting { at, interim } => interim.is_none() || c.calls + 1 > at + VOTE_CALLS,
+            _ => false,
         }
     }
 
@@ -194,7 +238,7 @@ impl Tuner {
 
     /// Whether the class of `bytes` waits for its vote.
     pub fn voting(&self, bytes: usize) -> bool {
-        matches!(self.classes[class_of(bytes)].phase, Phase::Voting)
+        matches!(self.classes[class_of(bytes)].phase, Phase::Voting { .. })
     }
 
     /// Records a measured call that took `elapsed` on this rank and, if it
@@ -230,7 +274,17 @@ impl Tuner {
         }
         let mut vector = std::mem::take(best);
         vector.push(lost.unwrap_or(0));
-        c.phase = Phase::Voting;
+        // Meanwhile: the last decision if the class is measured again, else
+        // multicast, whose calls need not wait for the vote.
+        let interim = c.last.as_ref().map(|d| d.alg).or_else(|| {
+            candidates(s.class)
+                .contains(&Algorithm::Multicast)
+                .then_some(Algorithm::Multicast)
+        });
+        c.phase = Phase::Voting {
+            at: c.calls,
+            interim,
+        };
         self.voting += 1;
         Some((s.class, vector))
     }
@@ -265,16 +319,25 @@ impl Tuner {
             cands[fastest]
         };
         let c = &mut self.classes[k];
-        if matches!(c.phase, Phase::Voting) {
-            self.voting -= 1;
-        }
-        c.retune_at = c.calls + c.interval;
+        let (at, interim) = match c.phase {
+            Phase::Voting { at, interim } => {
+                self.voting -= 1;
+                (at, interim)
+            }
+            _ => (c.calls, None),
+        };
+        // The decision serves from the call every rank counts alike.
+        let from = at + 1 + if interim.is_some() { VOTE_CALLS } else { 0 };
+        // Measured again after `interval` calls of the decision.
+        c.retune_at = from - 1 + c.interval;
         c.interval *= 2;
         c.last = None;
         c.phase = Phase::Decided(Decision {
             alg,
             times_us: cands.iter().copied().zip(times).collect(),
             lost_permille,
+            from,
+            interim: interim.unwrap_or(alg),
         });
         let Phase::Decided(d) = &c.phase else {
             unreachable!("set above")
@@ -372,7 +435,8 @@ mod tests {
             ]
         );
         assert!(t.voting(65536) && t.awaits_votes());
-        assert_eq!(t.plan(65536), None);
+        // While the vote runs, the class multicasts.
+        assert_eq!(t.plan(65536), Some((Algorithm::Multicast, None)));
         let d = t.settle(class_of(65536), &[100, 50, 0]);
         assert_eq!(d.alg, Algorithm::Multicast);
         assert!(!t.awaits_votes());
@@ -381,6 +445,59 @@ mod tests {
         // Other classes are measured on their own.
         assert_eq!(t.current(1000), None);
         assert!(t.plan(1000).unwrap().1.is_some());
+    }
+
+    #[test]
+    fn the_decision_serves_from_a_call_every_rank_counts_alike() {
+        // Two ranks settle the same vote at different calls; both take the
+        // decision from the same call on.
+        let mut ranks: Vec<Tuner> = (0..2).map(|r| Tuner::new(1, r, false)).collect();
+        let mut taken: Vec<Vec<Algorithm>> = vec![Vec::new(); 2];
+        for (r, t) in ranks.iter_mut().enumerate() {
+            measure(t, 4096, |_| 1);
+            // Rank 0's vote ends at once, rank 1's after 10 more calls.
+            let settle_after = [0, 10][r];
+            for call in 0..40 {
+                if call == settle_after {
+                    t.settle(class_of(4096), &[100, 500, 0]);
+                }
+                let (alg, sample) = t.plan(4096).expect("within the vote's calls");
+                assert!(sample.is_none());
+                taken[r].push(alg);
+            }
+        }
+        assert_eq!(taken[0], taken[1]);
+        let switch = VOTE_CALLS as usize;
+        assert!(taken[0][..switch]
+            .iter()
+            .all(|&a| a == Algorithm::Multicast));
+        assert!(taken[0][switch..].iter().all(|&a| a == Algorithm::Previous));
+    }
+
+    #[test]
+    fn a_rank_waits_for_its_vote_only_after_the_votes_calls() {
+        let mut t = Tuner::new(1, 0, false);
+        measure(&mut t, 4096, |_| 1);
+        for _ in 0..VOTE_CALLS {
+            assert!(!t.must_await_vote(4096));
+            assert_eq!(t.current(4096), Some(Algorithm::Multicast));
+            assert_eq!(t.plan(4096), Some((Algorithm::Multicast, None)));
+        }
+        // The next call needs the decision: not counted until it is there.
+        assert!(t.must_await_vote(4096));
+        assert_eq!(t.plan(4096), None);
+        assert_eq!(t.plan(4096), None);
+        t.settle(class_of(4096), &[100, 500, 0]);
+        assert_eq!(t.plan(4096), Some((Algorithm::Previous, None)));
+        // Without multicast among the candidates, the first call after the
+        // measurements needs the decision.
+        let big = 32 << 20;
+        measure(&mut t, big, |_| 1);
+        assert!(t.must_await_vote(big));
+        assert_eq!(t.plan(big), None);
+        let d = t.settle(class_of(big), &[100, 50, 0]);
+        assert_eq!((d.alg, d.from), (Algorithm::Chain, 3));
+        assert_eq!(t.plan(big), Some((Algorithm::Chain, None)));
     }
 
     #[test]
@@ -453,6 +570,9 @@ mod tests {
             |a| if a == Algorithm::Previous { 10 } else { 90 },
         );
         t.settle(class_of(100), &[10, 90, 0]);
+        for _ in 0..VOTE_CALLS {
+            assert_eq!(t.plan(100), Some((Algorithm::Multicast, None)));
+        }
         for _ in 0..RETUNE_AFTER {
             assert_eq!(t.plan(100), Some((Algorithm::Previous, None)));
         }

@@ -281,6 +281,16 @@ impl<S: DatagramIo> Driver<S> {
         run.turn(wait)
     }
 
+    /// Stage 1 alone, for a broadcast whose chain cannot start yet (the
+    /// chains of the broadcasts before it still run): the root's datagrams
+    /// as far as the socket takes them, and the datagrams waiting.
+    pub fn stage1(&mut self, b: &mut Broadcast, now: Duration, stats: &mut Datagrams) {
+        self.multicast(b, now, stats);
+        if !b.is_complete() {
+            self.receive(b, stats);
+        }
+    }
+
     /// When a broadcast waiting for nothing but time needs its next step:
     /// the root's start of stage 1.
     pub fn wake_at<M: MessageIo>(run: &Run<M>) -> Option<Duration> {

@@ -2,12 +2,14 @@
  * Programs that work with Open MPI's own broadcast for messages it sends
  * eagerly, and that a broadcast which waits for other ranks would hang:
  *
- *   early_return [--max-bytes N]
+ *   early_return [--max-bytes N] [--ahead AHEAD]
  *
  * For sizes 4 B, 1 KiB, 64 KiB, ... up to N (default 1048576), on every
  * communicator of at least 2 ranks in MPI_COMM_WORLD:
  *   sync     the root broadcasts, then sends a token to rank 1; rank 1 receives
  *            the token before it enters the broadcast;
+ *   ahead    with --ahead K (K > 1): the same with K broadcasts before the
+ *            token, so that the root runs K broadcasts ahead of rank 1;
  *   reuse    the root overwrites its buffer as soon as MPI_Bcast returns;
  *   free     a duplicate of MPI_COMM_WORLD broadcasts in the sync pattern and
  *            is freed at once on every rank.
@@ -38,40 +40,46 @@ static void check(MPI_Comm comm, const unsigned char *buf, size_t n, long call, 
     }
 }
 
-/* Root 0 broadcasts, then sends rank 1 a token that rank 1 waits for before
-   it enters the same broadcast. */
-static void sync_bcast(MPI_Comm comm, unsigned char *buf, size_t n, long call)
+/* Root 0 makes `calls` broadcasts, then sends rank 1 a token that rank 1
+   waits for before it enters the first of them. */
+static void sync_bcast(MPI_Comm comm, unsigned char *buf, size_t n, long call, int calls)
 {
     int rank, token = 42;
     MPI_Comm_rank(comm, &rank);
-    if (rank == 0) {
-        for (size_t i = 0; i < n; i++) buf[i] = pattern(call, i);
+    if (rank == 1) MPI_Recv(&token, 1, MPI_INT, 0, 7, comm, MPI_STATUS_IGNORE);
+    for (int c = 0; c < calls; c++) {
+        if (rank == 0) {
+            for (size_t i = 0; i < n; i++) buf[i] = pattern(call + c, i);
+        } else {
+            memset(buf, 0, n);
+        }
         MPI_Bcast(buf, (int) n, MPI_BYTE, 0, comm);
-        MPI_Send(&token, 1, MPI_INT, 1, 7, comm);
-    } else {
-        memset(buf, 0, n);
-        if (rank == 1) MPI_Recv(&token, 1, MPI_INT, 0, 7, comm, MPI_STATUS_IGNORE);
-        MPI_Bcast(buf, (int) n, MPI_BYTE, 0, comm);
-        check(comm, buf, n, call, "sync");
+        if (rank != 0) check(comm, buf, n, call + c, calls > 1 ? "ahead" : "sync");
     }
+    if (rank == 0) MPI_Send(&token, 1, MPI_INT, 1, 7, comm);
 }
 
 int main(int argc, char **argv)
 {
     size_t max_bytes = 1048576;
-    int rank, size;
+    int rank, size, ahead = 0;
     long call = 0;
 
     MPI_Init(&argc, &argv);
     for (int i = 1; i + 1 < argc; i += 2) {
         if (!strcmp(argv[i], "--max-bytes")) max_bytes = strtoull(argv[i + 1], NULL, 0);
+        if (!strcmp(argv[i], "--ahead")) ahead = atoi(argv[i + 1]);
     }
     MPI_Comm_rank(MPI_COMM_WORLD, &rank);
     MPI_Comm_size(MPI_COMM_WORLD, &size);
     MPI_Comm_set_name(MPI_COMM_WORLD, "world");
     unsigned char *buf = malloc(max_bytes);
     for (size_t n = 4; n <= max_bytes; n = n < 1024 ? 1024 : n * 64) {
-        sync_bcast(MPI_COMM_WORLD, buf, n, ++call);
+        sync_bcast(MPI_COMM_WORLD, buf, n, ++call, 1);
+        if (ahead > 1) {
+            sync_bcast(MPI_COMM_WORLD, buf, n, call + 1, ahead);
+            call += ahead;
+        }
 
         ++call;
         if (rank == 0) {
@@ -87,7 +95,7 @@ int main(int argc, char **argv)
         MPI_Comm dup;
         MPI_Comm_dup(MPI_COMM_WORLD, &dup);
         MPI_Comm_set_name(dup, "freed");
-        sync_bcast(dup, buf, n, ++call);
+        sync_bcast(dup, buf, n, ++call, 1);
         MPI_Comm_free(&dup);
     }
     free(buf);
