@@ -269,9 +269,10 @@ fn open_mpi_completes_a_root_broadcasts_ahead() {
 }
 
 /// The same with ipmc's multicast: a root's next broadcasts multicast at
-/// once and return, their chains following the earlier ones' in the
-/// background (up to 256 KiB of them, many more than 12 of the sizes Open
-/// MPI sends eagerly).
+/// once and return, and so do another rank's that got their messages by
+/// multicast, their chains following the earlier ones' in the background
+/// (up to 256 KiB of them, many more than 12 of the sizes Open MPI sends
+/// eagerly).
 #[test]
 fn multicast_completes_a_root_broadcasts_ahead() {
     let mca = [
@@ -293,14 +294,17 @@ fn multicast_completes_a_root_broadcasts_ahead() {
     let world: Vec<_> = stats.iter().filter(|s| s["comm"] == "world").collect();
     assert_eq!(world.len(), 4, "{}", run.output);
     for s in world {
-        assert!(common::tally(s, "multicast").0 >= 2 * 14, "{s:?}");
+        assert!(common::tally(s, "multicast").0 >= 2 * 26, "{s:?}");
     }
 }
 
 /// The same with the automatic choice, whose first calls of a size class
 /// measure Open MPI's broadcast and multicast, and whose ranks then vote on
-/// them in the background while the class multicasts: the root's calls
-/// wait for no rank through all of it.
+/// them in the background while the class multicasts: no rank waits
+/// through all of it (6 calls ahead, the root's and then rank 2's: 13 calls
+/// of a class, within its 2 × 2 measured and 16 voting calls; once a class
+/// has gone to Open MPI's broadcast, its first call waits for the chains of
+/// the multicast calls before, which share its tag).
 #[test]
 fn the_automatic_choice_completes_a_root_broadcasts_ahead() {
     let mca = [("coll_ipmc_print_statistics", "1")];
@@ -308,7 +312,7 @@ fn the_automatic_choice_completes_a_root_broadcasts_ahead() {
         4,
         &mca,
         "early_return",
-        &["--max-bytes", "1024", "--ahead", "12"],
+        &["--max-bytes", "1024", "--ahead", "6"],
     );
     assert!(
         run.ok && run.output.contains("early_return: PASS"),

@@ -90,7 +90,8 @@ enum Current {
 /// socket) and leaves what it still owes its neighbours to the background;
 /// the next call comes at once, and runs its stage 1 alongside the chains
 /// still running (up to `background_limit` bytes of messages held; beyond,
-/// it waits for the oldest), a root returning before its own chain starts
+/// it waits for the oldest), a root whose datagrams are out or a rank that
+/// got the whole message by multicast returning before its own chain starts
 /// (up to `AHEAD_LIMIT` bytes of such calls).
 pub struct IpmcRank {
     driver: Driver<SimSocket>,
@@ -314,19 +315,21 @@ impl Program for IpmcRank {
             let call = match call {
                 Current::Stage1(mut s) if !self.rests.is_empty() => {
                     // Stage 1 alongside the chains before; a root whose
-                    // datagrams are out returns, within `AHEAD_LIMIT`.
+                    // datagrams are out, or a rank that got the whole message
+                    // by multicast, returns, within `AHEAD_LIMIT`.
                     let later: usize = self
                         .rests
                         .iter()
                         .filter(|c| matches!(c, Current::Stage1(_)))
                         .map(|c| c.message().len())
                         .sum();
-                    let root = s.at.rank == s.at.root && later + s.message.len() <= AHEAD_LIMIT;
+                    let ahead = later + s.message.len() <= AHEAD_LIMIT;
                     let b = &mut s.b;
                     self.driver
                         .stage1(b, Duration::from_nanos(now), &mut self.stats);
                     let call = Current::Stage1(s);
-                    if root && call.broadcast().stage1_done() {
+                    let b = call.broadcast();
+                    if ahead && b.stage1_done() && b.is_complete() {
                         Self::returns(&call)?;
                         self.rests.push_back(call);
                         continue;

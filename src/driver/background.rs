@@ -18,9 +18,11 @@
 //! more. A blocking multicast broadcast may begin while the multicast
 //! broadcasts before it still owe chain frames, up to `background_limit`
 //! bytes of messages held in all: its stage 1 runs alongside their chains,
-//! and a root whose datagrams are out returns and leaves its chain to follow
-//! theirs, so that a root never waits for a rank that has not entered an
-//! earlier broadcast. Any other call first finishes all work before it.
+//! and a root whose datagrams are out, or a rank that got the whole message
+//! by multicast, returns and leaves its chain to follow theirs (up to
+//! [`AHEAD_LIMIT`] bytes), so that no rank waits for one that has not
+//! entered an earlier broadcast. Any other call first finishes all work
+//! before it.
 //!
 //! Work in the background holds a reference on its communicator: MPI lets a
 //! program free a communicator while operations on it are pending, and the
@@ -210,13 +212,12 @@ impl Ibcast {
 
 const MULTICAST_READY: &str = "multicast runs once the group is agreed";
 
-/// Bytes of a root's multicast broadcasts that may return before their
+/// Bytes of a rank's multicast broadcasts that may return before their
 /// chains start: many small broadcasts ahead of a rank that has not entered
 /// them, as Open MPI's broadcast of eagerly sent messages allows, and not so
 /// many that a root floods its receivers' socket buffers (with 16 MiB, 100
 /// broadcasts of 64 KiB back to back on the emulated cluster took 1.8 ×
-/// longer). Beyond it a root's broadcast waits for the chains before, as the
-/// others' do.
+/// longer). Beyond it a broadcast waits for the chains before.
 pub const AHEAD_LIMIT: usize = 256 << 10;
 
 /// A blocking broadcast returns: its bytes to the statistics.
@@ -279,9 +280,10 @@ impl VoteJob {
     }
 }
 
-/// A root's blocking multicast broadcast that returned while the chains of
-/// the broadcasts before it still ran: its own chain starts when its turn
-/// comes, and then it owes what a [`Job::Rest`] owes.
+/// A blocking multicast broadcast that returned while the chains of the
+/// broadcasts before it still ran (the root's datagrams were out, or the
+/// rank had the whole message by multicast): its own chain starts when its
+/// turn comes, and then it owes what a [`Job::Rest`] owes.
 struct Later {
     comm: Comm,
     at: Ranks,
@@ -430,8 +432,8 @@ impl Slot {
             .sum()
     }
 
-    /// The message bytes of a root's broadcasts whose chains have not
-    /// started.
+    /// The message bytes of the broadcasts that returned before their
+    /// chains started.
     fn later_bytes(&self) -> usize {
         self.jobs
             .iter()
@@ -474,12 +476,16 @@ impl Slot {
         // its cores.
         std::thread::sleep(b.stage1_start().unwrap_or_default());
         // Stage 1 runs alongside the chains before; a root whose datagrams
-        // are out leaves its chain to follow them, within `AHEAD_LIMIT`.
-        let ahead = at.rank == at.root && self.later_bytes() + data.len() <= AHEAD_LIMIT;
+        // are out, or a rank that got the whole message by multicast, leaves
+        // its chain to follow them, within `AHEAD_LIMIT`.
+        let ahead = self.later_bytes() + data.len() <= AHEAD_LIMIT;
         while !self.jobs.is_empty() {
             let d = self.driver.as_mut().expect(MULTICAST_READY);
             d.stage1(&mut b, start.elapsed(), stats);
-            if ahead && b.stage1_done() {
+            if ahead && b.stage1_done() && b.is_complete() {
+                if at.rank != at.root {
+                    data.copy_from_slice(b.data());
+                }
                 returns(&b, "returns before its chain", stats);
                 let later = Later {
                     comm,

@@ -9,7 +9,9 @@
  *   sync     the root broadcasts, then sends a token to rank 1; rank 1 receives
  *            the token before it enters the broadcast;
  *   ahead    with --ahead K (K > 1): the same with K broadcasts before the
- *            token, so that the root runs K broadcasts ahead of rank 1;
+ *            token, so that the root runs K broadcasts ahead of rank 1; and
+ *            again with rank 2 (not the root) sending the token after its K
+ *            broadcasts, on 3 ranks or more;
  *   reuse    the root overwrites its buffer as soon as MPI_Bcast returns;
  *   free     a duplicate of MPI_COMM_WORLD broadcasts in the sync pattern and
  *            is freed at once on every rank.
@@ -40,13 +42,14 @@ static void check(MPI_Comm comm, const unsigned char *buf, size_t n, long call, 
     }
 }
 
-/* Root 0 makes `calls` broadcasts, then sends rank 1 a token that rank 1
-   waits for before it enters the first of them. */
-static void sync_bcast(MPI_Comm comm, unsigned char *buf, size_t n, long call, int calls)
+/* Root 0 broadcasts `calls` times; rank `sender` then sends rank 1 a token
+   that rank 1 waits for before it enters the first of them. */
+static void sync_bcast(MPI_Comm comm, unsigned char *buf, size_t n, long call, int calls,
+                       int sender)
 {
     int rank, token = 42;
     MPI_Comm_rank(comm, &rank);
-    if (rank == 1) MPI_Recv(&token, 1, MPI_INT, 0, 7, comm, MPI_STATUS_IGNORE);
+    if (rank == 1) MPI_Recv(&token, 1, MPI_INT, sender, 7, comm, MPI_STATUS_IGNORE);
     for (int c = 0; c < calls; c++) {
         if (rank == 0) {
             for (size_t i = 0; i < n; i++) buf[i] = pattern(call + c, i);
@@ -56,7 +59,7 @@ static void sync_bcast(MPI_Comm comm, unsigned char *buf, size_t n, long call, i
         MPI_Bcast(buf, (int) n, MPI_BYTE, 0, comm);
         if (rank != 0) check(comm, buf, n, call + c, calls > 1 ? "ahead" : "sync");
     }
-    if (rank == 0) MPI_Send(&token, 1, MPI_INT, 1, 7, comm);
+    if (rank == sender) MPI_Send(&token, 1, MPI_INT, 1, 7, comm);
 }
 
 int main(int argc, char **argv)
@@ -75,9 +78,13 @@ int main(int argc, char **argv)
     MPI_Comm_set_name(MPI_COMM_WORLD, "world");
     unsigned char *buf = malloc(max_bytes);
     for (size_t n = 4; n <= max_bytes; n = n < 1024 ? 1024 : n * 64) {
-        sync_bcast(MPI_COMM_WORLD, buf, n, ++call, 1);
+        sync_bcast(MPI_COMM_WORLD, buf, n, ++call, 1, 0);
         if (ahead > 1) {
-            sync_bcast(MPI_COMM_WORLD, buf, n, call + 1, ahead);
+            sync_bcast(MPI_COMM_WORLD, buf, n, call + 1, ahead, 0);
+            call += ahead;
+        }
+        if (ahead > 1 && size >= 3) {
+            sync_bcast(MPI_COMM_WORLD, buf, n, call + 1, ahead, 2);
             call += ahead;
         }
 
@@ -95,7 +102,7 @@ int main(int argc, char **argv)
         MPI_Comm dup;
         MPI_Comm_dup(MPI_COMM_WORLD, &dup);
         MPI_Comm_set_name(dup, "freed");
-        sync_bcast(dup, buf, n, ++call, 1);
+        sync_bcast(dup, buf, n, ++call, 1, 0);
         MPI_Comm_free(&dup);
     }
     free(buf);
