@@ -178,15 +178,7 @@ impl Ibcast {
                 d.step(run, start.elapsed(), wait, stats)?;
                 if request.is_some() && (run.may_return() || run.is_done()) {
                     let b = run.broadcast();
-                    Driver::<McastSocket>::account(b, stats);
-                    debug!(
-                        "ibcast {} of {} bytes complete on vrank {}: {} by multicast, {} by chain",
-                        b.params().bcast,
-                        b.params().message_len,
-                        b.params().vrank,
-                        b.bytes_by_multicast(),
-                        b.bytes_by_chain()
-                    );
+                    returns("ibcast", b, "complete", stats);
                     complete(request, message, at, b.data())?;
                 }
                 Ok(run.is_done())
@@ -220,11 +212,12 @@ const MULTICAST_READY: &str = "multicast runs once the group is agreed";
 /// longer). Beyond it a broadcast waits for the chains before.
 pub const AHEAD_LIMIT: usize = 256 << 10;
 
-/// A blocking broadcast returns: its bytes to the statistics.
-fn returns(b: &Broadcast, how: &str, stats: &mut Datagrams) {
+/// A broadcast (`what`: `bcast` or `ibcast`) returns or completes its
+/// request: its bytes to the statistics.
+fn returns(what: &str, b: &Broadcast, how: &str, stats: &mut Datagrams) {
     Driver::<McastSocket>::account(b, stats);
     debug!(
-        "bcast {} of {} bytes {how} on vrank {}: {} by multicast, {} by chain",
+        "{what} {} of {} bytes {how} on vrank {}: {} by multicast, {} by chain",
         b.params().bcast,
         b.params().message_len,
         b.params().vrank,
@@ -486,7 +479,7 @@ impl Slot {
                 if at.rank != at.root {
                     data.copy_from_slice(b.data());
                 }
-                returns(&b, "returns before its chain", stats);
+                returns("bcast", &b, "returns before its chain", stats);
                 let later = Later {
                     comm,
                     at,
@@ -510,7 +503,8 @@ impl Slot {
         if b.params().vrank != 0 {
             data.copy_from_slice(b.data());
         }
-        returns(b, if run.is_done() { "done" } else { "returns" }, stats);
+        let how = if run.is_done() { "done" } else { "returns" };
+        returns("bcast", b, how, stats);
         if !run.is_done() {
             self.push(Job::Rest(Box::new(run)));
         }
