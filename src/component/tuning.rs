@@ -94,6 +94,7 @@ enum Phase {
 }
 
 struct Class {
+    /// Blocking calls of the class so far, the same count on every rank.
     calls: u64,
     phase: Phase,
     /// The call at which the class is measured again, and the interval.
@@ -101,6 +102,21 @@ struct Class {
     interval: u64,
     /// The last decision, kept while the class is measured again.
     last: Option<Decision>,
+}
+
+impl Class {
+    /// The algorithm of the class's next call, unless it is measured or
+    /// needs the decision of a vote that has not ended on this rank
+    /// (`None` then; before any decision, the last one if there was one).
+    fn next_unmeasured(&self) -> Option<Algorithm> {
+        let call = self.calls + 1;
+        match &self.phase {
+            Phase::Decided(d) if call < d.from => Some(d.interim),
+            Phase::Decided(d) => Some(d.alg),
+            Phase::Voting { at, interim } => interim.filter(|_| call <= at + VOTE_CALLS),
+            Phase::Explore { .. } => self.last.as_ref().map(|d| d.alg),
+        }
+    }
 }
 
 /// A communicator's measured choice, the same on every rank.
@@ -189,11 +205,7 @@ impl Tuner {
                     }),
                 ))
             }
-            Phase::Voting { at, interim } => interim
-                .filter(|_| call <= at + VOTE_CALLS)
-                .map(|alg| (alg, None)),
-            Phase::Decided(d) if call < d.from => Some((d.interim, None)),
-            Phase::Decided(d) => Some((d.alg, None)),
+            _ => c.next_unmeasured().map(|alg| (alg, None)),
         };
         if plan.is_some() {
             c.calls = call;
@@ -207,16 +219,7 @@ impl Tuner {
     /// fixed rule serves). The caller first finishes the vote where
     /// [`Tuner::must_await_vote`] says so.
     pub fn current(&self, bytes: usize) -> Option<Algorithm> {
-        let c = &self.classes[class_of(bytes)];
-        let call = c.calls + 1;
-        match &c.phase {
-            Phase::Decided(d) if call < d.from => Some(d.interim),
-            Phase::Decided(d) => Some(d.alg),
-            Phase::Voting {
-                interim: Some(alg), ..
-            } => Some(*alg),
-            _ => c.last.as_ref().map(|d| d.alg),
-        }
+        self.classes[class_of(bytes)].next_unmeasured()
     }
 
     /// Whether the class of `bytes` needs its vote's decision before its
@@ -224,10 +227,7 @@ impl Tuner {
     /// it may take meanwhile are over (or there are none).
     pub fn must_await_vote(&self, bytes: usize) -> bool {
         let c = &self.classes[class_of(bytes)];
-        match c.phase {
-            Phase::Voting { at, interim } => interim.is_none() || c.calls + 1 > at + VOTE_CALLS,
-            _ => false,
-        }
+        matches!(c.phase, Phase::Voting { .. }) && c.next_unmeasured().is_none()
     }
 
     /// Whether some class waits for its vote: only then are there votes to
@@ -237,7 +237,8 @@ impl Tuner {
     }
 
     /// Whether the class of `bytes` waits for its vote.
-    pub fn voting(&self, bytes: usize) -> bool {
+    #[cfg(test)]
+    fn voting(&self, bytes: usize) -> bool {
         matches!(self.classes[class_of(bytes)].phase, Phase::Voting { .. })
     }
 

@@ -275,33 +275,18 @@ impl VoteJob {
 
 /// A blocking multicast broadcast that returned while the chains of the
 /// broadcasts before it still ran (the root's datagrams were out, or the
-/// rank had the whole message by multicast): its own chain starts when its
-/// turn comes, and then it owes what a [`Job::Rest`] owes.
+/// rank had the whole message by multicast): when its turn comes its chain
+/// starts, and it becomes a [`Job::Rest`].
 struct Later {
     comm: Comm,
     at: Ranks,
+    /// Taken when the chain starts.
     b: Option<Broadcast>,
-    run: Option<Box<OmpiRun>>,
 }
 
 impl Later {
-    fn turn(&mut self, wait: Wait) -> P2pResult<bool> {
-        if let Some(b) = self.b.take() {
-            let msgs = Messages::new(self.comm);
-            let run = Run::new(b, msgs, self.at.rank, self.at.size)?;
-            self.run = Some(Box::new(run));
-        }
-        let run = self.run.as_mut().expect("started above");
-        run.turn(wait)?;
-        Ok(run.is_done())
-    }
-
     fn message_len(&self) -> usize {
-        match (&self.b, &self.run) {
-            (Some(b), _) => b.params().message_len,
-            (None, Some(run)) => run.broadcast().params().message_len,
-            (None, None) => 0,
-        }
+        self.b.as_ref().map_or(0, |b| b.params().message_len)
     }
 }
 
@@ -323,12 +308,17 @@ impl Job {
         wait: Wait,
         stats: &mut Datagrams,
     ) -> P2pResult<bool> {
+        if let Job::Later(later) = self {
+            let b = later.b.take().expect("a broadcast's chain starts once");
+            let run = Run::new(b, Messages::new(later.comm), later.at.rank, later.at.size)?;
+            *self = Job::Rest(Box::new(run));
+        }
         match self {
             Job::Rest(run) => {
                 run.turn(wait)?;
                 Ok(run.is_done())
             }
-            Job::Later(later) => later.turn(wait),
+            Job::Later(_) => unreachable!("started above"),
             Job::Ibcast(ib) => ib.turn(d, wait, stats),
             Job::Vote(v) => v.turn(wait),
         }
@@ -431,7 +421,7 @@ impl Slot {
         self.jobs
             .iter()
             .map(|job| match job {
-                Job::Later(later) if later.run.is_none() => later.message_len(),
+                Job::Later(later) => later.message_len(),
                 _ => 0,
             })
             .sum()
@@ -476,7 +466,7 @@ impl Slot {
             let d = self.driver.as_mut().expect(MULTICAST_READY);
             d.stage1(&mut b, start.elapsed(), stats);
             if ahead && b.stage1_done() && b.is_complete() {
-                if at.rank != at.root {
+                if b.params().vrank != 0 {
                     data.copy_from_slice(b.data());
                 }
                 returns("bcast", &b, "returns before its chain", stats);
@@ -484,7 +474,6 @@ impl Slot {
                     comm,
                     at,
                     b: Some(b),
-                    run: None,
                 };
                 self.push(Job::Later(Box::new(later)));
                 return Ok(());
