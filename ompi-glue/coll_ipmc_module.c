@@ -5,6 +5,7 @@
 #include "ompi_config.h"
 
 #include "ompi/communicator/communicator.h"
+#include "ompi/mca/coll/base/coll_base_functions.h"
 
 #include "coll_ipmc.h"
 
@@ -115,6 +116,13 @@ mca_coll_base_module_t *mca_coll_ipmc_comm_query(struct ompi_communicator_t *com
         return NULL;
     }
     m->rs = rs;
+    /* coll/base's algorithms cache their trees here; the base destructor
+       releases it. */
+    m->super.base_data = OBJ_NEW(mca_coll_base_comm_t);
+    if (NULL == m->super.base_data) {
+        OBJ_RELEASE(m);
+        return NULL;
+    }
     m->super.coll_module_enable = ipmc_module_enable;
     m->super.coll_module_disable = ipmc_module_disable;
     m->super.coll_bcast = ipmc_bcast;

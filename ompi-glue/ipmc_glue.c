@@ -228,6 +228,16 @@ int ipmc_prev_bcast(struct ipmc_module *module, void *buf, int count,
     return m->prev_bcast(buf, count, dt, root, comm, m->prev_bcast_module);
 }
 
+int ipmc_base_bcast_binomial(struct ipmc_module *module, void *buf, int count,
+                             struct ompi_datatype_t *dt, int root,
+                             struct ompi_communicator_t *comm)
+{
+    mca_coll_ipmc_module_t *m = (mca_coll_ipmc_module_t *) module;
+    /* Unsegmented, as coll tuned runs it when it is forced (segsize 0); the
+       tree is cached in the module's base_data (mca_coll_ipmc_comm_query). */
+    return ompi_coll_base_bcast_intra_binomial(buf, count, dt, root, comm, &m->super, 0);
+}
+
 /* A nonblocking broadcast's request; `freed`: the user let it go before it
    completed. It is a request of Open MPI's nonblocking collectives: MPI_Ibcast
    keeps a derived datatype alive in its fields until the request completes. */

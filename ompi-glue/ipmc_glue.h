@@ -80,6 +80,11 @@ int ipmc_unpack(const void *in, size_t len, void *buf, int count, struct ompi_da
 /* The broadcast of the component that ipmc replaced on this communicator. */
 int ipmc_prev_bcast(struct ipmc_module *module, void *buf, int count,
                     struct ompi_datatype_t *dt, int root, struct ompi_communicator_t *comm);
+/* Open MPI's binomial tree from coll/base (ompi_coll_base_bcast_intra_binomial),
+   on ipmc's module: the fixed algorithm that coll tuned calls 6. */
+int ipmc_base_bcast_binomial(struct ipmc_module *module, void *buf, int count,
+                             struct ompi_datatype_t *dt, int root,
+                             struct ompi_communicator_t *comm);
 
 /* The requests of ipmc's nonblocking broadcasts. ipmc_request_new makes one
    with two references, ipmc's and the user's; ipmc_request_drop releases

@@ -8,7 +8,7 @@ use std::collections::HashMap;
 
 use common::{check_lines, cluster_mpirun, mpirun, mpirun_wrapped, num, stats_lines, tally, Run};
 
-const ALGORITHMS: [&str; 4] = ["linear", "chain", "multicast", "previous"];
+const ALGORITHMS: [&str; 5] = ["linear", "chain", "multicast", "previous", "binomial"];
 
 /// How ipmc is expected to have split one communicator's broadcasts.
 #[derive(Clone, Copy)]
@@ -88,6 +88,8 @@ fn assert_served_by_ipmc(run: &Run, np: usize, expect: Expect) {
             assert_eq!(tally(s, "linear").0, 0, "{s:?}");
             if num(check, "size") >= 3 {
                 assert!(tally(s, "multicast").0 > 0, "multicast measured: {s:?}");
+                // Small messages try Open MPI's binomial tree too.
+                assert!(tally(s, "binomial").0 > 0, "binomial measured: {s:?}");
             } else {
                 assert_eq!(tally(s, "previous").0, calls, "{s:?}");
             }
@@ -215,6 +217,7 @@ fn every_algorithm_can_be_forced() {
         ("2", "chain"),
         ("3", "multicast"),
         ("4", "previous"),
+        ("5", "binomial"),
     ] {
         check_run(
             4,

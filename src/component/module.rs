@@ -176,6 +176,9 @@ pub struct Module {
     moved: bool,
     /// The automatic choice's measurements and decisions.
     tuner: Tuner,
+    /// A blocking broadcast was planned on this communicator: the first is
+    /// not measured (see [`Module::plan`]).
+    planned: bool,
 }
 
 impl Module {
@@ -197,6 +200,7 @@ impl Module {
             background: Background::default(),
             broken: false,
             moved: false,
+            planned: false,
         }
     }
 
@@ -330,6 +334,7 @@ impl Module {
         let measuring = sample.map(|sample| (sample, Instant::now(), self.bytes_by()));
         match alg {
             Algorithm::Previous => call.previous()?,
+            Algorithm::Binomial => call.binomial()?,
             Algorithm::Multicast => self.run_multicast(call, bytes)?,
             _ => self.run(alg, call, bytes)?,
         }
@@ -358,7 +363,12 @@ impl Module {
     /// The algorithm for a blocking broadcast of `bytes` bytes, and what to
     /// measure of it when the automatic choice measures its class.
     fn plan(&mut self, comm: Comm, bytes: usize) -> Result<(Algorithm, Option<Sample>), i32> {
-        if self.tunes() {
+        // The communicator's first broadcast takes the fixed rule unmeasured,
+        // on every rank alike: ranks may have waited in it for the agreement
+        // on the group, and entered its algorithm with the root already
+        // there, which makes that call look faster than the others.
+        let first = !std::mem::replace(&mut self.planned, true);
+        if self.tunes() && !first {
             if let Some(plan) = self.tuner.plan(bytes) {
                 return Ok(plan);
             }
@@ -382,6 +392,12 @@ impl Module {
     /// of the vote goes to the background, after the call's own work.
     fn measured(&mut self, comm: Comm, sample: Sample, took: Duration, lost_permille: Option<u32>) {
         if let Some((class, mine)) = self.tuner.record(sample, took, lost_permille) {
+            debug!(
+                "rank {} cid {}: broadcasts of up to {} bytes measured here: {mine:?}",
+                self.rank,
+                self.cid,
+                tuning::class_max(class)
+            );
             if let Multicast::Ready = self.multicast {
                 self.background.vote(comm, class, mine);
             }
@@ -438,7 +454,7 @@ impl Module {
     /// replaced component's nonblocking broadcast is to serve it. The
     /// choice is `MPI_Bcast`'s: ipmc serves the calls that multicast or go by
     /// its linear or chain algorithm, in the communicator's background work;
-    /// the others go to the replaced component (counted as its fallbacks;
+    /// the others (Open MPI's binomial tree too) go to the replaced component (counted as its fallbacks;
     /// its messages have a tag of their own, so they never meet ipmc's).
     pub fn ibcast(
         &mut self,
@@ -549,7 +565,9 @@ impl Module {
         let result = match alg {
             Algorithm::Linear => linear::bcast(t, root),
             Algorithm::Chain => chain::bcast(t, root, self.cfg.chain_segment_size),
-            Algorithm::Multicast | Algorithm::Previous => return Err(OMPI_ERROR),
+            Algorithm::Multicast | Algorithm::Previous | Algorithm::Binomial => {
+                return Err(OMPI_ERROR)
+            }
         };
         result.map_err(|e| e.0)
     }

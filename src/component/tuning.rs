@@ -53,6 +53,19 @@ pub const GIVE_UP_LOSS_PERMILLE: u32 = 500;
 /// The ipmc chain measured against the others from this size on (below,
 /// its per-segment steps cannot pay off against a tree).
 const CHAIN_FROM: usize = 1 << 20;
+/// Classes of messages up to this size are measured on
+/// [`CHEAP_FACTOR`] times as many calls: a call takes well under a
+/// millisecond, and how late a rank entered it, or when it got a core, is
+/// of the order of what tells the candidates apart; the best of more calls
+/// comes closer to each candidate's own time, at little cost.
+const CHEAP_UP_TO: usize = 8192;
+const CHEAP_FACTOR: usize = 4;
+/// Open MPI's binomial tree measured against the others up to this size:
+/// there one tree step costs about a message's latency, and the binomial
+/// tree, whose depth is log2 of the ranks, was the fastest of Open MPI's
+/// fixed algorithms at 1 KiB on 4 to 16 emulated hosts (its choice took
+/// it only at 4). From 4 KiB multicast or the replaced broadcast won.
+const BINOMIAL_UP_TO: usize = 2048;
 
 /// What a rank measures for one call of a class.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -121,7 +134,8 @@ impl Class {
 
 /// A communicator's measured choice, the same on every rank.
 pub struct Tuner {
-    /// Calls per candidate.
+    /// Calls per candidate (`coll_ipmc_tune_calls`; [`CHEAP_FACTOR`] times
+    /// as many up to [`CHEAP_UP_TO`] bytes).
     samples: usize,
     rank: usize,
     /// `coll_ipmc_inject_timing`: made-up times for tests.
@@ -134,9 +148,11 @@ pub struct Tuner {
 /// The algorithms measured against each other in class `k`; Open MPI's
 /// own broadcast first.
 pub fn candidates(k: usize) -> &'static [Algorithm] {
-    use Algorithm::{Chain, Multicast, Previous};
+    use Algorithm::{Binomial, Chain, Multicast, Previous};
     let max = class_max(k);
-    if max > AUTO_LARGE {
+    if max <= BINOMIAL_UP_TO {
+        &[Previous, Binomial, Multicast]
+    } else if max > AUTO_LARGE {
         // Multicast keeps a copy of the message per rank while it runs.
         &[Previous, Chain]
     } else if max > CHAIN_FROM {
@@ -177,7 +193,7 @@ impl Tuner {
     /// vote, settles it and asks again).
     pub fn plan(&mut self, bytes: usize) -> Option<(Algorithm, Option<Sample>)> {
         let k = class_of(bytes);
-        let samples = self.samples;
+        let samples = self.samples_of(k);
         let c = &mut self.classes[k];
         let call = c.calls + 1;
         if matches!(c.phase, Phase::Decided(_)) && call > c.retune_at {
@@ -196,6 +212,10 @@ impl Tuner {
         let plan = match &c.phase {
             Phase::Explore { done, .. } => {
                 let cands = candidates(k);
+                // One candidate after the other, multicast last: a
+                // broadcast of another algorithm first finishes the
+                // multicast ones before it, which would tie a rank that
+                // runs ahead to the others at every turn.
                 let candidate = (done / samples) % cands.len();
                 Some((
                     cands[candidate],
@@ -260,7 +280,7 @@ impl Tuner {
         } else {
             u32::try_from(elapsed.as_micros()).unwrap_or(u32::MAX)
         };
-        let total = self.samples * n;
+        let total = self.samples_of(s.class) * n;
         let c = &mut self.classes[s.class];
         let Phase::Explore { done, best, lost } = &mut c.phase else {
             return None;
@@ -288,6 +308,15 @@ impl Tuner {
         };
         self.voting += 1;
         Some((s.class, vector))
+    }
+
+    /// Measured calls of each candidate in class `k`.
+    fn samples_of(&self, k: usize) -> usize {
+        if class_max(k) <= CHEAP_UP_TO {
+            self.samples * CHEAP_FACTOR
+        } else {
+            self.samples
+        }
     }
 
     /// Times that differ from rank to rank, so that each rank alone would
@@ -401,10 +430,48 @@ mod tests {
         assert_eq!(candidates(class_of(1 << 20)).len(), 2);
         assert_eq!(candidates(class_of((1 << 20) + 1)).len(), 3);
         assert!(!candidates(class_of(AUTO_LARGE + 1)).contains(&Algorithm::Multicast));
+        assert!(candidates(class_of(BINOMIAL_UP_TO)).contains(&Algorithm::Binomial));
+        assert!(!candidates(class_of(BINOMIAL_UP_TO + 1)).contains(&Algorithm::Binomial));
+    }
+
+    #[test]
+    fn cheap_classes_are_measured_on_more_calls() {
+        let mut t = Tuner::new(2, 0, false);
+        let mut calls = 0;
+        measure(&mut t, 8192, |_| {
+            calls += 1;
+            1
+        });
+        assert_eq!(calls, 2 * CHEAP_FACTOR * 2);
+        let mut calls = 0;
+        measure(&mut t, 8193, |_| {
+            calls += 1;
+            1
+        });
+        assert_eq!(calls, 2 * 2);
+    }
+
+    #[test]
+    fn small_messages_may_take_open_mpis_binomial_tree() {
+        let mut t = Tuner::new(1, 0, false);
+        let v = measure(&mut t, 1024, |a| match a {
+            Algorithm::Binomial => 30,
+            Algorithm::Previous => 40,
+            _ => 60,
+        });
+        assert_eq!(v, [40, 30, 60, 0]);
+        let d = t.settle(class_of(1024), &v);
+        assert_eq!(d.alg, Algorithm::Binomial);
+        assert_eq!(d.times_us[1], (Algorithm::Binomial, 30));
+        // Multicast serves while the ranks agree, the tree from the decision on.
+        for _ in 0..VOTE_CALLS {
+            assert_eq!(t.plan(1024), Some((Algorithm::Multicast, None)));
+        }
+        assert_eq!(t.plan(1024), Some((Algorithm::Binomial, None)));
     }
 
     /// Runs the measured calls of one class on one rank with `time(alg)`.
-    fn measure(t: &mut Tuner, bytes: usize, time: impl Fn(Algorithm) -> u64) -> Vec<u32> {
+    fn measure(t: &mut Tuner, bytes: usize, mut time: impl FnMut(Algorithm) -> u64) -> Vec<u32> {
         loop {
             let (alg, sample) = t.plan(bytes).expect("not voting");
             let sample = sample.expect("measuring");
@@ -548,7 +615,7 @@ mod tests {
         let mut t = Tuner::new(2, 0, false);
         let mut vector = None;
         for lost in [Some(1000), None, Some(200), Some(900)] {
-            let (_, s) = t.plan(4096).unwrap();
+            let (_, s) = t.plan(65536).unwrap();
             vector = t.record(s.unwrap(), us(5), lost);
         }
         assert_eq!(vector.unwrap().1.last(), Some(&200));
@@ -570,7 +637,7 @@ mod tests {
             100,
             |a| if a == Algorithm::Previous { 10 } else { 90 },
         );
-        t.settle(class_of(100), &[10, 90, 0]);
+        t.settle(class_of(100), &[10, 90, 90, 0]);
         for _ in 0..VOTE_CALLS {
             assert_eq!(t.plan(100), Some((Algorithm::Multicast, None)));
         }

@@ -175,6 +175,23 @@ impl BcastCall {
         };
         ok(rc)
     }
+
+    /// Runs the call as Open MPI's binomial tree (coll/base) on ipmc's module.
+    pub fn binomial(&mut self) -> Result<(), i32> {
+        // SAFETY: the arguments are the call's own; the module is ipmc's,
+        // whose `base_data` (where coll/base caches the tree) was made with it.
+        let rc = unsafe {
+            sys::ipmc_base_bcast_binomial(
+                self.module,
+                self.buf,
+                self.count,
+                self.dt,
+                self.root,
+                self.comm.0,
+            )
+        };
+        ok(rc)
+    }
 }
 
 impl BcastCall {
