@@ -8,13 +8,13 @@
  * Sizes of BYTES or more are measured in R2 rounds (default: R), so that the
  * largest messages, whose every round is long, can use fewer.
  *
- * Before the rounds of each size, W rounds of that size (default 48, with
- * the targets in turn) go unrecorded, as OSU's benchmarks skip their first
- * iterations: connections are set up then, and a component that chooses its
- * algorithm by measuring its first calls has chosen, on calls made as the
- * measured ones are (ipmc's automatic choice: up to 3 candidates of 2 calls,
- * 8 up to 8 KiB, then 16 calls while the ranks agree; its decision serves
- * from call 41 at most).
+ * Before the rounds of each size, W rounds of that size (with the targets
+ * in turn; default 48 up to 8 KiB, 24 above) go unrecorded, as OSU's
+ * benchmarks skip their first iterations: connections are set up then, and
+ * a component that chooses its algorithm by measuring its first calls has
+ * chosen, on calls made as the measured ones are (ipmc's automatic choice:
+ * up to 3 candidates of 8 calls up to 8 KiB, of 2 above, then 16 calls
+ * while the ranks agree; its decision serves from call 41 or 23 at most).
  * W = 0 records from the first call.
  *
  * For each message size, each round and each target rank t (1 .. p-1):
@@ -229,7 +229,7 @@ static unsigned long long number(const char *text, unsigned long long max, const
 int main(int argc, char **argv)
 {
     size_t sizes[MAX_SIZES] = {16, 256, 1024, 4096, 8192, 65536, 262144, 1048576, 4194304};
-    int nsizes = 9, rounds = 11, big_rounds = -1, root_delay_us = 1000, warmup = 48, rank, p;
+    int nsizes = 9, rounds = 11, big_rounds = -1, root_delay_us = 1000, warmup = -1, rank, p;
     size_t largest = 0, big_from = 1048576;
     unsigned char *buf;
     double *samples, *per_target;
@@ -290,7 +290,8 @@ int main(int argc, char **argv)
         size_t len = sizes[s];
         int size_rounds = len >= big_from ? big_rounds : rounds;
         double hi = 0, lo = 1e30, simple;
-        for (int w = 0; w < warmup; w++) {
+        int size_warmup = warmup >= 0 ? warmup : len <= 8192 ? 48 : 24;
+        for (int w = 0; w < size_warmup; w++) {
             one_round(MPI_COMM_WORLD, rank, 1 + w % (p - 1), buf, len, w, root_delay_us);
         }
         for (int target = 1; target < p; target++) {
