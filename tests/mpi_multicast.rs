@@ -271,13 +271,13 @@ fn multicast_completes_ranks_broadcasts_ahead() {
 }
 
 /// The same with the automatic choice, whose first calls of a size class
-/// measure Open MPI's broadcast, its binomial tree and multicast, and whose ranks then vote on
-/// them in the background while the class multicasts: no rank waits
-/// through all of it (12 calls ahead, the root's and then rank 2's: 25
-/// calls of a class, within its 3 × 8 measured calls, the communicator's
-/// first call unmeasured, and its 16 voting calls; once a class has gone to
-/// Open MPI's broadcast, its first call waits for the chains of the
-/// multicast calls before, which share its tag).
+/// measure Open MPI's broadcast, its binomial tree and multicast, and whose
+/// ranks then vote on them in the background while the class multicasts:
+/// no rank waits through all of it (12 calls ahead, the root's and then
+/// rank 2's: 25 calls of a class, within its 3 × 8 measured calls and its
+/// 16 voting calls; once a class has gone to Open MPI's broadcast, its
+/// first call waits for the chains of the multicast calls before, which
+/// share its tag).
 #[test]
 fn the_automatic_choice_completes_ranks_broadcasts_ahead() {
     ahead(&[], "12", |s| {

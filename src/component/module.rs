@@ -176,9 +176,6 @@ pub struct Module {
     moved: bool,
     /// The automatic choice's measurements and decisions.
     tuner: Tuner,
-    /// A blocking broadcast was planned on this communicator: the first is
-    /// not measured (see [`Module::plan`]).
-    planned: bool,
 }
 
 impl Module {
@@ -200,7 +197,6 @@ impl Module {
             background: Background::default(),
             broken: false,
             moved: false,
-            planned: false,
         }
     }
 
@@ -369,12 +365,7 @@ impl Module {
     /// The algorithm for a blocking broadcast of `bytes` bytes, and what to
     /// measure of it when the automatic choice measures its class.
     fn plan(&mut self, comm: Comm, bytes: usize) -> Result<(Algorithm, Option<Sample>), i32> {
-        // The communicator's first broadcast takes the fixed rule unmeasured,
-        // on every rank alike: ranks may have waited in it for the agreement
-        // on the group, and entered its algorithm with the root already
-        // there, which makes that call look faster than the others.
-        let first = !std::mem::replace(&mut self.planned, true);
-        if self.tunes() && !first {
+        if self.tunes() {
             if let Some(plan) = self.tuner.plan(bytes) {
                 return Ok(plan);
             }
@@ -460,8 +451,9 @@ impl Module {
     /// replaced component's nonblocking broadcast is to serve it. The
     /// choice is `MPI_Bcast`'s: ipmc serves the calls that multicast or go by
     /// its linear or chain algorithm, in the communicator's background work;
-    /// the others (Open MPI's binomial tree too) go to the replaced component (counted as its fallbacks;
-    /// its messages have a tag of their own, so they never meet ipmc's).
+    /// the others (Open MPI's binomial tree too) go to the replaced
+    /// component (counted as its fallbacks; its messages have a tag of their
+    /// own, so they never meet ipmc's).
     pub fn ibcast(
         &mut self,
         call: &BcastCall,

@@ -63,8 +63,9 @@ const CHEAP_FACTOR: usize = 4;
 /// Open MPI's binomial tree measured against the others up to this size:
 /// there one tree step costs about a message's latency, and the binomial
 /// tree, whose depth is log2 of the ranks, was the fastest of Open MPI's
-/// fixed algorithms at 1 KiB on 4 to 16 emulated hosts (its choice took
-/// it only at 4). From 4 KiB multicast or the replaced broadcast won.
+/// fixed algorithms at 1 KiB on 4 to 16 emulated hosts (Open MPI's own
+/// choice matched it only at 4). From 4 KiB multicast or the replaced
+/// broadcast won.
 const BINOMIAL_UP_TO: usize = 2048;
 
 /// What a rank measures for one call of a class.
@@ -212,10 +213,10 @@ impl Tuner {
         let plan = match &c.phase {
             Phase::Explore { done, .. } => {
                 let cands = candidates(k);
-                // One candidate after the other, multicast last: a
-                // broadcast of another algorithm first finishes the
-                // multicast ones before it, which would tie a rank that
-                // runs ahead to the others at every turn.
+                // Each candidate's calls in a row, not in turns: a call of
+                // another algorithm first finishes the multicast calls
+                // before it, which would tie a rank that runs ahead to the
+                // others at every turn.
                 let candidate = (done / samples) % cands.len();
                 Some((
                     cands[candidate],
