@@ -99,6 +99,16 @@ impl Comm {
     }
 }
 
+/// A broadcast of the glue that takes an `MPI_Bcast` call as it came.
+type WholeBcast = unsafe extern "C" fn(
+    *mut ipmc_module,
+    *mut c_void,
+    c_int,
+    *mut ompi_datatype_t,
+    c_int,
+    *mut ompi_communicator_t,
+) -> c_int;
+
 /// The arguments of one `MPI_Bcast` call.
 pub struct BcastCall {
     // Set by `ipmc_rs_bcast` from C's arguments.
@@ -161,27 +171,23 @@ impl BcastCall {
 
     /// Hands the whole call to the broadcast ipmc replaced.
     pub fn previous(&mut self) -> Result<(), i32> {
-        // SAFETY: the arguments are the call's own; the module is ipmc's, whose
-        // saved broadcast was retained in `module_enable`.
-        let rc = unsafe {
-            sys::ipmc_prev_bcast(
-                self.module,
-                self.buf,
-                self.count,
-                self.dt,
-                self.root,
-                self.comm.0,
-            )
-        };
-        ok(rc)
+        // The module's saved broadcast was retained in `module_enable`.
+        self.whole(sys::ipmc_prev_bcast)
     }
 
     /// Runs the call as Open MPI's binomial tree (coll/base) on ipmc's module.
     pub fn binomial(&mut self) -> Result<(), i32> {
-        // SAFETY: the arguments are the call's own; the module is ipmc's,
-        // whose `base_data` (where coll/base caches the tree) was made with it.
+        // The module's `base_data`, where coll/base caches the tree, was
+        // made with the module.
+        self.whole(sys::ipmc_base_bcast_binomial)
+    }
+
+    /// Runs the call, as it came, by one of the glue's broadcasts.
+    fn whole(&mut self, bcast: WholeBcast) -> Result<(), i32> {
+        // SAFETY: the arguments are the call's own and the module is
+        // ipmc's; what each broadcast needs of it is said where it is named.
         let rc = unsafe {
-            sys::ipmc_base_bcast_binomial(
+            bcast(
                 self.module,
                 self.buf,
                 self.count,
