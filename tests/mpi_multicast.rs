@@ -540,33 +540,15 @@ fn ranks_fed_different_timings_agree_on_every_decision() {
         .skip(1)
         .take_while(|l| l.starts_with("  ") && l.contains(" bytes: "))
         .collect();
-    // A class where some rank got most of a measured multicast message by
-    // the chain (on 5 processes sharing 2 cores, a rank that reads its
-    // socket late sees the chain overtake the datagrams) goes to Open MPI's
-    // broadcast by the loss rule, whatever the times; every other class
-    // follows the times the vote agreed on.
-    let given_up = |row: &&str| {
-        row.contains(" bytes: previous (measured:")
-            && row
-                .split("multicast loss ")
-                .nth(1)
-                .and_then(|l| {
-                    l.trim_end_matches(')')
-                        .trim_end_matches('%')
-                        .parse::<f64>()
-                        .ok()
-                })
-                .is_some_and(|l| l >= 50.0)
-    };
     let multicast = rows
         .iter()
         .filter(|row| row.contains(" bytes: multicast (measured:"))
         .count();
     assert!(multicast >= 6, "{}", run.output);
+    // Every class follows the times the vote agreed on, also where a rank
+    // read its socket late (5 processes on 2 cores) and the chain overtook
+    // its datagrams: the loss rule looks at the best-served rank.
     for row in &rows {
-        assert!(
-            row.contains(" bytes: multicast (measured:") || given_up(row),
-            "{row}"
-        );
+        assert!(row.contains(" bytes: multicast (measured:"), "{row}");
     }
 }

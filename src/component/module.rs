@@ -424,7 +424,7 @@ impl Module {
             }
             if self.rank == 0 {
                 warn!(
-                    "multicast on {} delivered {}% of some rank's data: broadcasts of up to \
+                    "multicast on {} delivered at most {}% of any rank's data: broadcasts of up to \
                      {} bytes go to the replaced component",
                     comm.name(),
                     100 - d.lost_permille / 10,
@@ -435,7 +435,7 @@ impl Module {
             if ompi::world_rank() == 0 && !TOLD.swap(true, Ordering::Relaxed) {
                 ompi::print_line(&format!(
                     "ipmc: on communicator {}, multicast delivered only {}% of a broadcast's \
-                     data to some rank, so Open MPI's broadcast serves it for now (ipmc \
+                     data to any rank, so Open MPI's broadcast serves it for now (ipmc \
                      measures again later). If the network should carry multicast, check \
                      that switches with IGMP snooping have a querier and that firewalls \
                      pass UDP to the groups of coll_ipmc_group_range.",

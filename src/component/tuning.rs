@@ -46,10 +46,17 @@ pub const VOTE_CALLS: u64 = 16;
 /// this (per mille): it needs no datagrams, and measurements are noisy.
 const PREFER_PREVIOUS_PERMILLE: u64 = 30;
 /// Multicast that got more than this share (per mille) of a message to
-/// some rank by the chain instead is not chosen, however fast: a network
+/// every rank by the chain instead is not chosen, however fast: a network
 /// that drops most multicast (a firewall, IGMP snooping without a querier)
-/// leaves the chain alone to do the work.
+/// leaves the chain alone to do the work. The best-served rank counts, not
+/// the worst: a rank that reads its socket late (on a busy core) sees the
+/// chain overtake datagrams that did arrive, and a rank that multicast does
+/// not reach is the times' business (the chain repairs it).
 pub const GIVE_UP_LOSS_PERMILLE: u32 = 500;
+/// The vote keeps each element's maximum, so a rank votes its loss as the
+/// share it got by multicast plus one, and 0 when it measured none (the
+/// root, messages of a few datagrams): the maximum is the best-served rank.
+const DELIVERED_VOTE: u32 = 1001;
 /// The ipmc chain measured against the others from this size on (below,
 /// its per-segment steps cannot pay off against a tree).
 const CHAIN_FROM: usize = 1 << 20;
@@ -81,8 +88,8 @@ pub struct Decision {
     pub alg: Algorithm,
     /// Each candidate's time, the slowest rank's best, in microseconds.
     pub times_us: Vec<(Algorithm, u32)>,
-    /// The largest share of a multicast message that a rank had to get by
-    /// the chain instead (per mille).
+    /// The share of a multicast message that even the best-served rank had
+    /// to get by the chain instead (per mille), 0 when none was measured.
     pub lost_permille: u32,
     /// The class's call from which `alg` serves; the calls before it take
     /// `interim`, as during the vote.
@@ -295,7 +302,7 @@ impl Tuner {
             return None;
         }
         let mut vector = std::mem::take(best);
-        vector.push(lost.unwrap_or(0));
+        vector.push(lost.map_or(0, |l| DELIVERED_VOTE - l.min(1000)));
         // Meanwhile: the last decision if the class is measured again, else
         // multicast, whose calls need not wait for the vote.
         let interim = c.last.as_ref().map(|d| d.alg).or_else(|| {
@@ -335,7 +342,10 @@ impl Tuner {
         let times: Vec<u32> = (0..cands.len())
             .map(|i| result.get(i).copied().unwrap_or(u32::MAX))
             .collect();
-        let lost_permille = result.get(cands.len()).copied().unwrap_or(0);
+        let lost_permille = match result.get(cands.len()).copied() {
+            Some(v) if v > 0 => DELIVERED_VOTE - v.min(DELIVERED_VOTE),
+            _ => 0,
+        };
         let usable =
             |i: &usize| cands[*i] != Algorithm::Multicast || lost_permille < GIVE_UP_LOSS_PERMILLE;
         let fastest = (0..cands.len())
@@ -619,15 +629,43 @@ mod tests {
             let (_, s) = t.plan(65536).unwrap();
             vector = t.record(s.unwrap(), us(5), lost);
         }
-        assert_eq!(vector.unwrap().1.last(), Some(&200));
+        // Voted as the share delivered by multicast, plus one.
+        assert_eq!(vector.unwrap().1.last(), Some(&801));
+    }
+
+    /// The vote's loss element after every rank's own: `None` for the
+    /// root, else the rank's smallest loss over its measured calls.
+    fn voted_loss(losses: &[Option<u32>]) -> u32 {
+        let mut max = 0;
+        for (rank, &lost) in losses.iter().enumerate() {
+            let mut t = Tuner::new(1, rank, false);
+            let mut vector = None;
+            while vector.is_none() {
+                let (_, s) = t.plan(65536).unwrap();
+                vector = t.record(s.unwrap(), us(5), lost);
+            }
+            max = max.max(*vector.unwrap().1.last().unwrap());
+        }
+        max
     }
 
     #[test]
     fn multicast_that_loses_most_data_is_given_up() {
-        let mut t = Tuner::new(1, 0, false);
-        measure(&mut t, 4096, |_| 1);
-        let d = t.settle(class_of(4096), &[1000, 10, GIVE_UP_LOSS_PERMILLE]);
-        assert_eq!(d.alg, Algorithm::Previous);
+        let given_up = |losses: &[Option<u32>]| {
+            let mut t = Tuner::new(1, 0, false);
+            measure(&mut t, 65536, |_| 1);
+            let d = t.settle(class_of(65536), &[1000, 10, voted_loss(losses)]);
+            (d.alg == Algorithm::Previous, d.lost_permille)
+        };
+        // Every receiver got most of it by the chain: the network drops it.
+        let limit = Some(GIVE_UP_LOSS_PERMILLE);
+        assert_eq!(given_up(&[None, limit, Some(1000)]), (true, 500));
+        // One rank alone (late to read its socket, or cut off): the times
+        // decide, and multicast is faster here.
+        assert_eq!(given_up(&[None, Some(1000), Some(10), Some(0)]), (false, 0));
+        assert_eq!(given_up(&[None, Some(499), Some(1000)]), (false, 499));
+        // Nothing measured (the root, messages of a few datagrams): no loss.
+        assert_eq!(given_up(&[None, None]), (false, 0));
     }
 
     #[test]
