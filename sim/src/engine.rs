@@ -1,4 +1,4 @@
-//! The event loop: hosts, their links, the switch, and the ranks' steps.
+//! The event loop: hosts, their links, the switches, and the ranks' steps.
 
 use std::cell::RefCell;
 use std::cmp::Reverse;
@@ -65,7 +65,16 @@ impl Packet {
 
 enum Event {
     UplinkDone(usize),
+    /// At the sender's (leaf) switch.
     AtSwitch(Rc<Packet>),
+    /// A trunk between leaf `leaf` and the spine, up or down, sent a packet.
+    TrunkDone {
+        up: bool,
+        leaf: usize,
+    },
+    AtSpine(Rc<Packet>),
+    /// At leaf `leaf`, from the spine.
+    DownAtLeaf(usize, Rc<Packet>),
     PortDone(usize),
     AtHost(usize, Rc<Packet>),
     Wake(usize),
@@ -114,6 +123,9 @@ struct Message {
 /// acknowledgements queue behind the receiver's own data slows down.
 /// Datagrams and acknowledgements go straight into the queue.
 struct Link {
+    rate_bps: u64,
+    /// A token bucket's bytes; 0: none.
+    bucket: usize,
     fifo: VecDeque<Rc<Packet>>,
     /// Per destination: the connection's packets not yet in the queue, and
     /// its bytes in it.
@@ -156,13 +168,20 @@ impl Limits {
 }
 
 impl Link {
+    /// A host's link or a switch's port to a host.
     fn new(net: &Network) -> Self {
+        Link::at(net.rate_bps, net.bucket)
+    }
+
+    fn at(rate_bps: u64, bucket: usize) -> Self {
         Link {
+            rate_bps,
+            bucket,
             fifo: VecDeque::new(),
             conns: HashMap::new(),
             on_wire: None,
             bytes: 0,
-            tokens: net.bucket as f64,
+            tokens: bucket as f64,
             tokens_at: 0,
             dropped: HashSet::new(),
         }
@@ -213,22 +232,22 @@ impl Link {
     }
 
     /// Puts the next packet on the wire, if any: when it has left.
-    fn start(&mut self, at: Ns, net: &Network) -> Option<Ns> {
+    fn start(&mut self, at: Ns) -> Option<Ns> {
         let p = self.fifo.pop_front()?;
         let wire = p.wire;
         self.on_wire = Some(p);
-        Some(at + self.transmit(at, wire, net))
+        Some(at + self.transmit(at, wire))
     }
 
     /// Time to send `wire` bytes from `at`: at the rate, or at once while
     /// the bucket holds tokens.
-    fn transmit(&mut self, at: Ns, wire: usize, net: &Network) -> Ns {
-        if net.bucket == 0 {
-            return net.serialize(wire);
+    fn transmit(&mut self, at: Ns, wire: usize) -> Ns {
+        if self.bucket == 0 {
+            return network::serialize_at(self.rate_bps, wire);
         }
-        let per_ns = net.rate_bps as f64 / 8e9;
+        let per_ns = self.rate_bps as f64 / 8e9;
         let refill = at.saturating_sub(self.tokens_at) as f64 * per_ns;
-        self.tokens = (self.tokens + refill).min(net.bucket as f64);
+        self.tokens = (self.tokens + refill).min(self.bucket as f64);
         self.tokens_at = at;
         if self.tokens >= wire as f64 {
             self.tokens -= wire as f64;
@@ -311,6 +330,10 @@ pub struct Engine {
     net: Network,
     hosts: Vec<Host>,
     ports: Vec<Link>,
+    /// Per leaf switch, its trunk to the spine and the spine's to it (none
+    /// on one switch).
+    trunks_up: Vec<Link>,
+    trunks_down: Vec<Link>,
     messages: Vec<Option<Message>>,
     events: BinaryHeap<Reverse<Queued>>,
     seq: u64,
@@ -346,6 +369,8 @@ impl Engine {
             net,
             hosts: Vec::new(),
             ports: Vec::new(),
+            trunks_up: Vec::new(),
+            trunks_down: Vec::new(),
             messages: Vec::new(),
             events: BinaryHeap::new(),
             seq: 0,
@@ -397,6 +422,12 @@ impl Engine {
             unacked: HashMap::new(),
         });
         self.ports.push(Link::new(&self.net));
+        let leaves = self.net.leaf_of(self.hosts.len() - 1) + 1;
+        if self.net.leaf_hosts > 0 && leaves > self.trunks_up.len() {
+            let rate = self.net.trunk_rate_bps;
+            self.trunks_up.push(Link::at(rate, 0));
+            self.trunks_down.push(Link::at(rate, 0));
+        }
     }
 
     fn at(&mut self, at: Ns, event: Event) {
@@ -434,6 +465,9 @@ impl Engine {
                 Event::Wake(h) => self.step(h)?,
                 Event::UplinkDone(h) => self.uplink_done(h),
                 Event::AtSwitch(p) => self.at_switch(p),
+                Event::TrunkDone { up, leaf } => self.trunk_done(up, leaf),
+                Event::AtSpine(p) => self.at_spine(p),
+                Event::DownAtLeaf(leaf, p) => self.down_at_leaf(leaf, p),
                 Event::PortDone(port) => self.port_done(port),
                 Event::AtHost(h, p) => self.at_host(h, p),
             }
@@ -642,7 +676,7 @@ impl Engine {
         let link = &mut self.hosts[h].uplink;
         if link.on_wire.is_none() {
             let at = at.max(self.now);
-            if let Some(done) = link.start(at, &self.net) {
+            if let Some(done) = link.start(at) {
                 self.at(done, Event::UplinkDone(h));
             }
         }
@@ -669,7 +703,7 @@ impl Engine {
     fn uplink_done(&mut self, h: usize) {
         let link = &mut self.hosts[h].uplink;
         let p = link.finish(Limits::of(&self.net));
-        if let Some(done) = link.start(self.now, &self.net) {
+        if let Some(done) = link.start(self.now) {
             self.at(done, Event::UplinkDone(h));
         }
         match &p.body {
@@ -693,19 +727,108 @@ impl Engine {
         self.at(at, Event::AtSwitch(p));
     }
 
+    /// The sender's switch: to the hosts on it, and up to the spine what is
+    /// for hosts on other leaves (multicast: once).
     fn at_switch(&mut self, p: Rc<Packet>) {
+        let leaf = self.net.leaf_of(p.src);
         match p.dst {
-            Some(d) => self.enqueue_at_port(d, p),
+            Some(d) if self.net.leaf_of(d) == leaf => self.enqueue_at_port(d, p),
+            Some(_) => self.enqueue_on_trunk(true, leaf, p),
             None => {
-                let whole = matches!(p.body, Body::Fragment { whole: Some(_), .. });
-                for d in 0..self.hosts.len() {
+                if matches!(p.body, Body::Fragment { whole: Some(_), .. }) {
+                    self.counters.datagram_copies += self.hosts.len() as u64 - 1;
+                }
+                for d in self.net.hosts_of(leaf, self.hosts.len()) {
                     if d != p.src {
-                        self.counters.datagram_copies += u64::from(whole);
                         self.enqueue_at_port(d, p.clone());
                     }
                 }
+                if self.trunks_up.len() > 1 {
+                    self.enqueue_on_trunk(true, leaf, p);
+                }
             }
         }
+    }
+
+    /// The spine: down to the receiver's leaf, or multicast to every leaf
+    /// but the sender's.
+    fn at_spine(&mut self, p: Rc<Packet>) {
+        match p.dst {
+            Some(d) => self.enqueue_on_trunk(false, self.net.leaf_of(d), p),
+            None => {
+                let from = self.net.leaf_of(p.src);
+                for leaf in (0..self.trunks_down.len()).filter(|&l| l != from) {
+                    self.enqueue_on_trunk(false, leaf, p.clone());
+                }
+            }
+        }
+    }
+
+    /// A leaf switch, from the spine: to the receiver, or multicast to
+    /// every host on it.
+    fn down_at_leaf(&mut self, leaf: usize, p: Rc<Packet>) {
+        match p.dst {
+            Some(d) => self.enqueue_at_port(d, p),
+            None => {
+                for d in self.net.hosts_of(leaf, self.hosts.len()) {
+                    self.enqueue_at_port(d, p.clone());
+                }
+            }
+        }
+    }
+
+    /// Queues `p` on leaf `leaf`'s trunk, up or down. A datagram's fragment
+    /// that does not fit is dropped for every host behind the trunk.
+    fn enqueue_on_trunk(&mut self, up: bool, leaf: usize, p: Rc<Packet>) {
+        let trunk = if up {
+            &mut self.trunks_up[leaf]
+        } else {
+            &mut self.trunks_down[leaf]
+        };
+        if let Body::Fragment { datagram, whole } = &p.body {
+            if trunk.bytes + p.wire > self.net.trunk_queue {
+                let n = self.hosts.len();
+                let behind: Vec<usize> = if up {
+                    (0..n).filter(|&d| self.net.leaf_of(d) != leaf).collect()
+                } else {
+                    self.net.hosts_of(leaf, n).collect()
+                };
+                for d in behind {
+                    if whole.is_some() {
+                        self.ports[d].dropped.remove(datagram);
+                        self.counters.queue_drops += 1;
+                    } else {
+                        self.ports[d].dropped.insert(*datagram);
+                    }
+                }
+                return;
+            }
+        }
+        trunk.push(p, Limits::NONE);
+        if trunk.on_wire.is_none() {
+            if let Some(done) = trunk.start(self.now) {
+                self.at(done, Event::TrunkDone { up, leaf });
+            }
+        }
+    }
+
+    fn trunk_done(&mut self, up: bool, leaf: usize) {
+        let trunk = if up {
+            &mut self.trunks_up[leaf]
+        } else {
+            &mut self.trunks_down[leaf]
+        };
+        let p = trunk.finish(Limits::NONE);
+        if let Some(done) = trunk.start(self.now) {
+            self.at(done, Event::TrunkDone { up, leaf });
+        }
+        let at = self.now + self.net.latency_ns;
+        let event = if up {
+            Event::AtSpine(p)
+        } else {
+            Event::DownAtLeaf(leaf, p)
+        };
+        self.at(at, event);
     }
 
     fn enqueue_at_port(&mut self, d: usize, p: Rc<Packet>) {
@@ -725,7 +848,7 @@ impl Engine {
         }
         port.push(p, Limits::NONE);
         if port.on_wire.is_none() {
-            if let Some(done) = port.start(self.now, &self.net) {
+            if let Some(done) = port.start(self.now) {
                 self.at(done, Event::PortDone(d));
             }
         }
@@ -734,7 +857,7 @@ impl Engine {
     fn port_done(&mut self, d: usize) {
         let port = &mut self.ports[d];
         let p = port.finish(Limits::NONE);
-        if let Some(done) = port.start(self.now, &self.net) {
+        if let Some(done) = port.start(self.now) {
             self.at(done, Event::PortDone(d));
         }
         let mut at = self.now + self.net.latency_ns;

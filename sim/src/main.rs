@@ -11,13 +11,16 @@ const USAGE: &str = "\
 usage: simulate --nodes N --size BYTES [--loss PCT] [--burst LEN] [--rate MBITS]
                 [--latency-us US] [--queue BYTES] [--bucket BYTES]
                 [--tcp-window BYTES] [--tcp-queue BYTES] [--message-us US]
-                [--byte-ps PS] [--preset emulated|clic]
+                [--byte-ps PS] [--leaf-hosts N] [--trunk-rate MBITS]
+                [--trunk-queue BYTES] [--preset emulated|clic]
                 [--peer NAME]... [--only NAME] [--seed S] [--root R]
                 [--fragment BYTES] [--calls N] [--per-rank]
 
 Simulates one broadcast of BYTES (suffixes K, M: KiB, MiB) from rank R
 (default 0) to N nodes, one rank each, on one switch, every rank waiting when
-the root enters. ipmc runs its own driver; each --peer (binomial, pipeline,
+the root enters; with --leaf-hosts, on leaf switches of that many hosts each,
+joined by a spine over trunks of --trunk-rate (default 1000 Mbit/s) that
+queue --trunk-queue bytes each way. ipmc runs its own driver; each --peer (binomial, pipeline,
 scatter-allgather, all, none; default all) runs a model of Open MPI tuned's
 broadcast on the same network. Loss is per receiver and datagram, in bursts
 of mean length LEN (default 1: independent). The options after --bucket set
@@ -148,7 +151,7 @@ fn parse(argv: &[String]) -> Result<Args, String> {
 }
 
 /// The options that change the network of a preset.
-const NET_FLAGS: [&str; 10] = [
+const NET_FLAGS: [&str; 13] = [
     "--loss",
     "--burst",
     "--rate",
@@ -159,13 +162,25 @@ const NET_FLAGS: [&str; 10] = [
     "--tcp-queue",
     "--message-us",
     "--byte-ps",
+    "--leaf-hosts",
+    "--trunk-rate",
+    "--trunk-queue",
+];
+
+/// The options of [`NET_FLAGS`] that take a byte count.
+const BYTE_FLAGS: [&str; 5] = [
+    "--queue",
+    "--bucket",
+    "--tcp-window",
+    "--tcp-queue",
+    "--trunk-queue",
 ];
 
 /// Applies network options to `net`; the loss in percent.
 fn set_network(net: &mut Network, set: &[(String, String)]) -> Result<f64, String> {
     let mut loss_pct = 0.0;
     for (flag, value) in set {
-        let v = if NET_FLAGS[6..8].contains(&flag.as_str()) {
+        let v = if BYTE_FLAGS.contains(&flag.as_str()) {
             bytes(value)? as f64
         } else {
             value
@@ -186,6 +201,9 @@ fn set_network(net: &mut Network, set: &[(String, String)]) -> Result<f64, Strin
             "--tcp-queue" if v >= 1.0 => net.tcp_queue = v as usize,
             "--message-us" if v >= 0.0 => net.per_message_ns = (v * 1e3) as u64,
             "--byte-ps" if v >= 0.0 => net.per_byte_ps = v as u64,
+            "--leaf-hosts" if v >= 0.0 && v.fract() == 0.0 => net.leaf_hosts = v as usize,
+            "--trunk-rate" if v > 0.0 => net.trunk_rate_bps = (v * 1e6) as u64,
+            "--trunk-queue" if v >= 0.0 => net.trunk_queue = v as usize,
             _ => return Err(format!("{flag}: out of range: {value}")),
         }
     }

@@ -1,4 +1,4 @@
-//! What the simulated cluster is: its links, switch and hosts.
+//! What the simulated cluster is: its links, switches and hosts.
 
 use crate::Ns;
 
@@ -34,6 +34,13 @@ pub struct Network {
     pub latency_ns: Ns,
     /// Bytes a switch output port queues before it drops (tail drop).
     pub port_queue: usize,
+    /// Hosts per leaf switch, the leaves joined by a spine switch; 0: every
+    /// host on one switch.
+    pub leaf_hosts: usize,
+    /// Each way of the trunk between a leaf and the spine: its rate (bits
+    /// per second, no bucket) and the bytes its output port queues.
+    pub trunk_rate_bps: u64,
+    pub trunk_queue: usize,
     /// Fraction of multicast datagrams each receiver loses.
     pub loss: f64,
     /// Mean length of a run of lost datagrams (1: independent losses;
@@ -70,6 +77,9 @@ impl Network {
             bucket: 3072,
             latency_ns: 15_000,
             port_queue: 2_500_000,
+            leaf_hosts: 0,
+            trunk_rate_bps: 1_000_000_000,
+            trunk_queue: 2_500_000,
             loss: 0.0,
             burst: 1.0,
             faults: Faults::default(),
@@ -92,6 +102,9 @@ impl Network {
             bucket: 0,
             latency_ns: 15_000,
             port_queue: 256 << 10,
+            leaf_hosts: 0,
+            trunk_rate_bps: 1_000_000_000,
+            trunk_queue: 1 << 20,
             loss: 0.0,
             burst: 1.0,
             faults: Faults::default(),
@@ -106,9 +119,27 @@ impl Network {
         }
     }
 
-    /// Time to put `wire` bytes on a link.
+    /// Time to put `wire` bytes on a host's link.
     pub fn serialize(&self, wire: usize) -> Ns {
-        (wire as u64 * 8 * 1_000_000_000).div_ceil(self.rate_bps)
+        serialize_at(self.rate_bps, wire)
+    }
+
+    /// Time to put `wire` bytes on a trunk.
+    pub fn serialize_trunk(&self, wire: usize) -> Ns {
+        serialize_at(self.trunk_rate_bps, wire)
+    }
+
+    /// The leaf switch of host `h`.
+    pub fn leaf_of(&self, h: usize) -> usize {
+        h.checked_div(self.leaf_hosts).unwrap_or(0)
+    }
+
+    /// The hosts on leaf `leaf` of a cluster of `hosts`.
+    pub fn hosts_of(&self, leaf: usize, hosts: usize) -> std::ops::Range<usize> {
+        match self.leaf_hosts {
+            0 => 0..hosts,
+            n => (leaf * n).min(hosts)..((leaf + 1) * n).min(hosts),
+        }
     }
 
     /// Whether a message of `len` bytes goes without a rendezvous: its
@@ -121,6 +152,11 @@ impl Network {
     pub fn host_cost(&self, messages: u64, bytes: u64) -> Ns {
         messages * self.per_message_ns + bytes * self.per_byte_ps / 1000
     }
+}
+
+/// Time to put `wire` bytes on a link of `rate_bps` bits per second.
+pub fn serialize_at(rate_bps: u64, wire: usize) -> Ns {
+    (wire as u64 * 8 * 1_000_000_000).div_ceil(rate_bps)
 }
 
 /// Bytes on an Ethernet link of a UDP datagram of `len` bytes, IP fragments

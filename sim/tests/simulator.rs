@@ -57,14 +57,69 @@ fn one_datagram_reaches_every_host_at_once() {
     assert_eq!(out.counters.datagrams_delivered, 63);
 }
 
+/// Two levels of switches: hosts on the root's leaf get a datagram as on
+/// one switch; the others one trunk up and one down later, each a store and
+/// forward at the trunk's rate and a latency.
+#[test]
+fn one_datagram_crosses_the_spine_once_per_leaf() {
+    let net = Network {
+        leaf_hosts: 16,
+        trunk_rate_bps: 1_000_000_000,
+        ..wire_only()
+    };
+    let out = scenario(64, 1000, net.clone(), Algorithm::Ipmc)
+        .run()
+        .unwrap();
+    let dg = ipmc::protocol::datagram::HEADER_LEN + 1000 + ipmc::protocol::datagram::TAG_LEN;
+    let wire = network::datagram_wire(dg);
+    let hop = net.serialize(wire) + net.latency_ns;
+    let trunk = net.serialize_trunk(wire) + net.latency_ns;
+    assert_eq!(out.returned_ns[0], 0);
+    for (rank, &t) in out.returned_ns.iter().enumerate().skip(1) {
+        let expected = if rank < 16 {
+            2 * hop
+        } else {
+            2 * hop + 2 * trunk
+        };
+        assert_eq!(t, expected, "rank {rank}: {:?}", out.returned_ns);
+    }
+    assert_eq!(out.counters.datagrams_delivered, 63);
+    assert_eq!(out.counters.datagram_copies, 63);
+}
+
+/// A point-to-point message between leaves passes four links, each a
+/// store and forward of every segment: the closed form at equal rates.
+#[test]
+fn one_message_between_leaves_takes_the_closed_form() {
+    let net = Network {
+        leaf_hosts: 1,
+        trunk_rate_bps: wire_only().rate_bps,
+        ..wire_only()
+    };
+    let len = 3 * net.segment - network::MESSAGE_HEADER;
+    let out = scenario(2, len, net.clone(), Algorithm::Binomial)
+        .run()
+        .unwrap();
+    let seg = net.serialize(network::segment_wire(net.segment));
+    assert_eq!(out.returned_ns[1], 6 * seg + 4 * net.latency_ns);
+}
+
 /// Every copy of a datagram is delivered, lost, or dropped by a queue or a
 /// socket buffer; every point-to-point message arrives.
 #[test]
 fn bytes_are_conserved() {
-    for (loss, queue) in [(0.0, 2_500_000), (0.05, 2_500_000), (0.0, 1_000)] {
+    // Last: two levels of switches whose trunks drop every datagram.
+    for (loss, queue, trunk) in [
+        (0.0, 2_500_000, None),
+        (0.05, 2_500_000, None),
+        (0.0, 1_000, None),
+        (0.05, 2_500_000, Some(1_000)),
+    ] {
         let net = Network {
             loss,
             port_queue: queue,
+            leaf_hosts: if trunk.is_some() { 8 } else { 0 },
+            trunk_queue: trunk.unwrap_or(2_500_000),
             ..Network::emulated()
         };
         let out = scenario(40, 300_000, net, Algorithm::Ipmc).run().unwrap();
@@ -79,7 +134,7 @@ fn bytes_are_conserved() {
         if loss > 0.0 {
             assert!(c.lost > 0, "{c:?}");
         }
-        if queue < 1_500 {
+        if queue < 1_500 || trunk.is_some() {
             assert!(
                 c.queue_drops > 0,
                 "a queue shorter than a fragment drops: {c:?}"
