@@ -191,6 +191,59 @@ fn with_every_datagram_lost_multicast_is_given_up_after_its_measured_calls() {
     }
 }
 
+/// One host of six drops every multicast datagram (its firewall): the chain
+/// repairs it, multicast still serves the others, and since it is the
+/// faster there, the class keeps it without a word to the user; the loss
+/// rule gives multicast up only where it fails every rank.
+#[test]
+fn one_host_without_multicast_does_not_make_the_others_give_it_up() {
+    let cluster = Cluster {
+        rate: Some("100mbit"),
+        loss_host: vec![(3, 100)],
+        ..Cluster::hosts(6)
+    };
+    let mca = [
+        ("coll_ipmc_print_statistics", "1"),
+        ("coll_ipmc_verbose", "1"),
+    ];
+    let args = [
+        "--max-bytes",
+        "1",
+        "--burst",
+        "40",
+        "--burst-bytes",
+        "65536",
+    ];
+    let run = cluster.mpirun(&mca, "bcast_check", &args);
+    assert!(run.output.contains("bcast_check: PASS"), "{}", run.output);
+    assert!(
+        !run.output.contains("multicast delivered only"),
+        "{}",
+        run.output
+    );
+    let table = run
+        .output
+        .split("ipmc: the broadcasts of communicator world ")
+        .nth(1)
+        .unwrap_or_else(|| panic!("no decision table for world:\n{}", run.output));
+    let row = table
+        .lines()
+        .find(|l| l.trim_start().starts_with("32769-65536 bytes:"))
+        .unwrap_or_else(|| panic!("no row for 64 KiB:\n{table}"));
+    assert!(row.contains(": multicast ("), "{row}");
+    // Rank 2 runs on host 3 (one rank per host, in order): all by the chain.
+    let world = world_stats(&run, cluster.ranks());
+    for (rank, s) in world.iter().enumerate() {
+        assert!(tally(s, "multicast").0 >= 30, "{s:?}");
+        if rank == 2 {
+            assert_eq!(num(s, "mcast_bytes"), 0, "{s:?}");
+            assert!(num(s, "chain_bytes") >= 30 * 65536, "{s:?}");
+        } else if rank != 0 {
+            assert!(num(s, "mcast_bytes") >= 30 * 65536, "{s:?}");
+        }
+    }
+}
+
 fn with_skew(mode: &str) {
     let cluster = Cluster::hosts(6);
     let job = run_checked(
