@@ -15,6 +15,10 @@ use socket2::{Domain, InterfaceIndexOrAddress, Protocol, Socket, Type};
 
 use crate::net::interfaces::Chosen;
 
+/// Bytes of send buffer requested (the kernel counts about twice that of
+/// frames and their overhead: some 450 IP fragments, 650 KB on the wire).
+const SEND_BUFFER: usize = 512 << 10;
+
 /// How the sockets are set up, beyond group and interface.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct Options {
@@ -158,14 +162,14 @@ impl McastSocket {
             }
             _ => return Err(format!("{iface} has no address of the group's family").into()),
         }
-        if opts.rcvbuf > 0 {
-            // The root bursts a whole message; a deeper send queue means
-            // fewer retries on a full buffer.
-            doing(
-                "requesting the send buffer",
-                send.set_send_buffer_size(opts.rcvbuf),
-            )?;
-        }
+        // The send buffer is the root's only flow control: the kernel drops
+        // without a word what the interface's queue cannot take (a `tbf`'s
+        // 2.5 MB at 100 Mbit/s, 1,000 frames by default), so the buffer
+        // must stay below that; then a full buffer makes the root wait.
+        doing(
+            "requesting the send buffer",
+            send.set_send_buffer_size(SEND_BUFFER),
+        )?;
         doing(
             &format!("connecting the send socket to {group}"),
             send.connect(&bind_address(group, iface).into()),
