@@ -178,15 +178,10 @@ fn with_every_datagram_lost_the_chain_delivers_everything() {
     assert_eq!(told, 1, "{}", job.run.output);
 }
 
-/// Where every datagram is lost, a size class of 16 datagrams multicasts
-/// on its 2 measured calls and the 16 calls while the ranks agree, and
-/// Open MPI's broadcast serves it from then on: the decision table says so.
-#[test]
-fn with_every_datagram_lost_multicast_is_given_up_after_its_measured_calls() {
-    let cluster = Cluster {
-        loss: 100,
-        ..Cluster::hosts(6)
-    };
+/// Runs `bcast_check` with `calls` broadcasts of 64 KiB on `cluster`, with
+/// statistics and the decision tables on; the run and `MPI_COMM_WORLD`'s
+/// decision row for 64 KiB.
+fn burst_of_64k(cluster: &Cluster, calls: &str) -> (Run, String) {
     let mca = [
         ("coll_ipmc_print_statistics", "1"),
         ("coll_ipmc_verbose", "1"),
@@ -195,7 +190,7 @@ fn with_every_datagram_lost_multicast_is_given_up_after_its_measured_calls() {
         "--max-bytes",
         "1",
         "--burst",
-        "60",
+        calls,
         "--burst-bytes",
         "65536",
     ];
@@ -209,7 +204,21 @@ fn with_every_datagram_lost_multicast_is_given_up_after_its_measured_calls() {
     let row = table
         .lines()
         .find(|l| l.trim_start().starts_with("32769-65536 bytes:"))
-        .unwrap_or_else(|| panic!("no row for 64 KiB:\n{table}"));
+        .unwrap_or_else(|| panic!("no row for 64 KiB:\n{table}"))
+        .to_string();
+    (run, row)
+}
+
+/// Where every datagram is lost, a size class of 16 datagrams multicasts
+/// on its 2 measured calls and the 16 calls while the ranks agree, and
+/// Open MPI's broadcast serves it from then on: the decision table says so.
+#[test]
+fn with_every_datagram_lost_multicast_is_given_up_after_its_measured_calls() {
+    let cluster = Cluster {
+        loss: 100,
+        ..Cluster::hosts(6)
+    };
+    let (run, row) = burst_of_64k(&cluster, "60");
     assert!(
         row.contains(": previous (") && row.contains("multicast loss 100.0%"),
         "{row}"
@@ -235,34 +244,12 @@ fn one_host_without_multicast_does_not_make_the_others_give_it_up() {
         loss_host: vec![(3, 100)],
         ..Cluster::hosts(6)
     };
-    let mca = [
-        ("coll_ipmc_print_statistics", "1"),
-        ("coll_ipmc_verbose", "1"),
-    ];
-    let args = [
-        "--max-bytes",
-        "1",
-        "--burst",
-        "40",
-        "--burst-bytes",
-        "65536",
-    ];
-    let run = cluster.mpirun(&mca, "bcast_check", &args);
-    assert!(run.output.contains("bcast_check: PASS"), "{}", run.output);
+    let (run, row) = burst_of_64k(&cluster, "40");
     assert!(
         !run.output.contains("multicast delivered only"),
         "{}",
         run.output
     );
-    let table = run
-        .output
-        .split("ipmc: the broadcasts of communicator world ")
-        .nth(1)
-        .unwrap_or_else(|| panic!("no decision table for world:\n{}", run.output));
-    let row = table
-        .lines()
-        .find(|l| l.trim_start().starts_with("32769-65536 bytes:"))
-        .unwrap_or_else(|| panic!("no row for 64 KiB:\n{table}"));
     assert!(row.contains(": multicast ("), "{row}");
     // Rank 2 runs on host 3 (one rank per host, in order): all by the chain.
     let world = world_stats(&run, cluster.ranks());
