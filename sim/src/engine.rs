@@ -643,7 +643,9 @@ impl Engine {
         }
     }
 
-    /// Cuts a datagram into IP fragments and queues them.
+    /// Cuts a datagram into IP fragments and queues them. A fragment that
+    /// the host's link queue cannot take is dropped, as the kernel does
+    /// without telling a UDP sender.
     fn send_datagram(&mut self, h: usize, at: Ns, d: Rc<[u8]>) {
         self.counters.datagrams_sent += 1;
         let datagram = self.next_datagram;
@@ -653,7 +655,36 @@ impl Engine {
         let mut whole = Some(d);
         for (i, wire) in fragments.into_iter().enumerate() {
             let whole = if i + 1 == n { whole.take() } else { None };
+            if self.hosts[h].uplink.bytes + wire > self.net.host_queue {
+                let others: Vec<usize> = (0..self.hosts.len()).filter(|&o| o != h).collect();
+                if let Some(d) = &whole {
+                    self.counters.datagram_copies += others.len() as u64;
+                    let mut s = self.hosts[h].io.socket.borrow_mut();
+                    s.tx_queued -= d.len();
+                    let blocked = std::mem::take(&mut s.blocked);
+                    drop(s);
+                    if blocked {
+                        self.wake(h);
+                    }
+                }
+                self.drop_fragment(others, datagram, whole.is_some());
+                continue;
+            }
             self.send_packet(h, at, None, wire, Body::Fragment { datagram, whole });
+        }
+    }
+
+    /// A fragment of `datagram` was dropped on its way to the hosts
+    /// `behind`: the datagram is lost to them (counted once its last
+    /// fragment is due).
+    fn drop_fragment(&mut self, behind: Vec<usize>, datagram: u64, whole: bool) {
+        for d in behind {
+            if whole {
+                self.ports[d].dropped.remove(&datagram);
+                self.counters.queue_drops += 1;
+            } else {
+                self.ports[d].dropped.insert(datagram);
+            }
         }
     }
 
@@ -793,14 +824,7 @@ impl Engine {
                 } else {
                     self.net.hosts_of(leaf, n).collect()
                 };
-                for d in behind {
-                    if whole.is_some() {
-                        self.ports[d].dropped.remove(datagram);
-                        self.counters.queue_drops += 1;
-                    } else {
-                        self.ports[d].dropped.insert(*datagram);
-                    }
-                }
+                self.drop_fragment(behind, *datagram, whole.is_some());
                 return;
             }
         }

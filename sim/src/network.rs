@@ -34,6 +34,9 @@ pub struct Network {
     pub latency_ns: Ns,
     /// Bytes a switch output port queues before it drops (tail drop).
     pub port_queue: usize,
+    /// Bytes a host's link queues (its qdisc) before it drops datagram
+    /// fragments; the socket's send buffer must stay below it.
+    pub host_queue: usize,
     /// Hosts per leaf switch, the leaves joined by a spine switch; 0: every
     /// host on one switch.
     pub leaf_hosts: usize,
@@ -77,6 +80,7 @@ impl Network {
             bucket: 3072,
             latency_ns: 15_000,
             port_queue: 2_500_000,
+            host_queue: 2_500_000,
             leaf_hosts: 0,
             trunk_rate_bps: 1_000_000_000,
             trunk_queue: 2_500_000,
@@ -102,6 +106,7 @@ impl Network {
             bucket: 0,
             latency_ns: 15_000,
             port_queue: 256 << 10,
+            host_queue: 1000 * 1538,
             leaf_hosts: 0,
             trunk_rate_bps: 1_000_000_000,
             trunk_queue: 1 << 20,

@@ -143,6 +143,29 @@ fn bytes_are_conserved() {
     }
 }
 
+/// A send buffer larger than the host's link queue loses datagrams at the
+/// root's own link, without a word, and the chain delivers them; a send
+/// buffer below it loses none (the component's socket keeps it so).
+#[test]
+fn a_send_buffer_beyond_the_link_queue_drops_datagrams() {
+    for (sndbuf, drops) in [(512 << 10, false), (8 << 20, true)] {
+        let net = Network {
+            sndbuf,
+            ..Network::emulated()
+        };
+        let out = scenario(4, 4 << 20, net, Algorithm::Ipmc).run().unwrap();
+        let c = &out.counters;
+        assert_eq!(
+            c.datagram_copies,
+            c.datagrams_delivered + c.lost + c.queue_drops + c.rcvbuf_drops,
+            "{c:?}"
+        );
+        assert_eq!(c.queue_drops > 0, drops, "{c:?}");
+        let chain: u64 = out.datagrams.iter().map(|d| d.bytes_chain).sum();
+        assert_eq!(chain > 0, drops, "{c:?}");
+    }
+}
+
 /// Under heavy and bursty loss every rank of every algorithm finishes, and
 /// ipmc's ranks hold the root's bytes (the run checks them).
 #[test]
