@@ -659,18 +659,24 @@ impl Engine {
                 let others: Vec<usize> = (0..self.hosts.len()).filter(|&o| o != h).collect();
                 if let Some(d) = &whole {
                     self.counters.datagram_copies += others.len() as u64;
-                    let mut s = self.hosts[h].io.socket.borrow_mut();
-                    s.tx_queued -= d.len();
-                    let blocked = std::mem::take(&mut s.blocked);
-                    drop(s);
-                    if blocked {
-                        self.wake(h);
-                    }
+                    self.datagram_left(h, d.len());
                 }
                 self.drop_fragment(others, datagram, whole.is_some());
                 continue;
             }
             self.send_packet(h, at, None, wire, Body::Fragment { datagram, whole });
+        }
+    }
+
+    /// A datagram of `len` bytes left host `h`'s send buffer (sent or
+    /// dropped): a rank that found the buffer full may send again.
+    fn datagram_left(&mut self, h: usize, len: usize) {
+        let mut s = self.hosts[h].io.socket.borrow_mut();
+        s.tx_queued -= len;
+        let blocked = std::mem::take(&mut s.blocked);
+        drop(s);
+        if blocked {
+            self.wake(h);
         }
     }
 
@@ -738,15 +744,7 @@ impl Engine {
             self.at(done, Event::UplinkDone(h));
         }
         match &p.body {
-            Body::Fragment { whole: Some(d), .. } => {
-                let mut s = self.hosts[h].io.socket.borrow_mut();
-                s.tx_queued -= d.len();
-                let blocked = std::mem::take(&mut s.blocked);
-                drop(s);
-                if blocked {
-                    self.wake(h);
-                }
-            }
+            Body::Fragment { whole: Some(d), .. } => self.datagram_left(h, d.len()),
             Body::Segment { msg, last: true } => {
                 let id = self.message(*msg).send_id;
                 self.hosts[h].io.p2p.borrow_mut().sent(id);
