@@ -15,8 +15,8 @@ use socket2::{Domain, InterfaceIndexOrAddress, Protocol, Socket, Type};
 
 use crate::net::interfaces::Chosen;
 
-/// Bytes of send buffer requested (the kernel counts about twice that of
-/// frames and their overhead: some 450 IP fragments, 650 KB on the wire).
+/// Bytes of send buffer requested. The kernel allows twice that, counting
+/// each frame with its overhead: fewer than 700 frames of 1,500 bytes.
 const SEND_BUFFER: usize = 512 << 10;
 
 /// How the sockets are set up, beyond group and interface.
