@@ -44,6 +44,20 @@ int ipmc_irecv_bytes(void *buf, size_t len, int src, struct ompi_communicator_t 
     return MCA_PML_CALL(irecv(buf, len, MPI_BYTE, src, MCA_COLL_BASE_TAG_BCAST, comm, req));
 }
 
+int ipmc_answer_root(int root, struct ompi_communicator_t *comm)
+{
+    char none = 0;
+    return MCA_PML_CALL(send(&none, 0, MPI_BYTE, root, MCA_COLL_BASE_TAG_BARRIER,
+                             MCA_PML_BASE_SEND_STANDARD, comm));
+}
+
+int ipmc_irecv_answer(int src, struct ompi_communicator_t *comm, struct ompi_request_t **req)
+{
+    /* Empty: no byte is ever written to the buffer. */
+    static char none;
+    return MCA_PML_CALL(irecv(&none, 0, MPI_BYTE, src, MCA_COLL_BASE_TAG_BARRIER, comm, req));
+}
+
 int ipmc_wait_all_counts(size_t n, struct ompi_request_t **reqs, size_t *counts)
 {
     ompi_status_public_t *st = malloc(n * sizeof(*st));

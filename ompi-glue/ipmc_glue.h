@@ -46,6 +46,18 @@ int ipmc_isend_bytes(const void *buf, size_t len, int dst, struct ompi_communica
                      struct ompi_request_t **req);
 int ipmc_irecv_bytes(void *buf, size_t len, int src, struct ompi_communicator_t *comm,
                      struct ompi_request_t **req);
+/* A measured broadcast's answers, which time it at its root: every other
+   rank sends the root an empty message after its part of the call, and the
+   root receives them while it goes on (it never waits for them within the
+   call: a rank may depend on what the root does after it). They carry the
+   barrier tag, not the bcast tag that every broadcast and ipmc's background
+   messages share, so that they never meet those; a blocking barrier's
+   messages cannot meet them either: collectives on a communicator are
+   called in one order, an answer is sent within the broadcast, before its
+   sender's next collective, and its receive is posted within the broadcast,
+   before the root's next one. */
+int ipmc_answer_root(int root, struct ompi_communicator_t *comm);
+int ipmc_irecv_answer(int src, struct ompi_communicator_t *comm, struct ompi_request_t **req);
 /* Waits for and frees the requests (every entry is MPI_REQUEST_NULL
    afterwards), and stores in counts[i] the bytes request i received (for a
    send, what it sent). */

@@ -12,10 +12,10 @@ use crate::algorithms::{chain, linear};
 use crate::component::config::{Algorithm, Config};
 use crate::component::nodes::Nodes;
 use crate::component::stats::Stats;
-use crate::component::tuning::{self, Sample, Tuner};
+use crate::component::tuning::{self, Due, Sample, Tuner};
 use crate::driver::background::{Background, Ibcast, Joining, Open};
 use crate::driver::multicast::{Driver, Ranks};
-use crate::ffi::ompi::{self, BcastCall, Comm, PmlTransport, Request};
+use crate::ffi::ompi::{self, Answers, BcastCall, Comm, PmlTransport, Request};
 use crate::ffi::os;
 use crate::group::setup::{self, Announce};
 use crate::net::interfaces::{self, IfList};
@@ -176,6 +176,9 @@ pub struct Module {
     moved: bool,
     /// The automatic choice's measurements and decisions.
     tuner: Tuner,
+    /// This rank's measured calls as a root whose answers are awaited in
+    /// the background (see `time_at_root`): ticket and sample.
+    awaited: Vec<(u64, Sample)>,
 }
 
 impl Module {
@@ -186,6 +189,7 @@ impl Module {
     fn with(cfg: Config, rank: usize, size: usize, cid: u32, nodes: Nodes) -> Self {
         Module {
             tuner: Tuner::new(cfg.tune_calls, rank, cfg.inject_timing),
+            awaited: Vec::new(),
             cfg,
             rank,
             size,
@@ -280,12 +284,17 @@ impl Module {
         // agreed goes unused. The neighbours may still wait for messages of
         // the last broadcasts (unless a panic left their state in doubt).
         if !self.broken {
+            // The last broadcasts' work first (see `take_answered`).
             if let Err(e) = self.background.finish() {
                 warn!(
                     "rank {}: the last broadcast on {} failed: {e}",
                     self.rank,
                     comm.name()
                 );
+            } else if let Err(e) = self.background.take_answered(true) {
+                // Every rank sent its answers within its broadcasts; a
+                // receive left behind would meet a later communicator's.
+                warn!("rank {}: answers on {} failed: {e}", self.rank, comm.name());
             }
         }
         // Leaves the group and closes the sockets.
@@ -315,6 +324,7 @@ impl Module {
         // background work is left alone (see `poison`).
         if !self.broken {
             self.finish_joining(call.comm())?;
+            self.collect_answers(false)?;
             if self.tuner.awaits_votes() {
                 self.settle_votes(call.comm());
             }
@@ -351,7 +361,19 @@ impl Module {
                 .then(|| (chain * 1000).checked_div(multicast + chain))
                 .flatten()
                 .map(|l| l as u32);
-            self.measured(call.comm(), sample, start.elapsed(), lost);
+            // Short messages are timed at the root, until every rank has
+            // the message (see `tuning::SHORT_UP_TO`).
+            if !sample.timed_at_root() {
+                self.tuner.record(sample, Some(start.elapsed()), lost);
+            } else if call.root() == self.rank {
+                self.time_at_root(call.comm(), sample, start)?;
+            } else {
+                call.answer_root()?;
+                self.tuner.record(sample, None, lost);
+            }
+        }
+        if self.tunes() {
+            self.vote_if_due(call.comm(), bytes)?;
         }
         Ok(())
     }
@@ -370,6 +392,7 @@ impl Module {
                 return Ok(plan);
             }
             // This call takes the decision of a vote that has not ended here.
+            self.vote_if_due(comm, bytes)?;
             self.background.finish().map_err(|e| e.0)?;
             self.settle_votes(comm);
             if let Some(plan) = self.tuner.plan(bytes) {
@@ -385,10 +408,60 @@ impl Module {
         !self.broken && self.cfg.tunes() && matches!(self.multicast, Multicast::Ready)
     }
 
-    /// A measured call ended: when its class is complete, this rank's part
-    /// of the vote goes to the background, after the call's own work.
-    fn measured(&mut self, comm: Comm, sample: Sample, took: Duration, lost_permille: Option<u32>) {
-        if let Some((class, mine)) = self.tuner.record(sample, took, lost_permille) {
+    /// Times a measured call of a short message at its root (this rank),
+    /// which began at `start`: until every other rank answered that it has
+    /// the message, for at most [`tuning::ANSWER_WAIT`] from the call's
+    /// start. Waiting in the call, the root sees each answer when it
+    /// arrives; out of MPI (computing, or sleeping before its next call) it
+    /// would see them only when it next drives the progress engine, which
+    /// would make a candidate whose root returns early (multicast's) look
+    /// slow. Answers that take longer are noted in the background, so the
+    /// root never waits long for a rank that has not entered the call.
+    fn time_at_root(&mut self, comm: Comm, sample: Sample, start: Instant) -> Result<(), i32> {
+        let mut answers = Answers::expect(comm, self.rank).map_err(|e| e.0)?;
+        loop {
+            if answers.test().map_err(|e| e.0)? {
+                self.tuner.record(sample, Some(start.elapsed()), None);
+                return Ok(());
+            }
+            if start.elapsed() >= tuning::ANSWER_WAIT {
+                break;
+            }
+        }
+        let ticket = self
+            .background
+            .expect_answers(comm, start, answers)
+            .map_err(|e| e.0)?;
+        self.awaited.push((ticket, sample));
+        Ok(())
+    }
+
+    /// Records the times of this rank's measured calls as a root whose
+    /// answers arrived (with `wait`, after waiting for all).
+    fn collect_answers(&mut self, wait: bool) -> Result<(), i32> {
+        if self.awaited.is_empty() {
+            return Ok(());
+        }
+        for (ticket, took) in self.background.take_answered(wait).map_err(|e| e.0)? {
+            if let Some(i) = self.awaited.iter().position(|a| a.0 == ticket) {
+                let (_, sample) = self.awaited.swap_remove(i);
+                // Nothing to get by the chain at the root.
+                self.tuner.record(sample, Some(took), None);
+            }
+        }
+        Ok(())
+    }
+
+    /// After a call of `bytes` bytes: this rank's part of its class's vote
+    /// goes to the background when it is due, after the call's own work,
+    /// once this rank's answers as a root are in.
+    fn vote_if_due(&mut self, comm: Comm, bytes: usize) -> Result<(), i32> {
+        let mut due = self.tuner.due(bytes);
+        if due == Due::Answers {
+            self.collect_answers(true)?;
+            due = self.tuner.due(bytes);
+        }
+        if let Due::Vote(class, mine) = due {
             debug!(
                 "rank {} cid {}: broadcasts of up to {} bytes measured here: {mine:?}",
                 self.rank,
@@ -399,6 +472,7 @@ impl Module {
                 self.background.vote(comm, class, mine);
             }
         }
+        Ok(())
     }
 
     /// Takes the decisions of the votes that ended. A class that gave up
@@ -470,6 +544,7 @@ impl Module {
             self.finish_joining(call.comm())?;
             // The class's decision is read only where every rank takes it.
             if self.tunes() && self.tuner.must_await_vote(bytes) {
+                self.vote_if_due(call.comm(), bytes)?;
                 self.background.finish().map_err(|e| e.0)?;
             }
             if self.tuner.awaits_votes() {

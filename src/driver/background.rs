@@ -9,7 +9,10 @@
 //!   the linear or chain algorithm, whose requests complete once the rank
 //!   owns the message;
 //! - the votes of the automatic choice of algorithm ([`crate::group::vote`]),
-//!   which use the broadcast tag too.
+//!   which use the broadcast tag too;
+//! - the answers that time its measured calls of short messages at their
+//!   root, received while the root goes on (their tag is another, and no
+//!   other work waits for them).
 //!
 //! Each communicator has one [`Background`]: its multicast driver and its
 //! work, in the order the calls came. Broadcasts' chains run one after
@@ -46,7 +49,7 @@ use crate::component::stats::Datagrams;
 use crate::driver::io::Wait;
 use crate::driver::multicast::{Driver, Ranks, Run};
 use crate::ffi::ompi;
-use crate::ffi::ompi::{Comm, Messages, Request, UserMessage};
+use crate::ffi::ompi::{Answers, Comm, Messages, Request, UserMessage};
 use crate::group::setup::{Agreed, Agreement, Announce};
 use crate::group::vote::Vote;
 use crate::net::mcast_socket::{McastSocket, OpenError};
@@ -344,6 +347,17 @@ impl Job {
     }
 }
 
+/// The answers to one measured call of this rank as its root. It holds a
+/// reference on the communicator, as a job does: the receives hold Open
+/// MPI's own, and the last one given back frees the communicator, whose
+/// module then takes this slot's lock.
+struct Awaited {
+    ticket: u64,
+    started: Instant,
+    answers: Answers,
+    comm: Comm,
+}
+
 /// One communicator's multicast driver and work.
 #[derive(Default)]
 struct Slot {
@@ -361,6 +375,13 @@ struct Slot {
     datagrams: Datagrams,
     /// Votes that ended: the size class and the agreed vector.
     voted: Vec<(usize, Vec<u32>)>,
+    /// Measured calls whose answers this rank receives as their root.
+    awaited: Vec<Awaited>,
+    /// Those whose answers all arrived: ticket, and time from the call's
+    /// start to the last answer (as this rank saw it arrive).
+    answered: Vec<(u64, Duration)>,
+    /// The next call's ticket.
+    tickets: u64,
 }
 
 impl Slot {
@@ -368,6 +389,7 @@ impl Slot {
     /// go to `ended`, for their reference to be given back. Whether work is
     /// left.
     fn turn(&mut self, wait: Wait, ended: &mut Vec<Comm>) -> P2pResult<bool> {
+        self.look_answers(ended)?;
         if let Some(joining) = self.joining.as_mut().filter(|j| !j.is_done()) {
             joining.turn(wait)?;
             if joining.is_done() {
@@ -398,6 +420,40 @@ impl Slot {
 
     fn busy(&self) -> bool {
         !self.jobs.is_empty() || self.joining.as_ref().is_some_and(|j| !j.is_done())
+    }
+
+    /// Notes the measured calls whose answers all arrived, with the time;
+    /// their communicators go to `ended`.
+    fn look_answers(&mut self, ended: &mut Vec<Comm>) -> P2pResult<()> {
+        let mut i = 0;
+        while i < self.awaited.len() {
+            if self.awaited[i].answers.arrived()? {
+                let a = self.awaited.swap_remove(i);
+                self.answered.push((a.ticket, a.started.elapsed()));
+                self.forget(a, ended);
+            } else {
+                i += 1;
+            }
+        }
+        Ok(())
+    }
+
+    /// Waits for every answer this rank expects.
+    fn await_answers(&mut self, ended: &mut Vec<Comm>) -> P2pResult<()> {
+        self.look_answers(ended)?;
+        while let Some(mut a) = self.awaited.pop() {
+            let waited = a.answers.wait();
+            let done = (a.ticket, a.started.elapsed());
+            self.forget(a, ended);
+            waited?;
+            self.answered.push(done);
+        }
+        Ok(())
+    }
+
+    fn forget(&mut self, a: Awaited, ended: &mut Vec<Comm>) {
+        RUNNING.fetch_sub(1, Ordering::Relaxed);
+        ended.push(a.comm);
     }
 
     /// The message bytes that the queue's blocking multicast broadcasts
@@ -511,6 +567,10 @@ impl Slot {
             RUNNING.fetch_sub(1, Ordering::Relaxed);
             ended.push(job.comm());
             job.fail(e);
+        }
+        // Their receives are cancelled.
+        while let Some(a) = self.awaited.pop() {
+            self.forget(a, ended);
         }
     }
 
@@ -688,6 +748,59 @@ impl Background {
         release(ended);
     }
 
+    /// Leaves the `answers` to this rank's measured call as its root on
+    /// `comm`, which began at `started`, to the background, which notes
+    /// when the last one arrives (from Open MPI's progress engine, while
+    /// the root is in any MPI call); returns the call's ticket for
+    /// [`Background::take_answered`].
+    pub fn expect_answers(
+        &mut self,
+        comm: Comm,
+        started: Instant,
+        answers: Answers,
+    ) -> P2pResult<u64> {
+        let mut slot = self.slot();
+        let ticket = slot.tickets;
+        slot.tickets += 1;
+        comm.retain();
+        RUNNING.fetch_add(1, Ordering::Relaxed);
+        slot.awaited.push(Awaited {
+            ticket,
+            started,
+            answers,
+            comm,
+        });
+        Ok(ticket)
+    }
+
+    /// The measured calls whose answers all arrived since the last call
+    /// (ticket and time); with `wait`, after waiting for every one. Before
+    /// that wait, the work in the background finishes: a rank may owe
+    /// the chain frames that another rank needs before it can answer, and
+    /// while this rank waits it holds its work's lock, which the progress
+    /// engine then passes by.
+    pub fn take_answered(&mut self, wait: bool) -> P2pResult<Vec<(u64, Duration)>> {
+        if self.slot.is_none() {
+            return Ok(Vec::new());
+        }
+        if wait {
+            self.finish()?;
+        }
+        let mut ended = Vec::new();
+        let mut slot = self.slot();
+        let result = if wait {
+            slot.await_answers(&mut ended)
+        } else {
+            slot.look_answers(&mut ended)
+        };
+        let answered = std::mem::take(&mut slot.answered);
+        drop(slot);
+        // The caller is a broadcast on the communicator, or its `disable`:
+        // not the last references.
+        release(ended);
+        result.map(|()| answered)
+    }
+
     /// The votes that ended since the last call: size class and result.
     pub fn take_votes(&mut self) -> Vec<(usize, Vec<u32>)> {
         match &self.slot {
@@ -733,6 +846,12 @@ pub fn finish_all() {
             }
         }
     }
+    // Every rank sent its answers within its broadcasts.
+    for slot in &slots {
+        if let Err(e) = locked(slot).await_answers(&mut ended) {
+            warn!("answers to measured broadcasts at MPI_Finalize failed: {e}");
+        }
+    }
     release(ended);
 }
 
@@ -755,7 +874,7 @@ pub fn progress() -> usize {
         let Ok(mut slot) = slot.try_lock() else {
             return true;
         };
-        if slot.broken.is_some() || !slot.busy() {
+        if slot.broken.is_some() || (!slot.busy() && slot.awaited.is_empty()) {
             return true;
         }
         if let Err(e) = slot.turn(Wait::Look, &mut ended) {

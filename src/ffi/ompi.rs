@@ -182,6 +182,13 @@ impl BcastCall {
         self.whole(sys::ipmc_base_bcast_binomial)
     }
 
+    /// Ends a measured call on a rank that is not its root: tells the root
+    /// that this rank has the message (see `ipmc_glue.h`).
+    pub fn answer_root(&self) -> Result<(), i32> {
+        // SAFETY: the call's communicator and root are Open MPI's own.
+        ok(unsafe { sys::ipmc_answer_root(self.root, self.comm.0) })
+    }
+
     /// Runs the call, as it came, by one of the glue's broadcasts.
     fn whole(&mut self, bcast: WholeBcast) -> Result<(), i32> {
         // SAFETY: the arguments are the call's own and the module is
@@ -535,6 +542,101 @@ pub fn register_progress() {
         sys::ipmc_progress_register();
         sys::ipmc_finish_at_finalize();
     });
+}
+
+/// The answers that time a measured broadcast at its root (see
+/// `ipmc_glue.h`): an empty message from every other rank, received while
+/// the root goes on.
+pub struct Answers {
+    /// The pending receives; null once complete.
+    reqs: Vec<*mut ompi_request_t>,
+}
+
+impl Answers {
+    /// Posts the receives of the answers to a call of `root` on `comm`.
+    pub fn expect(comm: Comm, root: usize) -> P2pResult<Self> {
+        let mut answers = Answers { reqs: Vec::new() };
+        for src in (0..comm.size()).filter(|&r| r != root) {
+            let src = c_int::try_from(src).expect("ranks fit in an int");
+            let mut req = ptr::null_mut();
+            // SAFETY: the communicator is live; the glue receives no byte
+            // into a buffer of its own; `req` is a valid out-pointer.
+            ok(unsafe { sys::ipmc_irecv_answer(src, comm.0, &mut req) }).map_err(P2pError)?;
+            answers.reqs.push(req);
+        }
+        Ok(answers)
+    }
+
+    /// Whether every answer arrived, driving Open MPI's progress engine
+    /// (for use outside it, holding no lock of ipmc's).
+    pub fn test(&mut self) -> P2pResult<bool> {
+        for req in self.reqs.iter_mut().filter(|r| !r.is_null()) {
+            let (mut done, mut count) = (0, 0);
+            // SAFETY: `req` is a live request of these answers; once it is
+            // complete Open MPI has freed it and set it to null.
+            let rc = unsafe { sys::ipmc_test(req, &mut done, &mut count) };
+            if rc != OMPI_SUCCESS {
+                return Err(P2pError(rc));
+            }
+            if done == 0 {
+                return Ok(false);
+            }
+            *req = ptr::null_mut();
+        }
+        Ok(true)
+    }
+
+    /// Whether every answer arrived, looking without entering Open MPI's
+    /// progress engine (for use from inside it).
+    pub fn arrived(&mut self) -> P2pResult<bool> {
+        for req in self.reqs.iter_mut().filter(|r| !r.is_null()) {
+            let (mut done, mut count) = (0, 0);
+            // SAFETY: `req` is a live request of these answers.
+            let rc = unsafe { sys::ipmc_look(req, &mut done, &mut count) };
+            if rc != OMPI_SUCCESS {
+                return Err(P2pError(rc));
+            }
+            if done == 0 {
+                return Ok(false);
+            }
+            *req = ptr::null_mut();
+        }
+        Ok(true)
+    }
+
+    /// Waits for every answer.
+    pub fn wait(&mut self) -> P2pResult<()> {
+        for req in self.reqs.iter_mut().filter(|r| !r.is_null()) {
+            let mut count = 0;
+            // SAFETY: `req` is a live request of these answers; after the
+            // wait it is complete and freed.
+            let rc = unsafe { sys::ipmc_wait(req, &mut count) };
+            *req = ptr::null_mut();
+            if rc != OMPI_SUCCESS {
+                return Err(P2pError(rc));
+            }
+        }
+        Ok(())
+    }
+}
+
+// SAFETY: the requests are Open MPI's, which lets any thread test or wait for
+// a request; ipmc touches `Answers` only under the lock of its communicator's
+// background work, never from two threads at once.
+unsafe impl Send for Answers {}
+
+impl Drop for Answers {
+    fn drop(&mut self) {
+        // Only a communicator given up with answers pending: cancelled.
+        for req in self.reqs.iter_mut().filter(|r| !r.is_null()) {
+            let mut count = 0;
+            // SAFETY: `req` is a live request; after the wait it is freed.
+            unsafe {
+                sys::ipmc_cancel(*req);
+                sys::ipmc_wait(req, &mut count);
+            }
+        }
+    }
 }
 
 /// A point-to-point message started by [`Messages`].
