@@ -9,12 +9,12 @@
  * largest messages, whose every round is long, can use fewer.
  *
  * Before the rounds of each size, W rounds of that size (with the targets
- * in turn; default 48 up to 8 KiB, 24 above) go unrecorded, as OSU's
+ * in turn; default 56 up to 8 KiB, 24 above) go unrecorded, as OSU's
  * benchmarks skip their first iterations: connections are set up then, and
  * a component that chooses its algorithm by measuring its first calls has
  * chosen, on calls made as the measured ones are (ipmc's automatic choice:
- * up to 3 candidates of 8 calls up to 8 KiB, of 2 above, then 16 calls
- * while the ranks agree; its decision serves from call 41 or 23 at most).
+ * up to 4 candidates of 8 calls up to 8 KiB, 3 of 2 above, then 16 calls
+ * while the ranks agree; its decision serves from call 49 or 23 at most).
  * W = 0 records from the first call.
  *
  * For each message size, each round and each target rank t (1 .. p-1):
@@ -290,7 +290,7 @@ int main(int argc, char **argv)
         size_t len = sizes[s];
         int size_rounds = len >= big_from ? big_rounds : rounds;
         double hi = 0, lo = 1e30, simple;
-        int size_warmup = warmup >= 0 ? warmup : len <= 8192 ? 48 : 24;
+        int size_warmup = warmup >= 0 ? warmup : len <= 8192 ? 56 : 24;
         for (int w = 0; w < size_warmup; w++) {
             one_round(MPI_COMM_WORLD, rank, 1 + w % (p - 1), buf, len, w, root_delay_us);
         }

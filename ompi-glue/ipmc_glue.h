@@ -97,6 +97,11 @@ int ipmc_prev_bcast(struct ipmc_module *module, void *buf, int count,
 int ipmc_base_bcast_binomial(struct ipmc_module *module, void *buf, int count,
                              struct ompi_datatype_t *dt, int root,
                              struct ompi_communicator_t *comm);
+/* Open MPI's binary tree (ompi_coll_base_bcast_intra_bintree), unsegmented:
+   coll tuned's fixed algorithm 5. */
+int ipmc_base_bcast_bintree(struct ipmc_module *module, void *buf, int count,
+                            struct ompi_datatype_t *dt, int root,
+                            struct ompi_communicator_t *comm);
 
 /* The requests of ipmc's nonblocking broadcasts. ipmc_request_new makes one
    with two references, ipmc's and the user's; ipmc_request_drop releases

@@ -236,7 +236,7 @@ fn short_messages_are_timed_from_the_roots_entry() {
         .split(" us")
         .filter_map(|part| part.rsplit(' ').next()?.parse().ok())
         .collect();
-    assert_eq!(times.len(), 3, "previous, binomial and multicast: {row}");
+    assert_eq!(times.len(), 4, "4 candidates: {row}");
     for t in times {
         assert!(t < 2000, "{row}");
     }

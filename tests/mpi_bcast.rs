@@ -8,7 +8,14 @@ use std::collections::HashMap;
 
 use common::{check_lines, cluster_mpirun, mpirun, mpirun_wrapped, num, stats_lines, tally, Run};
 
-const ALGORITHMS: [&str; 5] = ["linear", "chain", "multicast", "previous", "binomial"];
+const ALGORITHMS: [&str; 6] = [
+    "linear",
+    "chain",
+    "multicast",
+    "previous",
+    "binomial",
+    "binary",
+];
 
 /// How ipmc is expected to have split one communicator's broadcasts.
 #[derive(Clone, Copy)]
@@ -231,6 +238,7 @@ fn every_algorithm_can_be_forced() {
         ("3", "multicast"),
         ("4", "previous"),
         ("5", "binomial"),
+        ("6", "binary"),
     ] {
         check_run(
             4,

@@ -271,10 +271,10 @@ fn multicast_completes_ranks_broadcasts_ahead() {
 }
 
 /// The same with the automatic choice, whose first calls of a size class
-/// measure Open MPI's broadcast, its binomial tree and multicast, and whose
-/// ranks then vote on them in the background while the class multicasts:
-/// no rank waits through all of it (12 calls ahead, the root's and then
-/// rank 2's: 25 calls of a class, within its 3 × 8 measured calls and its
+/// measure Open MPI's broadcast, its binomial and binary trees and
+/// multicast, and whose ranks then vote on them in the background while the
+/// class multicasts: no rank waits through all of it (12 calls ahead, the
+/// root's and then rank 2's: 25 calls of a class, within its 4 × 8 measured calls and its
 /// 16 voting calls; once a class has gone to Open MPI's broadcast, its
 /// first call waits for the chains of the multicast calls before, which
 /// share its tag).
@@ -524,6 +524,7 @@ fn ranks_fed_different_timings_agree_on_every_decision() {
         let (previous, multicast) = (tally(s, "previous").0, tally(s, "multicast").0);
         assert!(previous <= most, "{s:?}");
         assert!(tally(s, "binomial").0 <= most, "{s:?}");
+        assert!(tally(s, "binary").0 <= most, "{s:?}");
         assert!(multicast > 0, "{s:?}");
     }
     // Rank 0 prints each communicator's table once, at verbose 1.

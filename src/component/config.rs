@@ -14,20 +14,24 @@ pub enum Algorithm {
     Multicast,
     /// The broadcast of the component ipmc replaced on this communicator.
     Previous,
-    /// Open MPI's binomial tree (coll/base, unsegmented): the fastest of its
-    /// fixed algorithms for small messages on a few to a few dozen nodes,
-    /// which Open MPI's own choice often passes over.
+    /// Open MPI's binomial tree (coll/base, unsegmented): with the binary
+    /// tree, the fastest of its fixed algorithms for small messages on a
+    /// few to a few dozen nodes, which Open MPI's own choice often passes
+    /// over.
     Binomial,
+    /// Open MPI's binary tree (coll/base, unsegmented; tuned's algorithm 5).
+    Binary,
 }
 
 impl Algorithm {
     /// Every algorithm, in the order statistics print them.
-    pub const ALL: [Algorithm; 5] = [
+    pub const ALL: [Algorithm; 6] = [
         Algorithm::Linear,
         Algorithm::Chain,
         Algorithm::Multicast,
         Algorithm::Previous,
         Algorithm::Binomial,
+        Algorithm::Binary,
     ];
 
     /// The name used in logs and statistics.
@@ -38,6 +42,7 @@ impl Algorithm {
             Algorithm::Multicast => "multicast",
             Algorithm::Previous => "previous",
             Algorithm::Binomial => "binomial",
+            Algorithm::Binary => "binary",
         }
     }
 
@@ -49,6 +54,7 @@ impl Algorithm {
             3 => Some(Algorithm::Multicast),
             4 => Some(Algorithm::Previous),
             5 => Some(Algorithm::Binomial),
+            6 => Some(Algorithm::Binary),
             _ => None,
         }
     }
@@ -154,7 +160,13 @@ impl Config {
     pub fn forces_own_algorithm(&self) -> bool {
         matches!(
             Algorithm::forced(self.bcast_algorithm),
-            Some(Algorithm::Linear | Algorithm::Chain | Algorithm::Multicast | Algorithm::Binomial)
+            Some(
+                Algorithm::Linear
+                    | Algorithm::Chain
+                    | Algorithm::Multicast
+                    | Algorithm::Binomial
+                    | Algorithm::Binary
+            )
         )
     }
 

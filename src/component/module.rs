@@ -347,6 +347,7 @@ impl Module {
         match alg {
             Algorithm::Previous => call.previous()?,
             Algorithm::Binomial => call.binomial()?,
+            Algorithm::Binary => call.binary()?,
             Algorithm::Multicast => self.run_multicast(call, bytes)?,
             _ => self.run(alg, call, bytes)?,
         }
@@ -638,9 +639,10 @@ impl Module {
         let result = match alg {
             Algorithm::Linear => linear::bcast(t, root),
             Algorithm::Chain => chain::bcast(t, root, self.cfg.chain_segment_size),
-            Algorithm::Multicast | Algorithm::Previous | Algorithm::Binomial => {
-                return Err(OMPI_ERROR)
-            }
+            Algorithm::Multicast
+            | Algorithm::Previous
+            | Algorithm::Binomial
+            | Algorithm::Binary => return Err(OMPI_ERROR),
         };
         result.map_err(|e| e.0)
     }

@@ -82,13 +82,13 @@ const CHAIN_FROM: usize = 1 << 20;
 /// to each candidate's own time, at little cost.
 const SHORT_UP_TO: usize = 8192;
 const SHORT_FACTOR: usize = 4;
-/// Open MPI's binomial tree measured against the others up to this size:
-/// there one tree step costs about a message's latency, and the binomial
-/// tree, whose depth is log2 of the ranks, was the fastest of Open MPI's
-/// fixed algorithms at 1 KiB on 4 to 16 emulated hosts (Open MPI's own
-/// choice matched it only at 4). From 4 KiB multicast or the replaced
-/// broadcast won.
-const BINOMIAL_UP_TO: usize = 2048;
+/// Open MPI's binomial and binary trees measured against the others up to
+/// this size: there one tree step costs about a message's latency, and one
+/// or the other was the fastest of Open MPI's fixed algorithms at 1 KiB on
+/// 3 to 16 emulated hosts (the binomial tree up to 4, the binary one from
+/// 8; Open MPI's own choice matched them only at 4). From 4 KiB multicast
+/// or the replaced broadcast won.
+const TREES_UP_TO: usize = 2048;
 
 /// Whether a rank's part of a vote is due after a call (see [`Tuner::due`]).
 #[derive(Debug, PartialEq, Eq)]
@@ -208,10 +208,10 @@ pub struct Tuner {
 /// The algorithms measured against each other in class `k`; Open MPI's
 /// own broadcast first.
 pub fn candidates(k: usize) -> &'static [Algorithm] {
-    use Algorithm::{Binomial, Chain, Multicast, Previous};
+    use Algorithm::{Binary, Binomial, Chain, Multicast, Previous};
     let max = class_max(k);
-    if max <= BINOMIAL_UP_TO {
-        &[Previous, Binomial, Multicast]
+    if max <= TREES_UP_TO {
+        &[Previous, Binomial, Binary, Multicast]
     } else if max > AUTO_LARGE {
         // Multicast keeps a copy of the message per rank while it runs.
         &[Previous, Chain]
@@ -557,8 +557,8 @@ mod tests {
         assert_eq!(candidates(class_of(1 << 20)).len(), 2);
         assert_eq!(candidates(class_of((1 << 20) + 1)).len(), 3);
         assert!(!candidates(class_of(AUTO_LARGE + 1)).contains(&Algorithm::Multicast));
-        assert!(candidates(class_of(BINOMIAL_UP_TO)).contains(&Algorithm::Binomial));
-        assert!(!candidates(class_of(BINOMIAL_UP_TO + 1)).contains(&Algorithm::Binomial));
+        assert!(candidates(class_of(TREES_UP_TO)).contains(&Algorithm::Binomial));
+        assert!(!candidates(class_of(TREES_UP_TO + 1)).contains(&Algorithm::Binomial));
     }
 
     #[test]
@@ -579,22 +579,27 @@ mod tests {
     }
 
     #[test]
-    fn small_messages_may_take_open_mpis_binomial_tree() {
-        let mut t = Tuner::new(1, 0, false);
-        let v = measure(&mut t, 1024, |a| match a {
-            Algorithm::Binomial => 30,
-            Algorithm::Previous => 40,
-            _ => 60,
-        });
-        assert_eq!(v, [40, 30, 60, 0]);
-        let d = t.settle(class_of(1024), &v);
-        assert_eq!(d.alg, Algorithm::Binomial);
-        assert_eq!(d.times_us[1], (Algorithm::Binomial, 30));
-        // Multicast serves while the ranks agree, the tree from the decision on.
-        for _ in 0..interim_left(1024) {
-            assert_eq!(t.plan(1024), Some((Algorithm::Multicast, None)));
+    fn small_messages_may_take_open_mpis_trees() {
+        for (tree, i) in [(Algorithm::Binomial, 1), (Algorithm::Binary, 2)] {
+            let mut t = Tuner::new(1, 0, false);
+            let v = measure(&mut t, 1024, |a| match a {
+                a if a == tree => 30,
+                Algorithm::Previous => 40,
+                _ => 60,
+            });
+            let mut expect = [40, 60, 60, 60, 0];
+            expect[i] = 30;
+            assert_eq!(v, expect);
+            let d = t.settle(class_of(1024), &v);
+            assert_eq!(d.alg, tree);
+            assert_eq!(d.times_us[i], (tree, 30));
+            // Multicast serves while the ranks agree, the tree from the
+            // decision on.
+            for _ in 0..interim_left(1024) {
+                assert_eq!(t.plan(1024), Some((Algorithm::Multicast, None)));
+            }
+            assert_eq!(t.plan(1024), Some((tree, None)));
         }
-        assert_eq!(t.plan(1024), Some((Algorithm::Binomial, None)));
     }
 
     #[test]
@@ -623,7 +628,7 @@ mod tests {
                 break v;
             }
         };
-        assert_eq!(elsewhere, [0, 0, 0, 0]);
+        assert_eq!(elsewhere, [0, 0, 0, 0, 0]);
         let result: Vec<u32> = at_root
             .iter()
             .zip(&elsewhere)
@@ -636,7 +641,7 @@ mod tests {
         // A candidate that no rank timed is never the fastest.
         let mut t = Tuner::new(1, 0, false);
         measure(&mut t, 1024, |_| 1);
-        let d = t.settle(class_of(1024), &[40, 0, 0, 0]);
+        let d = t.settle(class_of(1024), &[40, 0, 0, 0, 0]);
         assert_eq!(d.alg, Algorithm::Previous);
     }
 
@@ -661,8 +666,8 @@ mod tests {
         for s in samples {
             t.record(s, Some(us(7)), None);
         }
-        assert!(matches!(t.due(1024), Due::Vote(_, v) if v == [7, 7, 7, 0]));
-        assert_eq!(calls + ANSWER_CALLS as usize, 4 * 3 + 8);
+        assert!(matches!(t.due(1024), Due::Vote(_, v) if v == [7, 7, 7, 7, 0]));
+        assert_eq!(calls + ANSWER_CALLS as usize, 4 * 4 + 8);
         // Longer messages vote right after their last measured call.
         measure(&mut t, SHORT_UP_TO + 1, |_| 1);
         assert!(t.voting(SHORT_UP_TO + 1));

@@ -182,6 +182,12 @@ impl BcastCall {
         self.whole(sys::ipmc_base_bcast_binomial)
     }
 
+    /// Runs the call as Open MPI's binary tree (coll/base) on ipmc's module.
+    pub fn binary(&mut self) -> Result<(), i32> {
+        // As in `binomial`.
+        self.whole(sys::ipmc_base_bcast_bintree)
+    }
+
     /// Ends a measured call on a rank that is not its root: tells the root
     /// that this rank has the message (see `ipmc_glue.h`).
     pub fn answer_root(&self) -> Result<(), i32> {

@@ -536,7 +536,14 @@ pub fn assert_ranks_decide_alike(
     checks: &[HashMap<String, String>],
 ) {
     for (comm, lines) in reported_by_every_rank(stats, checks) {
-        for alg in ["linear", "chain", "multicast", "previous", "binomial"] {
+        for alg in [
+            "linear",
+            "chain",
+            "multicast",
+            "previous",
+            "binomial",
+            "binary",
+        ] {
             let first = tally(lines[0], alg);
             for s in &lines {
                 assert_eq!(tally(s, alg), first, "{alg} on {comm}: {lines:?}");
