@@ -6,16 +6,9 @@ mod common;
 
 use std::collections::HashMap;
 
-use common::{check_lines, cluster_mpirun, mpirun, mpirun_wrapped, num, stats_lines, tally, Run};
-
-const ALGORITHMS: [&str; 6] = [
-    "linear",
-    "chain",
-    "multicast",
-    "previous",
-    "binomial",
-    "binary",
-];
+use common::{
+    check_lines, cluster_mpirun, mpirun, mpirun_wrapped, num, stats_lines, tally, Run, ALGORITHMS,
+};
 
 /// How ipmc is expected to have split one communicator's broadcasts.
 #[derive(Clone, Copy)]

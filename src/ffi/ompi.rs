@@ -100,6 +100,9 @@ impl Comm {
 }
 
 /// A broadcast of the glue that takes an `MPI_Bcast` call as it came.
+/// The glue's tests of a request (`ipmc_test`, `ipmc_look`).
+type DoneTest = unsafe extern "C" fn(*mut *mut ompi_request_t, *mut c_int, *mut usize) -> c_int;
+
 type WholeBcast = unsafe extern "C" fn(
     *mut ipmc_module,
     *mut c_void,
@@ -576,33 +579,27 @@ impl Answers {
     /// Whether every answer arrived, driving Open MPI's progress engine
     /// (for use outside it, holding no lock of ipmc's).
     pub fn test(&mut self) -> P2pResult<bool> {
-        for req in self.reqs.iter_mut().filter(|r| !r.is_null()) {
-            let (mut done, mut count) = (0, 0);
-            // SAFETY: `req` is a live request of these answers; once it is
-            // complete Open MPI has freed it and set it to null.
-            let rc = unsafe { sys::ipmc_test(req, &mut done, &mut count) };
-            if rc != OMPI_SUCCESS {
-                return Err(P2pError(rc));
-            }
-            if done == 0 {
-                return Ok(false);
-            }
-            *req = ptr::null_mut();
-        }
-        Ok(true)
+        self.all_done(sys::ipmc_test)
     }
 
     /// Whether every answer arrived, looking without entering Open MPI's
     /// progress engine (for use from inside it).
     pub fn arrived(&mut self) -> P2pResult<bool> {
+        self.all_done(sys::ipmc_look)
+    }
+
+    /// Whether every answer arrived, by `done` (the glue's test or look).
+    fn all_done(&mut self, done: DoneTest) -> P2pResult<bool> {
         for req in self.reqs.iter_mut().filter(|r| !r.is_null()) {
-            let (mut done, mut count) = (0, 0);
-            // SAFETY: `req` is a live request of these answers.
-            let rc = unsafe { sys::ipmc_look(req, &mut done, &mut count) };
+            let (mut is_done, mut count) = (0, 0);
+            // SAFETY: `req` is a live request of these answers and `done`
+            // one of the glue's tests of a request; a request found
+            // complete has been freed (and is not looked at again).
+            let rc = unsafe { done(req, &mut is_done, &mut count) };
             if rc != OMPI_SUCCESS {
                 return Err(P2pError(rc));
             }
-            if done == 0 {
+            if is_done == 0 {
                 return Ok(false);
             }
             *req = ptr::null_mut();

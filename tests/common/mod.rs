@@ -528,6 +528,16 @@ fn reported_by_every_rank<'a>(
         .collect()
 }
 
+/// The algorithms of ipmc's statistics lines (`ALG=N:BB`).
+pub const ALGORITHMS: [&str; 6] = [
+    "linear",
+    "chain",
+    "multicast",
+    "previous",
+    "binomial",
+    "binary",
+];
+
 /// Asserts that every rank of each communicator that every rank reported
 /// took the same algorithm for the same calls: the automatic choice's
 /// decisions agree.
@@ -536,14 +546,7 @@ pub fn assert_ranks_decide_alike(
     checks: &[HashMap<String, String>],
 ) {
     for (comm, lines) in reported_by_every_rank(stats, checks) {
-        for alg in [
-            "linear",
-            "chain",
-            "multicast",
-            "previous",
-            "binomial",
-            "binary",
-        ] {
+        for alg in ALGORITHMS {
             let first = tally(lines[0], alg);
             for s in &lines {
                 assert_eq!(tally(s, alg), first, "{alg} on {comm}: {lines:?}");
