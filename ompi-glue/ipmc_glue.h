@@ -48,8 +48,9 @@ int ipmc_irecv_bytes(void *buf, size_t len, int src, struct ompi_communicator_t 
                      struct ompi_request_t **req);
 /* A measured broadcast's answers, which time it at its root: every other
    rank sends the root an empty message after its part of the call, and the
-   root receives them while it goes on (it never waits for them within the
-   call: a rank may depend on what the root does after it). They carry the
+   root waits for them in the call for a bounded time only, then receives
+   the rest while it goes on (a rank may depend on what the root does after
+   the call). They carry the
    barrier tag, not the bcast tag that every broadcast and ipmc's background
    messages share, so that they never meet those; a blocking barrier's
    messages cannot meet them either: collectives on a communicator are

@@ -158,16 +158,7 @@ impl Config {
 
     /// Whether `coll_ipmc_bcast_algorithm` forces one of ipmc's own algorithms.
     pub fn forces_own_algorithm(&self) -> bool {
-        matches!(
-            Algorithm::forced(self.bcast_algorithm),
-            Some(
-                Algorithm::Linear
-                    | Algorithm::Chain
-                    | Algorithm::Multicast
-                    | Algorithm::Binomial
-                    | Algorithm::Binary
-            )
-        )
+        matches!(Algorithm::forced(self.bcast_algorithm), Some(a) if a != Algorithm::Previous)
     }
 
     /// A digest of every parameter that must be equal on all ranks of a

@@ -162,6 +162,19 @@ enum Phase {
     Decided(Decision),
 }
 
+impl Phase {
+    /// Class `k`'s measurements from their start.
+    fn explore(k: usize) -> Self {
+        Phase::Explore {
+            taken: 0,
+            recorded: 0,
+            best: vec![u32::MAX; candidates(k).len()],
+            lost: None,
+            ended: None,
+        }
+    }
+}
+
 struct Class {
     /// Blocking calls of the class so far, the same count on every rank.
     calls: u64,
@@ -227,13 +240,7 @@ impl Tuner {
         let classes = (0..CLASSES)
             .map(|k| Class {
                 calls: 0,
-                phase: Phase::Explore {
-                    taken: 0,
-                    recorded: 0,
-                    best: vec![u32::MAX; candidates(k).len()],
-                    lost: None,
-                    ended: None,
-                },
+                phase: Phase::explore(k),
                 retune_at: 0,
                 interval: RETUNE_AFTER,
                 last: None,
@@ -259,16 +266,7 @@ impl Tuner {
         let c = &mut self.classes[k];
         let call = c.calls + 1;
         if matches!(c.phase, Phase::Decided(_)) && call > c.retune_at {
-            let Phase::Decided(d) = std::mem::replace(
-                &mut c.phase,
-                Phase::Explore {
-                    taken: 0,
-                    recorded: 0,
-                    best: vec![u32::MAX; candidates(k).len()],
-                    lost: None,
-                    ended: None,
-                },
-            ) else {
+            let Phase::Decided(d) = std::mem::replace(&mut c.phase, Phase::explore(k)) else {
                 unreachable!("matched above");
             };
             c.last = Some(d);
@@ -389,6 +387,10 @@ impl Tuner {
     /// drops multicast.
     pub fn due(&mut self, bytes: usize) -> Due {
         let k = class_of(bytes);
+        // Every call asks: most find their class decided.
+        if !matches!(self.classes[k].phase, Phase::Explore { ended: Some(_), .. }) {
+            return Due::No;
+        }
         let total = self.samples_of(k) * candidates(k).len();
         let delay = if class_max(k) <= SHORT_UP_TO {
             ANSWER_CALLS

@@ -11,8 +11,8 @@
 //! - the votes of the automatic choice of algorithm ([`crate::group::vote`]),
 //!   which use the broadcast tag too;
 //! - the answers that time its measured calls of short messages at their
-//!   root, received while the root goes on (their tag is another, and no
-//!   other work waits for them).
+//!   root and came after the root's call returned (their tag is another,
+//!   and no other work waits for them).
 //!
 //! Each communicator has one [`Background`]: its multicast driver and its
 //! work, in the order the calls came. Broadcasts' chains run one after

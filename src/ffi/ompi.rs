@@ -99,10 +99,10 @@ impl Comm {
     }
 }
 
-/// A broadcast of the glue that takes an `MPI_Bcast` call as it came.
 /// The glue's tests of a request (`ipmc_test`, `ipmc_look`).
 type DoneTest = unsafe extern "C" fn(*mut *mut ompi_request_t, *mut c_int, *mut usize) -> c_int;
 
+/// A broadcast of the glue that takes an `MPI_Bcast` call as it came.
 type WholeBcast = unsafe extern "C" fn(
     *mut ipmc_module,
     *mut c_void,
@@ -554,8 +554,7 @@ pub fn register_progress() {
 }
 
 /// The answers that time a measured broadcast at its root (see
-/// `ipmc_glue.h`): an empty message from every other rank, received while
-/// the root goes on.
+/// `ipmc_glue.h`): an empty message from every other rank.
 pub struct Answers {
     /// The pending receives; null once complete.
     reqs: Vec<*mut ompi_request_t>,
@@ -624,8 +623,9 @@ impl Answers {
 }
 
 // SAFETY: the requests are Open MPI's, which lets any thread test or wait for
-// a request; ipmc touches `Answers` only under the lock of its communicator's
-// background work, never from two threads at once.
+// a request; ipmc touches `Answers` from its communicator's broadcast call or
+// under the lock of the communicator's background work, never from two
+// threads at once.
 unsafe impl Send for Answers {}
 
 impl Drop for Answers {
