@@ -9,7 +9,6 @@
 #include <stdint.h>
 
 #include "opal/mca/base/mca_base_pvar.h"
-#include "opal/mca/base/mca_base_var_enum.h"
 #include "ompi/communicator/communicator.h"
 
 #include "coll_ipmc.h"
@@ -32,25 +31,22 @@ static int ipmc_pvar_read(const struct mca_base_pvar_t *pvar, void *value, void 
 
 void mca_coll_ipmc_register_pvars(void)
 {
-    static const mca_base_var_enum_value_t setup_states[] = {
-        {0, "none"}, {1, "ok"}, {2, "failed"}, {0, NULL}};
-    mca_base_var_enum_t *setup_enum = NULL;
     char name[64], desc[256];
     int kind;
 
-    (void) mca_base_var_enum_create("coll_ipmc_setup", setup_states, &setup_enum);
     for (int i = 0; (kind = ipmc_rs_pvar_info(i, name, sizeof(name), desc, sizeof(desc))) >= 0; ++i) {
         bool state = 1 == kind;
-        /* Counters are not continuous: a started handle counts from its start. */
+        /* A state has no enumerator: its description names the values.
+           ompi_info's human-readable dump of a variable with a description
+           and an enumerator writes past its array (mca_base_pvar_dump in 4.1
+           and 5.0) and crashes. Counters are not continuous: a started handle
+           counts from its start. */
         (void) mca_base_component_pvar_register(
             &mca_coll_ipmc_component.collm_version, name, desc, OPAL_INFO_LVL_4,
             state ? MCA_BASE_PVAR_CLASS_STATE : MCA_BASE_PVAR_CLASS_COUNTER,
-            state ? MCA_BASE_VAR_TYPE_INT : MCA_BASE_VAR_TYPE_UNSIGNED_LONG_LONG,
-            state ? setup_enum : NULL, MCA_BASE_VAR_BIND_MPI_COMM,
+            state ? MCA_BASE_VAR_TYPE_INT : MCA_BASE_VAR_TYPE_UNSIGNED_LONG_LONG, NULL,
+            MCA_BASE_VAR_BIND_MPI_COMM,
             MCA_BASE_PVAR_FLAG_READONLY | (state ? MCA_BASE_PVAR_FLAG_CONTINUOUS : 0),
             ipmc_pvar_read, NULL, NULL, (void *) (intptr_t) i);
-    }
-    if (NULL != setup_enum) {
-        OBJ_RELEASE(setup_enum); /* each state variable holds its own reference */
     }
 }

@@ -64,6 +64,45 @@ fn ompi_info_shows_every_parameter_of_the_table() {
     );
 }
 
+/// `ompi_info` as people run it, human-readable: the README's command at every
+/// level, a whole framework, and `--all` (attached to bug reports). Each ends
+/// with status 0 and lists every parameter and performance variable that the
+/// parsable dump names (Open MPI 4.1.4 and 5.0.7 overran an array printing a
+/// variable with a description and a list of values, and died).
+#[test]
+fn ompi_info_human_readable_lists_everything_and_exits_0() {
+    let parsable = ompi_info(&["--param", "coll", "ipmc", "--level", "9", "--parsable"]);
+    let pvars: Vec<&str> = parsable
+        .lines()
+        .filter_map(|l| l.strip_prefix("mca:coll:ipmc:pvar:"))
+        .filter_map(|l| l.strip_suffix(":class:counter").or(l.strip_suffix(":class:state")))
+        .collect();
+    assert!(pvars.len() > 20, "few performance variables:\n{parsable}");
+    let params: Vec<String> = params()
+        .iter()
+        .map(|p| format!("coll_ipmc_{}", p.name))
+        .collect();
+    let listed = |out: &str, what: &[String], kind: &str| {
+        for name in what {
+            let line = format!("{kind} \"{name}\"");
+            assert!(out.contains(&line), "no {line} in:\n{out}");
+        }
+    };
+    let pvars: Vec<String> = pvars.iter().map(|s| s.to_string()).collect();
+    for level in 1..=9 {
+        let out = ompi_info(&["--param", "coll", "ipmc", "--level", &level.to_string()]);
+        assert!(out.contains("MCA coll: ipmc"), "level {level}:\n{out}");
+        if level >= 4 {
+            listed(&out, &pvars, "performance");
+        }
+    }
+    for args in [&["--param", "coll", "all", "--level", "9"][..], &["--all"]] {
+        let out = ompi_info(args);
+        listed(&out, &params, "parameter");
+        listed(&out, &pvars, "performance");
+    }
+}
+
 #[test]
 fn readme_documents_every_parameter_with_its_default() {
     let readme = std::fs::read_to_string(common::repo().join("README.md")).unwrap();

@@ -201,7 +201,12 @@ pub fn ompi_info(args: &[&str]) -> String {
         .env("OMPI_MCA_mca_base_component_path", component_path())
         .output()
         .unwrap();
-    assert!(out.status.success(), "ompi_info {args:?} failed");
+    assert!(
+        out.status.success(),
+        "ompi_info {args:?} ended with {}:\n{}",
+        out.status,
+        String::from_utf8_lossy(&out.stderr)
+    );
     String::from_utf8_lossy(&out.stdout).into_owned()
 }
 
