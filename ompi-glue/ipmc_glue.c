@@ -149,8 +149,11 @@ static int ipmc_at_finalize(MPI_Comm comm, int keyval, void *value, void *extra)
 void ipmc_finish_at_finalize(void)
 {
     ompi_attribute_fn_ptr_union_t copy_fn, del_fn;
+    /* 4.1's internal copy function takes one argument more than MPI's (the
+       new communicator), which MPI_COMM_NULL_COPY_FN ignores, as Open MPI's
+       own keyvals do; the cast through void (*)(void) says so to the compiler. */
     copy_fn.attr_communicator_copy_fn =
-        (__typeof__(copy_fn.attr_communicator_copy_fn)) MPI_COMM_NULL_COPY_FN;
+        (__typeof__(copy_fn.attr_communicator_copy_fn)) (void (*)(void)) MPI_COMM_NULL_COPY_FN;
     del_fn.attr_communicator_delete_fn = ipmc_at_finalize;
     if (MPI_KEYVAL_INVALID == ipmc_self_keyval
         && OMPI_SUCCESS
