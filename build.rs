@@ -14,7 +14,18 @@ fn main() {
     ] {
         println!("cargo:rerun-if-changed={input}");
     }
+    // Declarations for the oldest Rust the package supports (`rust-version`),
+    // not bindgen's newest (1.82's `unsafe extern` blocks fail on older ones).
+    let msrv = env::var("CARGO_PKG_RUST_VERSION").expect("Cargo.toml sets rust-version");
+    let minor = msrv
+        .split('.')
+        .nth(1)
+        .and_then(|m| m.parse().ok())
+        .expect("rust-version is 1.MINOR");
+    let target = bindgen::RustTarget::stable(minor, 0)
+        .unwrap_or_else(|e| panic!("bindgen cannot target rust-version {msrv}: {e}"));
     let bindings = bindgen::Builder::default()
+        .rust_target(target)
         .header("wrapper.h")
         .allowlist_function("ipmc_.*")
         .allowlist_type("ipmc_config_t")
