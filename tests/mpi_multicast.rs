@@ -6,8 +6,8 @@
 mod common;
 
 use common::{
-    cluster_mpirun, mpirun, mpirun_wrapped, num, print_stats, stats_lines, sum, tally, world_stats,
-    Line,
+    cluster_mpirun, mpirun, mpirun_as_on_a_host, mpirun_wrapped, num, print_stats, stats_lines,
+    sum, tally, world_stats, Line,
 };
 
 fn run_with_loss(np: usize, percent: u32, args: &[&str]) -> Vec<Line> {
@@ -39,6 +39,25 @@ fn without_loss_most_bytes_arrive_by_multicast() {
     assert!(sum(&world, "useful") > 0);
     // With loop-back on, every rank sees its own datagrams and drops them.
     assert!(sum(&world, "own") > 0);
+}
+
+/// The README's way to try ipmc on one host: `coll_ipmc_ranks_are_nodes 1`
+/// alone multicasts over the loopback (which has no MULTICAST flag on a
+/// usual host), and the datagrams carry the bytes.
+#[test]
+fn ranks_are_nodes_alone_multicasts_over_the_loopback() {
+    let np = 4;
+    let mca = [
+        ("coll_ipmc_ranks_are_nodes", "1"),
+        ("coll_ipmc_print_statistics", "1"),
+    ];
+    let run = mpirun_as_on_a_host(np, &mca, "bcast_check", &["--max-bytes", "300000"]);
+    let world = world_stats(&run, np);
+    for s in &world {
+        assert_eq!(s["setup"], "ok", "{s:?}\n{}", run.output);
+        assert!(num(s, "useful") > 0 || num(s, "sent") > 0, "{s:?}");
+    }
+    assert!(sum(&world, "mcast_bytes") > 0, "{}", run.output);
 }
 
 #[test]

@@ -156,6 +156,15 @@ impl Config {
         Ok(())
     }
 
+    /// Multicast on the loopback interface unless the user chose interfaces:
+    /// for a communicator on one host whose ranks count as nodes
+    /// (`coll_ipmc_ranks_are_nodes`), so that its datagrams stay on the host.
+    pub fn multicast_on_loopback_unless_chosen(&mut self) {
+        if self.if_include.is_empty() && self.if_exclude.is_empty() {
+            self.if_include = crate::net::interfaces::LOOPBACK.to_string();
+        }
+    }
+
     /// Whether `coll_ipmc_bcast_algorithm` forces one of ipmc's own algorithms.
     pub fn forces_own_algorithm(&self) -> bool {
         matches!(Algorithm::forced(self.bcast_algorithm), Some(a) if a != Algorithm::Previous)

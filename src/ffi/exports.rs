@@ -233,7 +233,7 @@ unsafe fn comm_query(
     priority: *mut c_int,
 ) -> *mut c_void {
     // SAFETY: the C caller passes its live parameter storage.
-    let cfg = Config::from(unsafe { &*cfg });
+    let mut cfg = Config::from(unsafe { &*cfg });
     // SAFETY: `priority` is the selection's out-parameter.
     unsafe { *priority = cfg.priority };
     let comm = Comm(comm);
@@ -259,6 +259,9 @@ unsafe fn comm_query(
         return decline(comm, "its members' ipmc configurations differ");
     }
     let nodes = if cfg.ranks_are_nodes {
+        if hosts.is_single() {
+            cfg.multicast_on_loopback_unless_chosen();
+        }
         Nodes::one_per_rank(size)
     } else {
         hosts

@@ -2,11 +2,12 @@
 //! `btl_tcp` chooses its interfaces: `coll_ipmc_if_include` or
 //! `coll_ipmc_if_exclude`, comma-separated names or CIDR subnets.
 //!
-//! Rule: among the interfaces that are up, have the MULTICAST flag and an
-//! address of the group's family, take the one with the lowest index that the
-//! include list names (when given) or the exclude list does not name. With
-//! both lists empty, loopback interfaces are skipped. Join and send both use
-//! the chosen interface explicitly, so routes do not matter.
+//! Rule: among the interfaces that are up, have the MULTICAST flag (a
+//! loopback interface needs none) and an address of the group's family, take
+//! the one with the lowest index that the include list names (when given) or
+//! the exclude list does not name. With both lists empty, loopback interfaces
+//! are skipped. Join and send both use the chosen interface explicitly, so
+//! routes do not matter.
 //!
 //! For an IPv6 group, [`ipv6_source`] then picks the address to send from:
 //! one whose scope covers the group's (RFC 4007: a link-local source never
@@ -17,6 +18,10 @@ use std::fmt;
 use std::net::{IpAddr, Ipv6Addr};
 
 use crate::ffi::os::IfAddr;
+
+/// An `if_include` list naming the loopback interface by its addresses, for
+/// either family.
+pub const LOOPBACK: &str = "127.0.0.0/8,::1/128";
 
 /// One item of an interface list.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -147,7 +152,8 @@ pub fn choose(
             Some("loopback")
         } else if !iface.up {
             Some("down")
-        } else if !iface.multicast {
+        } else if !iface.multicast && !iface.loopback {
+            // Linux loops multicast back on a loopback interface without it.
             Some("no MULTICAST flag")
         } else {
             None
@@ -386,6 +392,25 @@ mod tests {
             "ib0#4 192.168.7.7"
         );
         assert_eq!(pick("lo", "", true).unwrap(), "lo#1 ::1");
+    }
+
+    #[test]
+    fn a_loopback_interface_needs_no_multicast_flag() {
+        let mut host = host();
+        for e in host.iter_mut().filter(|e| e.loopback) {
+            e.multicast = false;
+        }
+        let lo = IfList::parse(LOOPBACK).unwrap();
+        let none = IfList::default();
+        let chosen = choose(&host, &lo, &none, false).unwrap();
+        assert_eq!(
+            (chosen.name.as_str(), chosen.addr),
+            ("lo", "127.0.0.1".parse().unwrap())
+        );
+        assert_eq!(
+            choose(&host, &lo, &none, true).unwrap().addr,
+            "::1".parse::<IpAddr>().unwrap()
+        );
     }
 
     #[test]

@@ -283,12 +283,39 @@ pub fn mpirun_wrapped(
     if !mca.iter().any(|(k, _)| *k == "coll_ipmc_ranks_are_nodes") {
         mca.push(("coll_ipmc_ranks_are_nodes", "1"));
     }
+    one_host_job(
+        "ip link set lo multicast on && ip route add 224.0.0.0/4 dev lo",
+        np,
+        &mca,
+        wrapper,
+        program,
+        args,
+    )
+}
+
+/// Runs `program args` on `np` ranks of one host inside a private network
+/// namespace as a user's host has it: the loopback up, without the MULTICAST
+/// flag or a multicast route, and only the MCA parameters `mca`.
+pub fn mpirun_as_on_a_host(np: usize, mca: &[(&str, &str)], program: &str, args: &[&str]) -> Run {
+    one_host_job("true", np, mca, &[], program, args)
+}
+
+/// A job of one host in a private network namespace whose loopback is up,
+/// after the shell command `prepare` ran in it.
+fn one_host_job(
+    prepare: &str,
+    np: usize,
+    mca: &[(&str, &str)],
+    wrapper: &[&str],
+    program: &str,
+    args: &[&str],
+) -> Run {
     let script = format!(
-        "ip link set lo up && ip link set lo multicast on && ip route add 224.0.0.0/4 dev lo && \
+        "ip link set lo up && {prepare} && \
          exec timeout --kill-after=10 {MPIRUN_TIMEOUT} mpirun \
          {} -np {np} {}",
         local_mpirun_options(),
-        shell_join(&job_words(&mca, wrapper, program, args))
+        shell_join(&job_words(mca, wrapper, program, args))
     );
     // A private network namespace: only its own loopback exists inside. It
     // disappears with the last process in it, whatever happens to the run.
