@@ -58,13 +58,17 @@ const ipmc_coll_component_t mca_coll_ipmc_component = {
 #define IPMC_HELP_SIZE(help, min, max) help " (allowed: " #min " to " #max ")"
 #define IPMC_HELP_BOOL(help, min, max) help
 #define IPMC_HELP_STRING(help, min, max) help
+/* ... and which parameters every rank must set alike (comm_query compares them). */
+#define IPMC_SCOPE_NOTE_ALL_EQ ". Must be the same on every rank"
+#define IPMC_SCOPE_NOTE_LOCAL ""
 
 static int ipmc_register(void)
 {
 #define IPMC_PARAM(name, type, def, min, max, level, scope, help)                              \
     mca_coll_ipmc_params.name = IPMC_INIT_##type(def);                                                   \
     (void) mca_base_component_var_register(&mca_coll_ipmc_component.collm_version, #name,        \
-                                           IPMC_HELP_##type(help, min, max),                   \
+                                           IPMC_HELP_##type(help, min, max)                    \
+                                               IPMC_SCOPE_NOTE_##scope,                        \
                                            IPMC_VAR_TYPE_##type, NULL, 0, 0,                   \
                                            OPAL_INFO_LVL_##level, MCA_BASE_VAR_SCOPE_##scope,  \
                                            &mca_coll_ipmc_params.name);

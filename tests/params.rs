@@ -43,6 +43,13 @@ fn ompi_info_shows_every_parameter_of_the_table() {
         assert_eq!(get("level"), p.level.to_string(), "level of {}", p.name);
         let help = get("help");
         assert!(help.len() > 20, "help of {} says little: {help}", p.name);
+        assert_eq!(
+            help.ends_with(". Must be the same on every rank"),
+            p.scope == "ALL_EQ",
+            "help of {} (scope {}): {help}",
+            p.name,
+            p.scope
+        );
         if p.ty != "BOOL" && p.ty != "STRING" {
             let range = format!("(allowed: {} to {})", p.min, p.max);
             assert!(
@@ -75,7 +82,10 @@ fn ompi_info_human_readable_lists_everything_and_exits_0() {
     let pvars: Vec<&str> = parsable
         .lines()
         .filter_map(|l| l.strip_prefix("mca:coll:ipmc:pvar:"))
-        .filter_map(|l| l.strip_suffix(":class:counter").or(l.strip_suffix(":class:state")))
+        .filter_map(|l| {
+            l.strip_suffix(":class:counter")
+                .or(l.strip_suffix(":class:state"))
+        })
         .collect();
     assert!(pvars.len() > 20, "few performance variables:\n{parsable}");
     let params: Vec<String> = params()
@@ -117,5 +127,11 @@ fn readme_documents_every_parameter_with_its_default() {
             v => format!("`{v}`"),
         };
         assert_eq!(cells[2], want, "README default of coll_ipmc_{}", p.name);
+        let same = if p.scope == "ALL_EQ" { "yes" } else { "" };
+        assert_eq!(
+            cells[5], same,
+            "README: same on every rank, coll_ipmc_{}",
+            p.name
+        );
     }
 }
