@@ -5,7 +5,9 @@
 #   make -f standalone.mk install              # install into ~/.openmpi/components
 #   make -f standalone.mk install DESTDIR=dir  # ... or into any directory
 #
-# Open MPI is found through its wrapper compiler (MPICC).
+# Open MPI is found through its wrapper compiler (MPICC). A build belongs to
+# that Open MPI: building again with another MPICC rebuilds the glue and the
+# DSO (one BUILD directory per Open MPI keeps both builds).
 
 MPICC   ?= mpicc
 CARGO   ?= cargo
@@ -17,6 +19,7 @@ OMPI_CFLAGS := $(shell $(MPICC) --showme:compile)
 OMPI_LIBDIR := $(firstword $(shell $(MPICC) --showme:libdirs))
 # Open MPI 4.1 has libopen-rte; 5.0 (PRRTE) has none, and its modex calls
 # are PMIx's own (libpmix, bundled or the system's).
+OMPI_VERSION := $(shell $(MPICC) --showme:version 2>&1)
 OMPI_LIBS := -lmpi -lopen-pal $(if $(wildcard $(OMPI_LIBDIR)/libopen-rte.so),-lopen-rte,-lpmix)
 # What `rustc --print native-static-libs` lists for a staticlib on Linux.
 RUST_NATIVE_LIBS = -lgcc_s -lutil -lrt -lpthread -lm -ldl -lc
@@ -34,15 +37,22 @@ all: $(DSO) $(BUILD)/help-coll-ipmc.txt
 $(BUILD):
 	mkdir -p $@
 
+# What the glue was compiled against; rewritten only when it changes, so that
+# a change of Open MPI rebuilds everything that depends on it.
+OMPI_STAMP = $(BUILD)/openmpi.stamp
+OMPI_ID    = $(MPICC) | $(OMPI_VERSION) | $(OMPI_CFLAGS) | $(OMPI_LIBDIR) | $(OMPI_LIBS)
+$(OMPI_STAMP): FORCE | $(BUILD)
+	@echo '$(OMPI_ID)' | cmp -s - $@ || echo '$(OMPI_ID)' > $@
+
 $(BUILD)/%.o: ompi-glue/%.c ompi-glue/coll_ipmc.h ompi-glue/ipmc_glue.h ompi-glue/ipmc_compat.h \
-    mca-params/ipmc_params.def | $(BUILD)
+    mca-params/ipmc_params.def $(OMPI_STAMP) | $(BUILD)
 	$(CC) $(CFLAGS) $(OMPI_CFLAGS) -idirafter ompi-glue/include-fallback -c $< -o $@
 
 # Cargo knows what changed; let it decide every time.
 $(RUST_LIB): FORCE
 	$(CARGO) build --release --locked
 
-$(DSO): $(GLUE_OBJ) $(RUST_LIB) ompi-glue/ipmc.map
+$(DSO): $(GLUE_OBJ) $(RUST_LIB) ompi-glue/ipmc.map $(OMPI_STAMP)
 	$(CC) -shared -fPIC -o $@ $(GLUE_OBJ) $(RUST_LIB) \
 	    -Wl,-soname,mca_coll_ipmc.so -Wl,--version-script=ompi-glue/ipmc.map \
 	    -Wl,--gc-sections -Wl,-z,nodelete -Wl,-z,defs \

@@ -9,6 +9,8 @@
 #include <dlfcn.h>
 #include <libgen.h>
 #include <limits.h>
+#include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 
 #include "opal/util/output.h"
@@ -62,8 +64,44 @@ const ipmc_coll_component_t mca_coll_ipmc_component = {
 #define IPMC_SCOPE_NOTE_ALL_EQ ". Must be the same on every rank"
 #define IPMC_SCOPE_NOTE_LOCAL ""
 
+/* Whether the Open MPI that loaded this DSO is of the series it was built
+   for. A DSO left in a component directory across an upgrade is loaded by
+   another series, whose structures and internal calls differ, so this runs
+   before anything series-specific: it calls only MPI's own
+   MPI_Get_library_version (the same in every series, callable before
+   MPI_Init) and the C library. On a mismatch it says so once per job, at
+   coll_ipmc_verbose >= 1 given on the command line or in the environment (the
+   parameter itself cannot be registered with another series). */
+static bool ipmc_series_matches(void)
+{
+    /* Larger than MPI_MAX_LIBRARY_VERSION_STRING of any series. */
+    char version[4096] = "";
+    int len = 0, major = -1, minor = -1;
+    const char *verbose = getenv("OMPI_MCA_coll_ipmc_verbose");
+    const char *rank = getenv("OMPI_COMM_WORLD_RANK");
+
+    if (MPI_SUCCESS == PMPI_Get_library_version(version, &len)
+        && 2 == sscanf(version, "Open MPI v%d.%d", &major, &minor)
+        && OMPI_MAJOR_VERSION == major && OMPI_MINOR_VERSION == minor) {
+        return true;
+    }
+    if (NULL != verbose && atoi(verbose) >= 1 && (NULL == rank || 0 == strcmp(rank, "0"))) {
+        fprintf(stderr,
+                "ipmc: this mca_coll_ipmc.so was built for Open MPI %d.%d and was loaded by %.*s; "
+                "ipmc steps aside. Rebuild it for this Open MPI.\n",
+                OMPI_MAJOR_VERSION, OMPI_MINOR_VERSION, (int) strcspn(version, ","),
+                '\0' == version[0] ? "another MPI library" : version);
+    }
+    return false;
+}
+
 static int ipmc_register(void)
 {
+    if (!ipmc_series_matches()) {
+        /* Open MPI's cue to leave the component out silently: no parameter,
+           no open, no query. */
+        return OMPI_ERR_NOT_AVAILABLE;
+    }
 #define IPMC_PARAM(name, type, def, min, max, level, scope, help)                              \
     mca_coll_ipmc_params.name = IPMC_INIT_##type(def);                                                   \
     (void) mca_base_component_var_register(&mca_coll_ipmc_component.collm_version, #name,        \

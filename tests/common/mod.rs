@@ -69,8 +69,13 @@ pub fn openmpi_prefix() -> Option<PathBuf> {
 /// A command of the Open MPI under test: its `bin` first on `PATH`, for the
 /// command and everything it starts (mpicc, mpirun, the remote daemons).
 pub fn openmpi_command(program: &str) -> Command {
+    openmpi_command_of(openmpi_prefix().as_deref(), program)
+}
+
+/// A command of the Open MPI installed in `prefix` (`None`: the one on `PATH`).
+pub fn openmpi_command_of(prefix: Option<&Path>, program: &str) -> Command {
     let mut cmd = Command::new(program);
-    if let Some(prefix) = openmpi_prefix() {
+    if let Some(prefix) = prefix {
         let mut path = std::ffi::OsString::from(prefix.join("bin"));
         if let Some(old) = std::env::var_os("PATH") {
             path.push(":");
@@ -115,46 +120,50 @@ pub struct Built {
 /// Builds the component and the MPI test programs once per test binary.
 pub fn built() -> &'static Built {
     static BUILT: OnceLock<Built> = OnceLock::new();
-    BUILT.get_or_init(|| {
-        // One build per Open MPI: the component and programs differ by series.
-        let out = match openmpi_prefix() {
-            Some(p) => repo().join(format!(
-                "target/mpi-tests-{}",
-                p.file_name().unwrap().to_string_lossy()
-            )),
-            None => repo().join("target/mpi-tests"),
-        };
-        let build = out.join("component");
-        run_ok(
-            openmpi_command("make")
-                .arg("-s")
-                .arg("-f")
-                .arg("standalone.mk")
-                .arg(format!("BUILD={}", build.display()))
-                .current_dir(repo()),
-        );
-        let programs = out.join("bin");
-        std::fs::create_dir_all(&programs).unwrap();
-        let sources = ["tests/mpi", "bench"]
-            .iter()
-            .flat_map(|dir| std::fs::read_dir(repo().join(dir)).unwrap());
-        for entry in sources {
-            let src = entry.unwrap().path();
-            if src.extension().is_some_and(|e| e == "c") {
-                let exe = programs.join(src.file_stem().unwrap());
-                run_ok(
-                    openmpi_command("mpicc")
-                        .args(["-O2", "-Wall", "-Werror", "-o"])
-                        .arg(&exe)
-                        .arg(&src),
-                );
-            }
+    BUILT.get_or_init(|| build_for(openmpi_prefix().as_deref()))
+}
+
+/// Builds the component and the MPI test programs for the Open MPI installed
+/// in `prefix` (`None`: the one on `PATH`).
+pub fn build_for(prefix: Option<&Path>) -> Built {
+    // One build per Open MPI: the component and programs differ by series.
+    let out = match prefix {
+        Some(p) => repo().join(format!(
+            "target/mpi-tests-{}",
+            p.file_name().unwrap().to_string_lossy()
+        )),
+        None => repo().join("target/mpi-tests"),
+    };
+    let build = out.join("component");
+    run_ok(
+        openmpi_command_of(prefix, "make")
+            .arg("-s")
+            .arg("-f")
+            .arg("standalone.mk")
+            .arg(format!("BUILD={}", build.display()))
+            .current_dir(repo()),
+    );
+    let programs = out.join("bin");
+    std::fs::create_dir_all(&programs).unwrap();
+    let sources = ["tests/mpi", "bench"]
+        .iter()
+        .flat_map(|dir| std::fs::read_dir(repo().join(dir)).unwrap());
+    for entry in sources {
+        let src = entry.unwrap().path();
+        if src.extension().is_some_and(|e| e == "c") {
+            let exe = programs.join(src.file_stem().unwrap());
+            run_ok(
+                openmpi_command_of(prefix, "mpicc")
+                    .args(["-O2", "-Wall", "-Werror", "-o"])
+                    .arg(&exe)
+                    .arg(&src),
+            );
         }
-        Built {
-            component_dir: build,
-            programs,
-        }
-    })
+    }
+    Built {
+        component_dir: build,
+        programs,
+    }
 }
 
 fn run_ok(cmd: &mut Command) {
@@ -171,7 +180,12 @@ fn run_ok(cmd: &mut Command) {
 
 /// Open MPI's own component directory.
 pub fn system_component_dir() -> String {
-    let out = openmpi_command("ompi_info")
+    system_component_dir_of(openmpi_prefix().as_deref())
+}
+
+/// The component directory of the Open MPI installed in `prefix`.
+pub fn system_component_dir_of(prefix: Option<&Path>) -> String {
+    let out = openmpi_command_of(prefix, "ompi_info")
         .args(["--path", "pkglibdir", "--parsable"])
         .output()
         .unwrap();
