@@ -21,6 +21,9 @@ OMPI_LIBDIR := $(firstword $(shell $(MPICC) --showme:libdirs))
 # are PMIx's own (libpmix, bundled or the system's).
 OMPI_VERSION := $(shell $(MPICC) --showme:version 2>&1)
 OMPI_LIBS := -lmpi -lopen-pal $(if $(wildcard $(OMPI_LIBDIR)/libopen-rte.so),-lopen-rte,-lpmix)
+# Finds that Open MPI's libraries wherever it is installed; a distribution's
+# package, whose libraries are on the linker's path, sets it empty.
+RPATH ?= -Wl,-rpath,$(OMPI_LIBDIR)
 # What `rustc --print native-static-libs` lists for a staticlib on Linux.
 RUST_NATIVE_LIBS = -lgcc_s -lutil -lrt -lpthread -lm -ldl -lc
 
@@ -28,7 +31,10 @@ CFLAGS  ?= -O2 -g
 CFLAGS  += -std=gnu99 -fPIC -Wall -Wextra -Wno-unused-parameter
 GLUE     = coll_ipmc_component coll_ipmc_module coll_ipmc_pvars ipmc_glue
 GLUE_OBJ = $(GLUE:%=$(BUILD)/%.o)
-RUST_LIB = target/release/libipmc.a
+# Cargo's own variable, so that a build elsewhere can share a target directory.
+CARGO_TARGET_DIR ?= target
+export CARGO_TARGET_DIR
+RUST_LIB = $(CARGO_TARGET_DIR)/release/libipmc.a
 DSO      = $(BUILD)/mca_coll_ipmc.so
 HELP     = ompi-glue/help-coll-ipmc.txt
 
@@ -40,23 +46,23 @@ $(BUILD):
 # What the glue was compiled against; rewritten only when it changes, so that
 # a change of Open MPI rebuilds everything that depends on it.
 OMPI_STAMP = $(BUILD)/openmpi.stamp
-OMPI_ID    = $(MPICC) | $(OMPI_VERSION) | $(OMPI_CFLAGS) | $(OMPI_LIBDIR) | $(OMPI_LIBS)
+OMPI_ID    = $(MPICC) | $(OMPI_VERSION) | $(OMPI_CFLAGS) | $(OMPI_LIBDIR) | $(OMPI_LIBS) | $(RPATH)
 $(OMPI_STAMP): FORCE | $(BUILD)
 	@echo '$(OMPI_ID)' | cmp -s - $@ || echo '$(OMPI_ID)' > $@
 
 $(BUILD)/%.o: ompi-glue/%.c ompi-glue/coll_ipmc.h ompi-glue/ipmc_glue.h ompi-glue/ipmc_compat.h \
     mca-params/ipmc_params.def $(OMPI_STAMP) | $(BUILD)
-	$(CC) $(CFLAGS) $(OMPI_CFLAGS) -idirafter ompi-glue/include-fallback -c $< -o $@
+	$(CC) $(CPPFLAGS) $(CFLAGS) $(OMPI_CFLAGS) -idirafter ompi-glue/include-fallback -c $< -o $@
 
 # Cargo knows what changed; let it decide every time.
 $(RUST_LIB): FORCE
 	$(CARGO) build --release --locked
 
 $(DSO): $(GLUE_OBJ) $(RUST_LIB) ompi-glue/ipmc.map $(OMPI_STAMP)
-	$(CC) -shared -fPIC -o $@ $(GLUE_OBJ) $(RUST_LIB) \
+	$(CC) -shared -fPIC $(LDFLAGS) -o $@ $(GLUE_OBJ) $(RUST_LIB) \
 	    -Wl,-soname,mca_coll_ipmc.so -Wl,--version-script=ompi-glue/ipmc.map \
 	    -Wl,--gc-sections -Wl,-z,nodelete -Wl,-z,defs \
-	    -L$(OMPI_LIBDIR) -Wl,-rpath,$(OMPI_LIBDIR) $(OMPI_LIBS) $(RUST_NATIVE_LIBS)
+	    -L$(OMPI_LIBDIR) $(RPATH) $(OMPI_LIBS) $(RUST_NATIVE_LIBS)
 
 $(BUILD)/help-coll-ipmc.txt: $(HELP) | $(BUILD)
 	cp $< $@
