@@ -8,6 +8,8 @@ use std::net::SocketAddr;
 use std::process::Command;
 use std::time::{Duration, Instant};
 
+use ipmc::component::config::DatagramPath;
+use ipmc::driver::io::DatagramIo;
 use ipmc::ffi::os::interface_addresses;
 use ipmc::net::interfaces::{choose, IfList};
 use ipmc::net::mcast_socket::{McastSocket, Options};
@@ -65,6 +67,8 @@ fn inside() {
         ttl: 1,
         loopback: true,
         rcvbuf: 1 << 20,
+        path: DatagramPath::Single,
+        datagram_len: 1000,
     };
     let group_a: SocketAddr = "239.192.10.1:6001".parse().unwrap();
     let group_b: SocketAddr = "239.192.10.2:6001".parse().unwrap();
@@ -134,4 +138,60 @@ fn inside() {
     assert!(err.why.contains("binding to 239.192.10.3:6005"), "{err}");
     drop(holder);
     McastSocket::open("239.192.10.3:6005".parse().unwrap(), &lo, opts).unwrap();
+
+    batches_cut_into_datagrams(&lo, opts);
+}
+
+/// Many datagrams per system call (UDP segmentation and receive offload):
+/// one send of 10 datagrams of 1,000 bytes, the last shorter; the other
+/// socket reads them in batches that name the datagram length, the sender's
+/// own copy marked as its own; one datagram per call reads the same bytes.
+fn batches_cut_into_datagrams(lo: &ipmc::net::interfaces::Chosen, opts: Options) {
+    let group: SocketAddr = "239.192.10.4:6002".parse().unwrap();
+    let offload = Options {
+        path: DatagramPath::Offload,
+        ..opts
+    };
+    let mut tx = McastSocket::open(group, lo, offload).unwrap();
+    let mut rx = McastSocket::open(group, lo, offload).unwrap();
+    let mut single = McastSocket::open(group, lo, opts).unwrap();
+    assert_eq!(tx.path(), "UDP segmentation and receive offload");
+    assert_eq!(single.path(), "one datagram per system call");
+    assert!(tx.batch_limit() >= 10);
+    assert_eq!(single.batch_limit(), 1);
+    let mut batch = Vec::new();
+    for k in 0..10u8 {
+        batch.extend(std::iter::repeat(k).take(if k == 9 { 500 } else { 1000 }));
+    }
+    assert_eq!(tx.send_batch(&batch, 1000).unwrap(), 10);
+
+    let read = |s: &mut McastSocket| {
+        let (mut datagrams, mut calls, mut own) = (Vec::new(), 0, Vec::new());
+        let deadline = Instant::now() + Duration::from_secs(2);
+        let mut buf = vec![0u8; (64 << 10) + 1];
+        while datagrams.len() < 10 && Instant::now() < deadline {
+            match s.recv_batch(&mut buf).unwrap() {
+                Some((n, len, mine)) => {
+                    calls += 1;
+                    own.push(mine);
+                    datagrams.extend(buf[..n].chunks(len).map(<[u8]>::to_vec));
+                }
+                None => std::thread::sleep(Duration::from_millis(5)),
+            }
+        }
+        (datagrams, calls, own)
+    };
+    let (got, calls, own) = read(&mut rx);
+    let want: Vec<Vec<u8>> = batch.chunks(1000).map(<[u8]>::to_vec).collect();
+    assert_eq!(got, want, "every datagram, in order, at its length");
+    assert!(
+        calls < 10,
+        "receive offload gave {calls} reads for 10 datagrams"
+    );
+    assert!(own.iter().all(|o| !o), "{own:?}");
+    let (got, calls, _) = read(&mut single);
+    assert_eq!((got, calls), (want.clone(), 10), "one datagram per read");
+    let (got, _, own) = read(&mut tx);
+    assert_eq!(got, want);
+    assert!(own.iter().all(|o| *o), "the sender's own copy: {own:?}");
 }

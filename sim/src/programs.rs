@@ -726,7 +726,8 @@ impl Program for FirstBroadcast {
             if self.setup.is_none() {
                 let cfg = Config::default();
                 let families = (true, false);
-                let a = Agreement::start(msgs, self.rank, self.size, cfg, families);
+                // The simulated datagrams are as large as the parameter says.
+                let a = Agreement::start(msgs, self.rank, self.size, cfg, families, u32::MAX);
                 self.setup = Some(a.map_err(|e| e.to_string())?);
             }
             let setup = self.setup.as_mut().expect("started");

@@ -91,6 +91,32 @@ pub struct Config {
     pub tune_calls: usize,
     /// `coll_ipmc_inject_timing`, for tests.
     pub inject_timing: bool,
+    /// `coll_ipmc_datagram_io`: how datagrams pass to and from the kernel.
+    pub datagram_io: DatagramPath,
+}
+
+/// How multicast datagrams pass between ipmc and the kernel
+/// (`coll_ipmc_datagram_io`).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub enum DatagramPath {
+    /// The fastest way this kernel offers.
+    #[default]
+    Auto,
+    /// Many per system call: UDP segmentation and receive offload.
+    Offload,
+    /// One per system call.
+    Single,
+}
+
+impl DatagramPath {
+    /// The parameter's value, 0 to 2.
+    pub fn from_param(v: i32) -> Self {
+        match v {
+            1 => DatagramPath::Offload,
+            2 => DatagramPath::Single,
+            _ => DatagramPath::Auto,
+        }
+    }
 }
 
 /// The thesis's thresholds (§3.5), which apply when a user sets either.
@@ -134,6 +160,7 @@ impl Default for Config {
             background_limit: 16 << 20,
             tune_calls: 2,
             inject_timing: false,
+            datagram_io: DatagramPath::Auto,
         }
     }
 }
@@ -466,6 +493,7 @@ mod tests {
             background_limit,
             tune_calls,
             inject_timing,
+            datagram_io,
         } = Config::default();
         let quoted = |s: String| format!("\"{s}\"");
         vec![
@@ -492,6 +520,7 @@ mod tests {
             ("background_limit", background_limit.to_string()),
             ("tune_calls", tune_calls.to_string()),
             ("inject_timing", inject_timing.to_string()),
+            ("datagram_io", (datagram_io as i32).to_string()),
         ]
     }
 

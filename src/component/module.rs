@@ -20,6 +20,7 @@ use crate::ffi::os;
 use crate::group::setup::{self, Announce};
 use crate::net::interfaces::{self, IfList};
 use crate::net::mcast_socket::{self, McastSocket, OpenError};
+use crate::protocol::datagram;
 
 /// Open MPI's generic error code, for failures that have no code of their own.
 const OMPI_ERROR: i32 = -1;
@@ -674,8 +675,9 @@ impl Module {
         let cfg = self.cfg.clone();
         let loopback = comm.has_local_peer();
         let open: Open = Box::new(move |a: &Announce| open_socket(&cfg, loopback, a));
-        let families = interface_families(&self.cfg);
-        let joining = Joining::start(comm, self.cfg.clone(), families, open).map_err(|e| e.0)?;
+        let (families, mtu) = interface_facts(&self.cfg);
+        let joining =
+            Joining::start(comm, self.cfg.clone(), families, mtu, open).map_err(|e| e.0)?;
         self.background.join(joining);
         self.multicast = Multicast::Joining;
         Ok(())
@@ -727,11 +729,25 @@ impl Module {
                     socket.granted_rcvbuf()
                 );
                 self.stats.setup = "ok";
+                // How datagrams move, once per job: by the process of rank 0
+                // of MPI_COMM_WORLD, for the first group it joins.
+                static TOLD_PATH: AtomicBool = AtomicBool::new(false);
+                if cfg.verbose >= 1
+                    && ompi::world_rank() == 0
+                    && !TOLD_PATH.swap(true, Ordering::Relaxed)
+                {
+                    ompi::print_line(&format!(
+                        "ipmc: multicast on {name}: fragments of {} bytes (datagrams fit the \
+                         smallest MTU of the ranks' interfaces), {}",
+                        a.fragment_size,
+                        socket.path()
+                    ));
+                }
                 let seed = cfg.inject_seed ^ ((self.rank as u64) << 32) ^ u64::from(self.cid);
                 Some(Driver::new(
                     socket,
                     a.comm_id,
-                    cfg.fragment_size,
+                    a.fragment_size as usize,
                     a.auth,
                     Duration::from_micros(cfg.root_wait_time_us),
                     (cfg.inject_loss_percent, seed),
@@ -804,22 +820,32 @@ fn open_socket(cfg: &Config, loopback: bool, a: &Announce) -> Result<McastSocket
         ttl: cfg.ttl,
         loopback,
         rcvbuf: cfg.rcvbuf,
+        path: cfg.datagram_io,
+        datagram_len: a.fragment_size as usize + datagram::Protection::new(a.auth).overhead(),
     };
     McastSocket::open(a.group, &iface, opts)
 }
 
 /// Whether the interface ipmc would choose for IPv4 and for IPv6 groups
-/// exists, i.e. has an address of that family.
-fn interface_families(cfg: &Config) -> (bool, bool) {
+/// exists, i.e. has an address of that family; and the smallest MTU of
+/// those interfaces (`u32::MAX` when none tells).
+fn interface_facts(cfg: &Config) -> ((bool, bool), u32) {
     let (Ok(include), Ok(exclude), Ok(addrs)) = (
         IfList::parse(&cfg.if_include),
         IfList::parse(&cfg.if_exclude),
         os::interface_addresses(),
     ) else {
-        return (true, true); // no say in the family; opening will tell
+        return ((true, true), u32::MAX); // no say; opening will tell
     };
-    let has = |v6| interfaces::choose(&addrs, &include, &exclude, v6).is_ok();
-    (has(false), has(true))
+    let chosen = |v6| interfaces::choose(&addrs, &include, &exclude, v6).ok();
+    let (v4, v6) = (chosen(false), chosen(true));
+    let mtu = [&v4, &v6]
+        .into_iter()
+        .flatten()
+        .filter_map(|c| interfaces::mtu(&c.name))
+        .min()
+        .unwrap_or(u32::MAX);
+    ((v4.is_some(), v6.is_some()), mtu)
 }
 
 /// How long setup waits for duplicate address detection to clear the

@@ -72,11 +72,18 @@ pub struct Joining {
 
 impl Joining {
     /// Starts the agreement on this rank of `comm` (it posts its first
-    /// messages); `families` are the address families of this rank's interface.
-    pub fn start(comm: Comm, cfg: Config, families: (bool, bool), open: Open) -> P2pResult<Self> {
+    /// messages); `families` are the address families of this rank's
+    /// interface, `mtu` its MTU.
+    pub fn start(
+        comm: Comm,
+        cfg: Config,
+        families: (bool, bool),
+        mtu: u32,
+        open: Open,
+    ) -> P2pResult<Self> {
         let mut msgs = Messages::new(comm);
         let (rank, size) = (comm.rank(), comm.size());
-        let agreement = Agreement::start(&mut msgs, rank, size, cfg, families)?;
+        let agreement = Agreement::start(&mut msgs, rank, size, cfg, families, mtu)?;
         Ok(Joining {
             agreement,
             msgs,

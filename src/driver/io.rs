@@ -15,8 +15,49 @@ pub trait DatagramIo {
     /// Reads one waiting datagram into `buf`: its length and whether this
     /// rank sent it, or `None` when none waits.
     fn recv(&mut self, buf: &mut [u8]) -> std::io::Result<Option<(usize, bool)>>;
+    /// Datagrams one [`DatagramIo::send_batch`] may carry.
+    fn batch_limit(&self) -> usize {
+        1
+    }
+    /// Sends `batch`, datagrams back to back of `len` bytes each but the last
+    /// (which may be shorter): how many the socket took, from the first; 0
+    /// when its buffer is full. An error when the first cannot be sent at all.
+    fn send_batch(&mut self, batch: &[u8], len: usize) -> std::io::Result<usize> {
+        send_one_by_one(self, batch, len)
+    }
+    /// Whether [`DatagramIo::recv_batch`] may return several datagrams at once
+    /// (then its buffer must hold 64 KiB).
+    fn receives_batches(&self) -> bool {
+        false
+    }
+    /// Reads what waits into `buf`, several datagrams of one sender where the
+    /// socket gives them at once: the bytes, the length of each datagram in
+    /// them (the last may be shorter), whether this rank sent them; `None`
+    /// when none waits.
+    fn recv_batch(&mut self, buf: &mut [u8]) -> std::io::Result<Option<(usize, usize, bool)>> {
+        Ok(self.recv(buf)?.map(|(n, own)| (n, n, own)))
+    }
     /// The group, for messages.
     fn group(&self) -> String;
+}
+
+/// [`DatagramIo::send_batch`] one datagram per [`DatagramIo::send`].
+pub fn send_one_by_one<S: DatagramIo + ?Sized>(
+    socket: &mut S,
+    batch: &[u8],
+    len: usize,
+) -> std::io::Result<usize> {
+    let mut sent = 0;
+    for datagram in batch.chunks(len.max(1)) {
+        match socket.send(datagram) {
+            Ok(true) => sent += 1,
+            Ok(false) => break,
+            Err(e) if sent == 0 => return Err(e),
+            // The next batch starts with it and reports the error.
+            Err(_) => break,
+        }
+    }
+    Ok(sent)
 }
 
 /// How a driver asks whether a message completed.

@@ -155,8 +155,12 @@ impl Run<Messages> {
 
 /// Chain frames a rank keeps in flight in each direction.
 const CHAIN_WINDOW: usize = 16;
-/// Datagrams read per turn of the progress loop before the chain gets a turn.
+/// Receives per turn of the progress loop before the chain gets a turn (each
+/// may hold many datagrams, with UDP receive offload).
 const RECV_BURST: usize = 64;
+/// Bytes of the receive buffer where UDP receive offload hands over several
+/// datagrams at once (at most 64 KiB), and one byte more, as below.
+const RECV_BATCH_BUFFER: usize = (64 << 10) + 1;
 /// Bytes of datagrams of later broadcasts a rank keeps for when it gets
 /// there: a root that enters first may run a few broadcasts ahead.
 const STASH_LIMIT: usize = 4 << 20;
@@ -175,6 +179,8 @@ pub struct Driver<S: DatagramIo> {
     comm_id: u64,
     next_bcast: u64,
     fragment_size: usize,
+    /// Bytes of a datagram of a whole fragment.
+    datagram_len: usize,
     auth: Auth,
     root_wait: Duration,
     inject: Option<LossInjector>,
@@ -206,19 +212,27 @@ impl<S: DatagramIo> Driver<S> {
         inject: (u32, u64),
     ) -> Self {
         let (percent, seed) = inject;
+        let datagram_len = fragment_size + datagram::Protection::new(auth).overhead();
+        // One byte more than the longest valid datagram shows overlong ones
+        // as such rather than cut to a valid length.
+        let recv_len = if socket.receives_batches() {
+            RECV_BATCH_BUFFER.max(datagram_len + 1)
+        } else {
+            datagram_len + 1
+        };
         Driver {
             socket,
             comm_id,
             next_bcast: 0,
             fragment_size,
+            datagram_len,
             auth,
             root_wait,
             inject: (percent > 0).then(|| LossInjector {
                 percent,
                 rng: ChaCha8Rng::seed_from_u64(seed),
             }),
-            // One byte more than the longest valid datagram shows overlong ones.
-            recv_buf: vec![0; datagram::HEADER_LEN + fragment_size + datagram::TAG_LEN + 1],
+            recv_buf: vec![0; recv_len],
             send_buf: Vec::new(),
             stash: VecDeque::new(),
             stash_bytes: 0,
@@ -306,26 +320,34 @@ impl<S: DatagramIo> Driver<S> {
 }
 
 impl<S: DatagramIo> Driver<S> {
-    /// Stage 1 on the root: as many datagrams as the socket takes now.
+    /// Stage 1 on the root: as many datagrams as the socket takes now, in
+    /// batches as large as it takes at once.
     fn multicast(&mut self, b: &mut Broadcast, now: Duration, stats: &mut Datagrams) {
-        let datagram = &mut self.send_buf;
-        while b.next_multicast(now, datagram).is_some() {
-            match self.socket.send(datagram) {
-                Ok(true) => stats.sent += 1,
-                Ok(false) => {
-                    stats.send_full += 1;
-                    return;
+        let limit = self.socket.batch_limit();
+        loop {
+            let n = b.next_multicasts(now, limit, &mut self.send_buf);
+            if n == 0 {
+                return;
+            }
+            match self.socket.send_batch(&self.send_buf, self.datagram_len) {
+                Ok(sent) => {
+                    stats.sent += sent as u64;
+                    b.multicast_sent(sent);
+                    if sent < n {
+                        stats.send_full += 1;
+                        return;
+                    }
                 }
                 Err(e) => {
                     // The chain delivers what the network would not take.
-                    stats.send_failed += 1;
+                    stats.send_failed += n as u64;
                     if !self.told_send_error {
                         warn!("multicast send to {} failed: {e}", self.socket.group());
                         self.told_send_error = true;
                     }
+                    b.multicast_sent(n);
                 }
             }
-            b.multicast_done();
         }
     }
 
@@ -333,7 +355,7 @@ impl<S: DatagramIo> Driver<S> {
     /// protocol; whether the burst was used up (more may be waiting).
     fn receive(&mut self, b: &mut Broadcast, stats: &mut Datagrams) -> bool {
         for _ in 0..RECV_BURST {
-            let (n, own) = match self.socket.recv(&mut self.recv_buf) {
+            let (n, len, own) = match self.socket.recv_batch(&mut self.recv_buf) {
                 Ok(Some(got)) => got,
                 Ok(None) => return false,
                 Err(e) => {
@@ -341,32 +363,49 @@ impl<S: DatagramIo> Driver<S> {
                     return false;
                 }
             };
-            stats.received += 1;
-            if own {
-                stats.own += 1;
-                continue;
-            }
-            if let Some(inject) = &mut self.inject {
-                if inject.rng.next_u32() % 100 < inject.percent {
-                    stats.injected += 1;
-                    continue;
-                }
-            }
-            let verdict = b.on_datagram(&self.recv_buf[..n]);
-            if verdict != Verdict::Future || !self.keep(n) {
-                stats.count(verdict);
+            // Each `len` bytes are one datagram (the last may be shorter).
+            let mut at = 0;
+            while at < n {
+                let end = n.min(at + len.max(1));
+                self.one_received(b, at..end, own, stats);
+                at = end;
             }
         }
         true
     }
 
-    /// Stashes the datagram in `recv_buf[..n]` if there is room.
-    fn keep(&mut self, n: usize) -> bool {
-        if self.stash_bytes + n > STASH_LIMIT {
+    /// Hands the datagram in `recv_buf[range]` to the protocol.
+    fn one_received(
+        &mut self,
+        b: &mut Broadcast,
+        range: std::ops::Range<usize>,
+        own: bool,
+        stats: &mut Datagrams,
+    ) {
+        stats.received += 1;
+        if own {
+            stats.own += 1;
+            return;
+        }
+        if let Some(inject) = &mut self.inject {
+            if inject.rng.next_u32() % 100 < inject.percent {
+                stats.injected += 1;
+                return;
+            }
+        }
+        let verdict = b.on_datagram(&self.recv_buf[range.clone()]);
+        if verdict != Verdict::Future || !self.keep(range) {
+            stats.count(verdict);
+        }
+    }
+
+    /// Stashes the datagram in `recv_buf[range]` if there is room.
+    fn keep(&mut self, range: std::ops::Range<usize>) -> bool {
+        if self.stash_bytes + range.len() > STASH_LIMIT {
             return false;
         }
-        self.stash.push_back(self.recv_buf[..n].to_vec());
-        self.stash_bytes += n;
+        self.stash_bytes += range.len();
+        self.stash.push_back(self.recv_buf[range].to_vec());
         true
     }
 

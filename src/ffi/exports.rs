@@ -14,7 +14,7 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use super::ompi::{print_line, BcastCall, Comm, Request};
 use super::sys::{self, ipmc_module, ompi_communicator_t, ompi_datatype_t, ompi_request_t};
 use super::{c_line, OMPI_ERROR, OMPI_ERR_NOT_AVAILABLE, OMPI_SUCCESS};
-use crate::component::config::Config;
+use crate::component::config::{Config, DatagramPath};
 use crate::component::logging;
 use crate::component::module::{
     decline_node_local, decline_reason, disagreement, Module, Published,
@@ -158,6 +158,7 @@ impl From<&sys::ipmc_config_t> for Config {
             ranks_are_nodes: c.ranks_are_nodes,
             tune_calls: usize::try_from(c.tune_calls).unwrap_or(0),
             inject_timing: c.inject_timing,
+            datagram_io: DatagramPath::from_param(c.datagram_io),
         }
     }
 }

@@ -1,7 +1,10 @@
 //! Calls into the operating system, with nothing of Open MPI: the interface
-//! list (`getifaddrs(3)`), random bytes for keys, and the thread's CPU time.
+//! list (`getifaddrs(3)`), random bytes for keys, the thread's CPU time, and
+//! UDP's batched paths (segmentation and receive offload).
 
 use std::ffi::{c_int, CStr};
+use std::net::{Ipv4Addr, Ipv6Addr, SocketAddr, SocketAddrV4, SocketAddrV6};
+use std::os::fd::{AsRawFd, RawFd};
 use std::ptr;
 
 /// One address of one network interface, as `getifaddrs(3)` lists it.
@@ -114,4 +117,165 @@ pub fn thread_cpu_time() -> std::time::Duration {
     // SAFETY: `ts` is a valid out-pointer; this clock exists on every Linux.
     unsafe { libc::clock_gettime(libc::CLOCK_THREAD_CPUTIME_ID, &mut ts) };
     std::time::Duration::new(ts.tv_sec as u64, ts.tv_nsec as u32)
+}
+
+/// `UDP_SEGMENT` and `UDP_GRO` of `linux/udp.h` (Linux 4.18 and 5.0).
+const UDP_SEGMENT: c_int = 103;
+const UDP_GRO: c_int = 104;
+
+/// Sets an integer option of level `SOL_UDP` on `fd`.
+fn set_udp_option(fd: RawFd, option: c_int, value: c_int) -> std::io::Result<()> {
+    // SAFETY: `value` is a live c_int and its size is passed with it; the
+    // kernel checks `fd` and the option.
+    let rc = unsafe {
+        libc::setsockopt(
+            fd,
+            libc::SOL_UDP,
+            option,
+            (&value as *const c_int).cast(),
+            std::mem::size_of::<c_int>() as libc::socklen_t,
+        )
+    };
+    if rc == 0 {
+        Ok(())
+    } else {
+        Err(std::io::Error::last_os_error())
+    }
+}
+
+/// Makes the kernel cut every send on UDP socket `fd` that is longer than
+/// `segment` bytes into datagrams of `segment` bytes, the last one shorter
+/// (UDP generic segmentation offload): many datagrams per system call.
+pub fn set_udp_segment(fd: RawFd, segment: usize) -> std::io::Result<()> {
+    let segment = c_int::try_from(segment).map_err(|_| std::io::ErrorKind::InvalidInput)?;
+    set_udp_option(fd, UDP_SEGMENT, segment)
+}
+
+/// Lets the kernel hand UDP socket `fd` several datagrams of one sender in
+/// one receive (UDP generic receive offload); [`recv_segments`] reads them.
+pub fn set_udp_gro(fd: RawFd) -> std::io::Result<()> {
+    set_udp_option(fd, UDP_GRO, 1)
+}
+
+/// One receive on non-blocking UDP socket `fd` into `buf`.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Received {
+    /// Bytes in `buf`.
+    pub len: usize,
+    /// With UDP GRO, the length of each datagram in `buf` (the last one may
+    /// be shorter); `len` when it holds one datagram.
+    pub segment: usize,
+    /// The sender.
+    pub from: Option<SocketAddr>,
+    /// The datagrams were longer than `buf` (the rest is lost).
+    pub truncated: bool,
+}
+
+/// Receives what waits on `fd` (`recvmsg(2)`) with the segment size of a UDP
+/// GRO receive; `None` when nothing waits.
+pub fn recv_segments(fd: RawFd, buf: &mut [u8]) -> std::io::Result<Option<Received>> {
+    // SAFETY: all-zero is a valid value of these plain C structs.
+    let mut from: libc::sockaddr_storage = unsafe { std::mem::zeroed() };
+    // Room for one cmsghdr with an int, 8-byte aligned as cmsghdr needs.
+    let mut control = [0u64; 8];
+    let mut iov = libc::iovec {
+        iov_base: buf.as_mut_ptr().cast(),
+        iov_len: buf.len(),
+    };
+    // SAFETY: as above.
+    let mut msg: libc::msghdr = unsafe { std::mem::zeroed() };
+    msg.msg_name = (&mut from as *mut libc::sockaddr_storage).cast();
+    msg.msg_namelen = std::mem::size_of::<libc::sockaddr_storage>() as libc::socklen_t;
+    msg.msg_iov = &mut iov;
+    msg.msg_iovlen = 1;
+    msg.msg_control = control.as_mut_ptr().cast();
+    msg.msg_controllen = std::mem::size_of_val(&control);
+    // SAFETY: every pointer in `msg` points to a live buffer of the length
+    // given with it, which the kernel fills at most.
+    let n = unsafe { libc::recvmsg(fd, &mut msg, libc::MSG_DONTWAIT) };
+    if n < 0 {
+        let e = std::io::Error::last_os_error();
+        return match e.kind() {
+            std::io::ErrorKind::WouldBlock => Ok(None),
+            _ => Err(e),
+        };
+    }
+    let len = n as usize;
+    let mut segment = len;
+    // SAFETY: `msg` was filled by recvmsg: its control buffer holds
+    // `msg_controllen` bytes of well-formed cmsghdrs, which the CMSG macros
+    // walk, and UDP_GRO's data is one int.
+    unsafe {
+        let mut c = libc::CMSG_FIRSTHDR(&msg);
+        while !c.is_null() {
+            if (*c).cmsg_level == libc::SOL_UDP && (*c).cmsg_type == UDP_GRO {
+                let size = libc::CMSG_DATA(c).cast::<c_int>().read_unaligned();
+                if size > 0 {
+                    segment = (size as usize).min(len.max(1));
+                }
+            }
+            c = libc::CMSG_NXTHDR(&msg, c);
+        }
+    }
+    // SAFETY: recvmsg wrote a sockaddr of the family its first field names,
+    // within `from`.
+    let from = unsafe { socket_address(&from) };
+    Ok(Some(Received {
+        len: len.min(buf.len()),
+        segment,
+        from,
+        truncated: msg.msg_flags & libc::MSG_TRUNC != 0,
+    }))
+}
+
+/// The address in a `sockaddr_storage`, as std's `recv_from` gives it.
+///
+/// # Safety
+/// `sa` holds a sockaddr of the family its `ss_family` names, or another family.
+unsafe fn socket_address(sa: &libc::sockaddr_storage) -> Option<SocketAddr> {
+    // SAFETY: see the function's contract: the family decides the type.
+    unsafe {
+        match c_int::from(sa.ss_family) {
+            libc::AF_INET => {
+                let sin = &*(sa as *const libc::sockaddr_storage).cast::<libc::sockaddr_in>();
+                Some(SocketAddr::V4(SocketAddrV4::new(
+                    Ipv4Addr::from(u32::from_be(sin.sin_addr.s_addr)),
+                    u16::from_be(sin.sin_port),
+                )))
+            }
+            libc::AF_INET6 => {
+                let sin6 = &*(sa as *const libc::sockaddr_storage).cast::<libc::sockaddr_in6>();
+                Some(SocketAddr::V6(SocketAddrV6::new(
+                    Ipv6Addr::from(sin6.sin6_addr.s6_addr),
+                    u16::from_be(sin6.sin6_port),
+                    sin6.sin6_flowinfo,
+                    sin6.sin6_scope_id,
+                )))
+            }
+            _ => None,
+        }
+    }
+}
+
+/// The MTU of interface `name` in this process's network namespace
+/// (`SIOCGIFMTU`; sysfs may show another namespace's interfaces).
+pub fn interface_mtu(name: &str) -> std::io::Result<u32> {
+    let sock = socket2::Socket::new(socket2::Domain::IPV4, socket2::Type::DGRAM, None)?;
+    // SAFETY: all-zero is a valid ifreq.
+    let mut req: libc::ifreq = unsafe { std::mem::zeroed() };
+    if name.len() >= req.ifr_name.len() || name.contains('\0') {
+        return Err(std::io::ErrorKind::InvalidInput.into());
+    }
+    for (dst, src) in req.ifr_name.iter_mut().zip(name.bytes()) {
+        *dst = src as libc::c_char;
+    }
+    // SAFETY: `req` is a live ifreq with a NUL-terminated name, which
+    // SIOCGIFMTU reads and whose `ifru_mtu` it writes.
+    let rc = unsafe { libc::ioctl(sock.as_raw_fd(), libc::SIOCGIFMTU, &mut req) };
+    if rc != 0 {
+        return Err(std::io::Error::last_os_error());
+    }
+    // SAFETY: SIOCGIFMTU succeeded, so the union holds the MTU.
+    let mtu = unsafe { req.ifr_ifru.ifru_mtu };
+    u32::try_from(mtu).map_err(|_| std::io::ErrorKind::InvalidData.into())
 }

@@ -5,7 +5,9 @@
 //! them with the parameters the protocol depends on. Every rank then opens
 //! and joins, and reports to rank 0, which tells everyone the verdict: if any
 //! rank failed, all of them fall back for this communicator. A first round
-//! tells rank 0 every rank's address families ([`group_range`]). Only
+//! tells rank 0 every rank's address families ([`group_range`]) and the
+//! smallest MTU of their interfaces, which bounds the fragment size it
+//! announces ([`fitting_fragment`]): no datagram is cut by IP. Only
 //! point-to-point messages of the communicator itself are used (four rounds
 //! along a binomial tree rooted at rank 0, [`Agreement`]), never a collective.
 
@@ -16,10 +18,12 @@ use crate::component::config::Config;
 use crate::driver::io::{complete_in_order, MessageIo, Wait};
 use crate::group::groups::{self, GroupRanges, PortRange};
 use crate::net::mcast_socket::OpenError;
-use crate::protocol::datagram::{Auth, Key, KEY_LEN};
+use crate::protocol::datagram::{self, Auth, Key, KEY_LEN};
 
 /// Layout version of the setup messages.
-const VERSION: u8 = 2;
+const VERSION: u8 = 3;
+/// Bytes of round 0's message: the address families, the smallest MTU.
+const FAMILIES_LEN: usize = 1 + 4;
 const ANNOUNCE_LEN: usize = 1 + 1 + 16 + 2 + 8 + 8 + 1 + 8 + KEY_LEN;
 const VERDICT_LEN: usize = 1 + 4;
 /// Most bytes of the reason a rank reports with its failure.
@@ -141,7 +145,9 @@ impl Announce {
             Auth::Tag(k) | Auth::Encrypt(k) => k,
             Auth::Off { .. } => Key([0; KEY_LEN]),
         };
-        if self.fragment_size != cfg.fragment_size as u64 || self.auth != auth_of(cfg, key) {
+        // Rank 0 may announce less than the parameter: what fits every MTU.
+        let fragment_ok = (1..=cfg.fragment_size as u64).contains(&self.fragment_size);
+        if !fragment_ok || self.auth != auth_of(cfg, key) {
             Some(format!(
                 "coll_ipmc_fragment_size, coll_ipmc_authenticate or coll_ipmc_use_crc_checking \
                  differ from rank 0's ({}, {} and {} here; rank 0: {}, {:?})",
@@ -176,6 +182,21 @@ pub fn group_range(cfg: &Config, has_ipv4_and_ipv6: impl FnOnce() -> (bool, bool
         cfg.group_range.clone()
     }
 }
+
+/// The largest fragment of at most `bound` bytes whose datagram fits an MTU
+/// of `mtu` bytes in one IP packet (of the group's family): IP then never
+/// fragments a datagram, and UDP segmentation offload can send them. Not
+/// below [`MIN_FRAGMENT`], which every MTU of IPv4 (576) and IPv6 (1280)
+/// holds.
+pub fn fitting_fragment(bound: usize, mtu: u32, ipv6: bool, auth: Auth) -> usize {
+    let ip = if ipv6 { 40 } else { 20 };
+    let overhead = ip + 8 + datagram::Protection::new(auth).overhead();
+    let room = (mtu as usize).saturating_sub(overhead);
+    bound.min(room.max(MIN_FRAGMENT))
+}
+
+/// The smallest fragment [`fitting_fragment`] gives.
+pub const MIN_FRAGMENT: usize = 256;
 
 /// The protection `cfg` asks for, with `key`.
 pub fn auth_of(cfg: &Config, key: Key) -> Auth {
@@ -430,6 +451,8 @@ pub struct Agreement<S, M: MessageIo> {
     got: Vec<Vec<u8>>,
     /// This rank's address families, then (on rank 0) every rank's.
     families: (bool, bool),
+    /// This rank's interface MTU, then (on rank 0) the smallest of all.
+    mtu: u32,
     draw: usize,
     /// The verdict on this draw, as rank 0 sends it.
     verdict: Vec<u8>,
@@ -440,13 +463,15 @@ pub struct Agreement<S, M: MessageIo> {
 
 impl<S, M: MessageIo> Agreement<S, M> {
     /// Starts the agreement on this rank, whose interface has the address
-    /// `families` (IPv4, IPv6).
+    /// `families` (IPv4, IPv6) and an MTU of `mtu` bytes (`u32::MAX`: no
+    /// bound).
     pub fn start(
         msgs: &mut M,
         rank: usize,
         size: usize,
         cfg: Config,
         families: (bool, bool),
+        mtu: u32,
     ) -> P2pResult<Self> {
         let (parent, children) = tree(rank, size);
         let mut a = Agreement {
@@ -458,6 +483,7 @@ impl<S, M: MessageIo> Agreement<S, M> {
             waiting: Vec::new(),
             got: Vec::new(),
             families,
+            mtu,
             draw: 1,
             verdict: Vec::new(),
             announce: None,
@@ -466,7 +492,7 @@ impl<S, M: MessageIo> Agreement<S, M> {
         };
         // Round 0 always runs, so that ranks that disagree on the range
         // still exchange the same messages.
-        a.waiting = a.recv_children(msgs, 1)?;
+        a.waiting = a.recv_children(msgs, FAMILIES_LEN)?;
         Ok(a)
     }
 
@@ -530,16 +556,23 @@ impl<S, M: MessageIo> Agreement<S, M> {
     ) -> P2pResult<Option<Agreed<S>>> {
         match (self.parent, self.round) {
             (parent, Round::Families) => {
-                // `got`: the children's families.
+                // `got`: the children's families and smallest MTUs.
                 let own = u8::from(self.families.0) | (u8::from(self.families.1) << 1);
                 let bits = got
                     .iter()
                     .fold(own, |bits, b| bits & b.first().copied().unwrap_or(0));
                 self.families = (bits & 1 != 0, bits & 2 != 0);
+                self.mtu = got
+                    .iter()
+                    .filter_map(|b| {
+                        Some(u32::from_be_bytes(b.get(1..FAMILIES_LEN)?.try_into().ok()?))
+                    })
+                    .fold(self.mtu, u32::min);
                 match parent {
                     None => self.announce_draw(msgs, open)?,
                     Some(p) => {
-                        self.waiting = vec![msgs.send(p, vec![bits])?, msgs.recv(p, ANNOUNCE_LEN)?];
+                        let up = [&[bits][..], &self.mtu.to_be_bytes()].concat();
+                        self.waiting = vec![msgs.send(p, up)?, msgs.recv(p, ANNOUNCE_LEN)?];
                         self.round = Round::Announce;
                     }
                 }
@@ -626,7 +659,16 @@ impl<S, M: MessageIo> Agreement<S, M> {
         if range != self.cfg.group_range {
             log::info!("not every rank's interface has IPv4: groups from {range}");
         }
-        let announce = Announce::draw(&self.cfg, &range);
+        let mtu = self.mtu;
+        let announce = Announce::draw(&self.cfg, &range).map(|mut a| {
+            let fitting =
+                fitting_fragment(a.fragment_size as usize, mtu, a.group.is_ipv6(), a.auth);
+            if fitting < a.fragment_size as usize {
+                log::info!("fragments of {fitting} bytes: datagrams fit the smallest MTU, {mtu}");
+            }
+            a.fragment_size = fitting as u64;
+            a
+        });
         let bytes = announce.as_ref().map(Announce::encode).unwrap_or_default();
         let mut waiting = self.send_children(msgs, &bytes)?;
         self.open_announced(announce, open);
@@ -738,12 +780,13 @@ mod tests {
     fn agree_on(
         size: usize,
         open: fn(usize, usize) -> Result<(), OpenError>,
-        families: fn(usize) -> (bool, bool),
+        families: fn(usize) -> ((bool, bool), u32),
     ) -> Vec<(Agreed<Announce>, Vec<Announce>)> {
         run_messages(size, move |rank, msgs| {
             let cfg = Config::default();
             let mut opened = Vec::new();
-            let mut a = Agreement::start(msgs, rank, size, cfg, families(rank)).unwrap();
+            let (families, mtu) = families(rank);
+            let mut a = Agreement::start(msgs, rank, size, cfg, families, mtu).unwrap();
             let agreed = a
                 .finish(msgs, &mut |a| {
                     opened.push(*a);
@@ -756,7 +799,7 @@ mod tests {
 
     #[test]
     fn every_rank_agrees_on_one_group() {
-        let ranks = agree_on(5, |_, _| Ok(()), |_| (true, true));
+        let ranks = agree_on(5, |_, _| Ok(()), |_| ((true, true), u32::MAX));
         let a = ranks[0].0.announce.expect("rank 0 drew");
         assert!(a.group.is_ipv4());
         for (agreed, opened) in &ranks {
@@ -776,7 +819,7 @@ mod tests {
                 3 => Err("no interface".to_string().into()),
                 _ => Ok(()),
             },
-            |_| (true, true),
+            |_| ((true, true), u32::MAX),
         );
         for (agreed, opened) in &ranks {
             assert_eq!(agreed.joined, Joined::Failed { first: 3 });
@@ -805,7 +848,7 @@ mod tests {
                 }),
                 _ => Ok(()),
             },
-            |_| (true, true),
+            |_| ((true, true), u32::MAX),
         );
         let second = ranks[0].1[1];
         for (agreed, opened) in &ranks {
@@ -824,7 +867,7 @@ mod tests {
                 }),
                 _ => Ok(()),
             },
-            |_| (true, true),
+            |_| ((true, true), u32::MAX),
         );
         for (agreed, opened) in &ranks {
             assert_eq!(agreed.joined, Joined::Failed { first: 1 });
@@ -839,9 +882,9 @@ mod tests {
             |_, _| Ok(()),
             |rank| {
                 if rank == 2 {
-                    (false, true)
+                    ((false, true), u32::MAX)
                 } else {
-                    (true, true)
+                    ((true, true), u32::MAX)
                 }
             },
         );
@@ -850,6 +893,32 @@ mod tests {
             let group = agreed.announce.unwrap().group;
             assert!(group.is_ipv6(), "{group}");
         }
+    }
+
+    /// Rank 0 announces the largest fragment whose datagram fits the
+    /// smallest MTU of any rank (rank 3's 1,500 here): IP never cuts one.
+    #[test]
+    fn fragments_fit_the_smallest_mtu() {
+        let ranks = agree_on(
+            6,
+            |_, _| Ok(()),
+            |rank| ((true, false), if rank == 3 { 1500 } else { 9000 }),
+        );
+        // Header and tag: 36 + 16 bytes.
+        let want = 1500 - 20 - 8 - 36 - 16;
+        for (agreed, _) in &ranks {
+            assert_eq!(agreed.joined, Joined::All);
+            assert_eq!(agreed.announce.unwrap().fragment_size, want as u64);
+        }
+        // A large MTU leaves the parameter's bound; a tiny one gives the floor.
+        let auth = Auth::crc(true);
+        assert_eq!(fitting_fragment(4096, 65536, false, auth), 4096);
+        assert_eq!(fitting_fragment(4096, 9000, true, auth), 4096);
+        assert_eq!(
+            fitting_fragment(65024, 9000, true, auth),
+            9000 - 40 - 8 - 36 - 4
+        );
+        assert_eq!(fitting_fragment(4096, 300, false, auth), MIN_FRAGMENT);
     }
 
     #[test]
@@ -960,7 +1029,7 @@ mod tests {
                 3 => Err(format!("reason {}", rank % 2).into()),
                 _ => Ok(()),
             },
-            |_| (true, true),
+            |_| ((true, true), u32::MAX),
         );
         for (agreed, _) in &ranks {
             assert_eq!(agreed.joined, Joined::Failed { first: 3 });

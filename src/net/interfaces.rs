@@ -19,6 +19,11 @@ use std::net::{IpAddr, Ipv6Addr};
 
 use crate::ffi::os::IfAddr;
 
+/// The MTU of interface `name`, if the kernel tells it.
+pub fn mtu(name: &str) -> Option<u32> {
+    crate::ffi::os::interface_mtu(name).ok()
+}
+
 /// An `if_include` list naming the loopback interface by its addresses, for
 /// either family.
 pub const LOOPBACK: &str = "127.0.0.0/8,::1/128";

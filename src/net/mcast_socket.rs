@@ -10,10 +10,19 @@
 
 use std::io;
 use std::net::{IpAddr, SocketAddr, SocketAddrV6, UdpSocket};
+use std::os::fd::AsRawFd;
 
 use socket2::{Domain, InterfaceIndexOrAddress, Protocol, Socket, Type};
 
+use crate::component::config::DatagramPath;
+use crate::driver::io::send_one_by_one;
+use crate::ffi::os;
 use crate::net::interfaces::Chosen;
+
+/// Most datagrams the kernel cuts one send into (`UDP_MAX_SEGMENTS`).
+const MAX_SEGMENTS: usize = 64;
+/// Most bytes of one send: a UDP datagram's largest payload over IPv4.
+const MAX_SEND: usize = 65507;
 
 /// Bytes of send buffer requested. The kernel allows twice that, counting
 /// each frame with its overhead: fewer than 700 frames of 1,500 bytes.
@@ -29,6 +38,11 @@ pub struct Options {
     pub loopback: bool,
     /// Receive buffer to request in bytes; 0 keeps the system default.
     pub rcvbuf: usize,
+    /// How datagrams pass to and from the kernel.
+    pub path: DatagramPath,
+    /// The length of every datagram but a message's last, which UDP
+    /// segmentation offload cuts a batch into.
+    pub datagram_len: usize,
 }
 
 /// A joined multicast group.
@@ -39,6 +53,12 @@ pub struct McastSocket {
     group: SocketAddr,
     own: SocketAddr,
     granted_rcvbuf: usize,
+    /// Sends are batches the kernel cuts into datagrams (UDP GSO).
+    gso: bool,
+    /// Receives may hold several datagrams (UDP GRO).
+    gro: bool,
+    /// The segment size of a batch (see [`Options::datagram_len`]).
+    datagram_len: usize,
 }
 
 /// Why a socket could not be opened, for the user's message; `taken` when
@@ -181,6 +201,7 @@ impl McastSocket {
         let own = doing("reading the send address", send.local_addr())?
             .as_socket()
             .ok_or_else(|| "the send socket has no IP address".to_string())?;
+        let (gso, gro) = offload(&send, &recv, opts)?;
 
         Ok(McastSocket {
             recv: recv.into(),
@@ -188,7 +209,20 @@ impl McastSocket {
             group,
             own,
             granted_rcvbuf,
+            gso,
+            gro,
+            datagram_len: opts.datagram_len,
         })
+    }
+
+    /// How datagrams pass: "segmentation and receive offload", … (for messages).
+    pub fn path(&self) -> &'static str {
+        match (self.gso, self.gro) {
+            (true, true) => "UDP segmentation and receive offload",
+            (true, false) => "UDP segmentation offload, one datagram per receive",
+            (false, true) => "one datagram per send, UDP receive offload",
+            (false, false) => "one datagram per system call",
+        }
     }
 
     /// The group and port this socket is joined to.
@@ -225,6 +259,34 @@ impl McastSocket {
     }
 }
 
+/// Turns UDP segmentation offload on for `send` and receive offload on for
+/// `recv` as `opts.path` asks: where the kernel lacks one, the automatic
+/// choice goes without it, a forced one fails. Whether each is on.
+fn offload(send: &Socket, recv: &Socket, opts: Options) -> Result<(bool, bool), String> {
+    if opts.path == DatagramPath::Single {
+        return Ok((false, false));
+    }
+    let gso = os::set_udp_segment(send.as_raw_fd(), opts.datagram_len);
+    let gro = os::set_udp_gro(recv.as_raw_fd());
+    if opts.path == DatagramPath::Offload {
+        doing(
+            "turning UDP segmentation offload on (coll_ipmc_datagram_io 1)",
+            gso,
+        )?;
+        doing(
+            "turning UDP receive offload on (coll_ipmc_datagram_io 1)",
+            gro,
+        )?;
+        return Ok((true, true));
+    }
+    for (what, r) in [("segmentation", &gso), ("receive", &gro)] {
+        if let Err(e) = r {
+            log::info!("UDP {what} offload unavailable ({e}): one datagram per system call");
+        }
+    }
+    Ok((gso.is_ok(), gro.is_ok()))
+}
+
 /// The group address with the interface as scope for IPv6 (link-local
 /// groups need it; it is harmless for wider scopes).
 fn bind_address(group: SocketAddr, iface: &Chosen) -> SocketAddr {
@@ -248,5 +310,46 @@ impl crate::driver::io::DatagramIo for McastSocket {
 
     fn group(&self) -> String {
         McastSocket::group(self).to_string()
+    }
+
+    fn batch_limit(&self) -> usize {
+        if self.gso {
+            (MAX_SEND / self.datagram_len.max(1)).clamp(1, MAX_SEGMENTS)
+        } else {
+            1
+        }
+    }
+
+    fn send_batch(&mut self, batch: &[u8], len: usize) -> io::Result<usize> {
+        if !self.gso {
+            return send_one_by_one(self, batch, len);
+        }
+        // The kernel cuts the batch into datagrams of the segment size set
+        // at open, which `len` is; it takes all of them or none.
+        debug_assert_eq!(len, self.datagram_len);
+        match self.send.send(batch) {
+            Ok(_) => Ok(batch.len().div_ceil(len.max(1))),
+            Err(e) if e.kind() == io::ErrorKind::WouldBlock => Ok(0),
+            Err(e) => {
+                // A device that cannot offload (no checksum offload, say):
+                // one datagram per call from now on.
+                log::info!("UDP segmentation offload failed ({e}): one datagram per send");
+                let _ = os::set_udp_segment(self.send.as_raw_fd(), 0);
+                self.gso = false;
+                send_one_by_one(self, batch, len)
+            }
+        }
+    }
+
+    fn receives_batches(&self) -> bool {
+        self.gro
+    }
+
+    fn recv_batch(&mut self, buf: &mut [u8]) -> io::Result<Option<(usize, usize, bool)>> {
+        if !self.gro {
+            return Ok(McastSocket::recv(self, buf)?.map(|(n, own)| (n, n, own)));
+        }
+        Ok(os::recv_segments(self.recv.as_raw_fd(), buf)?
+            .map(|r| (r.len, r.segment, r.from == Some(self.own))))
     }
 }

@@ -144,6 +144,12 @@ impl Protection {
         }
     }
 
+    /// Whether the payload travels encrypted (then [`decode`] needs a copy
+    /// it may change; [`verify`] serves the others in place).
+    pub fn encrypts(&self) -> bool {
+        self.cipher.is_some()
+    }
+
     /// Bytes a datagram adds to its payload.
     pub fn overhead(&self) -> usize {
         HEADER_LEN + self.trailer()
@@ -177,14 +183,24 @@ fn nonce(header: &Header) -> Nonce<aes_gcm::aead::consts::U12> {
     n.into()
 }
 
-/// Appends the datagram for `header` and `payload` to `out` (cleared first).
+/// The datagram for `header` and `payload` in `out` (cleared first).
 ///
 /// # Panics
 /// If `payload` is longer than [`MAX_PAYLOAD`]: the fragment size is limited
 /// far below that by its parameter's range.
 pub fn encode(header: &Header, payload: &[u8], prot: &Protection, out: &mut Vec<u8>) {
-    let len = u16::try_from(payload.len()).expect("payload fits a datagram");
     out.clear();
+    encode_into(header, payload, prot, out);
+}
+
+/// Appends the datagram for `header` and `payload` to `out`, after the
+/// datagrams already there (a batch the kernel cuts apart, UDP GSO).
+///
+/// # Panics
+/// As [`encode`].
+pub fn encode_into(header: &Header, payload: &[u8], prot: &Protection, out: &mut Vec<u8>) {
+    let len = u16::try_from(payload.len()).expect("payload fits a datagram");
+    let start = out.len();
     out.extend_from_slice(&MAGIC.to_be_bytes());
     out.push(VERSION);
     out.push(prot.flags);
@@ -194,19 +210,19 @@ pub fn encode(header: &Header, payload: &[u8], prot: &Protection, out: &mut Vec<
     out.extend_from_slice(&header.fragment.to_be_bytes());
     out.extend_from_slice(&len.to_be_bytes());
     out.extend_from_slice(&[0, 0]);
-    debug_assert_eq!(out.len(), HEADER_LEN);
+    debug_assert_eq!(out.len() - start, HEADER_LEN);
     out.extend_from_slice(payload);
     if let Some(key) = &prot.key {
-        let tag = keyed_tag(key, out);
+        let tag = keyed_tag(key, &out[start..]);
         out.extend_from_slice(&tag);
     } else if let Some(c) = &prot.cipher {
-        let (head, body) = out.split_at_mut(HEADER_LEN);
+        let (head, body) = out[start..].split_at_mut(HEADER_LEN);
         let tag = c
             .encrypt_in_place_detached(&nonce(header), head, body)
             .expect("a datagram is far below AES-GCM's length limit");
         out.extend_from_slice(&tag);
     } else if prot.flags & FLAG_CRC != 0 {
-        let crc = crc32fast::hash(out);
+        let crc = crc32fast::hash(&out[start..]);
         out.extend_from_slice(&crc.to_be_bytes());
     }
 }
@@ -239,25 +255,33 @@ pub fn header(bytes: &[u8]) -> Result<Header, Reject> {
 /// the CRC or the tag, and decrypts an encrypted payload in place (only
 /// once the tag verified; on any error the bytes are unchanged).
 pub fn decode<'a>(bytes: &'a mut [u8], prot: &Protection) -> Result<Datagram<'a>, Reject> {
-    let header = header(bytes)?;
-    if bytes[3] != prot.flags {
-        return Err(prot.reject());
-    }
-    let payload_len = usize::from(u16::from_be_bytes(be(bytes, 32)));
-    if bytes.len() != HEADER_LEN + payload_len + prot.trailer() {
-        return Err(Reject::BadLength);
-    }
-    let body_end = HEADER_LEN + payload_len;
+    let Some(c) = &prot.cipher else {
+        return verify(bytes, prot);
+    };
+    let (header, body_end) = layout(bytes, prot)?;
     let (body, trailer) = bytes.split_at_mut(body_end);
+    let (head, payload) = body.split_at_mut(HEADER_LEN);
+    c.decrypt_in_place_detached(&nonce(&header), head, payload, Tag::from_slice(trailer))
+        .map_err(|_| Reject::BadAuth)?;
+    Ok(Datagram {
+        header,
+        payload: &bytes[HEADER_LEN..body_end],
+    })
+}
+
+/// As [`decode`], for a protection that does not encrypt
+/// ([`Protection::encrypts`]): the bytes are checked where they are, in one
+/// pass, never copied.
+pub fn verify<'a>(bytes: &'a [u8], prot: &Protection) -> Result<Datagram<'a>, Reject> {
+    let (header, body_end) = layout(bytes, prot)?;
+    let (body, trailer) = bytes.split_at(body_end);
     if let Some(key) = &prot.key {
         // Constant time, so that timing tells a forger nothing.
         if !bool::from(keyed_tag(key, body)[..].ct_eq(trailer)) {
             return Err(Reject::BadAuth);
         }
-    } else if let Some(c) = &prot.cipher {
-        let (head, payload) = body.split_at_mut(HEADER_LEN);
-        c.decrypt_in_place_detached(&nonce(&header), head, payload, Tag::from_slice(trailer))
-            .map_err(|_| Reject::BadAuth)?;
+    } else if prot.cipher.is_some() {
+        return Err(Reject::BadAuth);
     } else if prot.flags & FLAG_CRC != 0
         && crc32fast::hash(body) != u32::from_be_bytes(be(trailer, 0))
     {
@@ -267,6 +291,20 @@ pub fn decode<'a>(bytes: &'a mut [u8], prot: &Protection) -> Result<Datagram<'a>
         header,
         payload: &bytes[HEADER_LEN..body_end],
     })
+}
+
+/// The header of `bytes` and where their payload ends, if flags and length
+/// fit the protection.
+fn layout(bytes: &[u8], prot: &Protection) -> Result<(Header, usize), Reject> {
+    let header = header(bytes)?;
+    if bytes[3] != prot.flags {
+        return Err(prot.reject());
+    }
+    let payload_len = usize::from(u16::from_be_bytes(be(bytes, 32)));
+    if bytes.len() != HEADER_LEN + payload_len + prot.trailer() {
+        return Err(Reject::BadLength);
+    }
+    Ok((header, HEADER_LEN + payload_len))
 }
 
 #[cfg(test)]

@@ -158,7 +158,8 @@ impl Bits {
 pub struct Broadcast {
     params: Params,
     prot: Protection,
-    /// A received datagram is checked (and decrypted) here, not in place.
+    /// An encrypted datagram is decrypted here, not in place (a datagram of
+    /// a later broadcast is kept unchanged).
     scratch: Vec<u8>,
     fragments: u32,
     data: Vec<u8>,
@@ -169,8 +170,9 @@ pub struct Broadcast {
     started: Option<Duration>,
     /// Root: the fragment stage 1 multicasts next; those before it are done.
     next_multicast: u32,
-    /// Root: `next_multicast` was offered and awaits `multicast_done`.
-    offered: bool,
+    /// Root: datagrams from `next_multicast` on that were offered and await
+    /// `multicast_sent`.
+    offered: u32,
     /// The last fragment's datagram came: stage 1 is as good as over.
     last_seen: bool,
     /// From the predecessor: whether its `END` came, what this rank's `NEED`
@@ -220,7 +222,7 @@ impl Broadcast {
             owned_count: 0,
             started: None,
             next_multicast: 0,
-            offered: false,
+            offered: 0,
             last_seen: false,
             end_received: false,
             requested: None,
@@ -280,30 +282,52 @@ impl Broadcast {
     /// same fragment is offered again until [`Broadcast::multicast_done`]
     /// confirms it, so a full socket buffer loses nothing.
     pub fn next_multicast(&mut self, now: Duration, out: &mut Vec<u8>) -> Option<u32> {
-        if self.next_multicast >= self.fragments || now < self.stage1_start()? {
-            return None;
-        }
         let k = self.next_multicast;
-        let header = Header {
-            comm_id: self.params.comm_id,
-            bcast: self.params.bcast,
-            message_len: self.params.message_len as u64,
-            fragment: k,
-        };
-        datagram::encode(&header, &self.data[self.range(k)], &self.prot, out);
-        self.offered = true;
-        Some(k)
+        (self.next_multicasts(now, 1, out) == 1).then_some(k)
+    }
+
+    /// Root only: up to `max` datagrams of stage 1 from the next one on,
+    /// encoded back to back into `out` (cleared first), and how many. Every
+    /// datagram but the message's last has the same length, so the kernel
+    /// can cut `out` into them (UDP GSO). They are offered again until
+    /// [`Broadcast::multicast_sent`] confirms them; 0 while `root_wait` runs
+    /// and once every fragment has been multicast.
+    pub fn next_multicasts(&mut self, now: Duration, max: usize, out: &mut Vec<u8>) -> usize {
+        out.clear();
+        self.offered = 0;
+        if self.next_multicast >= self.fragments || self.stage1_start().map_or(true, |t| now < t) {
+            return 0;
+        }
+        let end = self.fragments.min(
+            self.next_multicast
+                .saturating_add(max.try_into().unwrap_or(u32::MAX)),
+        );
+        for k in self.next_multicast..end {
+            let header = Header {
+                comm_id: self.params.comm_id,
+                bcast: self.params.bcast,
+                message_len: self.params.message_len as u64,
+                fragment: k,
+            };
+            datagram::encode_into(&header, &self.data[self.range(k)], &self.prot, out);
+        }
+        self.offered = end - self.next_multicast;
+        self.offered as usize
     }
 
     /// Root only: the datagram last returned by `next_multicast` left (or was
     /// dropped for good by the network layer); move on to the next one.
     pub fn multicast_done(&mut self) {
-        // Without an offer outstanding there is nothing to confirm: a stray
-        // call must not skip a fragment.
-        if self.offered {
-            self.offered = false;
-            self.next_multicast += 1;
-        }
+        self.multicast_sent(1);
+    }
+
+    /// Root only: the first `n` datagrams last offered left (or were dropped
+    /// for good by the network layer); move on past them. Without an offer
+    /// outstanding there is nothing to confirm: a stray call skips nothing.
+    pub fn multicast_sent(&mut self, n: usize) {
+        let n = self.offered.min(n.try_into().unwrap_or(u32::MAX));
+        self.offered = 0;
+        self.next_multicast += n;
     }
 
     /// Whether stage 1 is over on this rank (always true on non-roots).
@@ -330,15 +354,23 @@ impl Broadcast {
             Ok(h) if h.comm_id != self.params.comm_id => return Verdict::WrongComm,
             Ok(_) => {}
         }
+        let current = self.params.bcast;
+        let judge = |this: &mut Self, d: Result<datagram::Datagram<'_>, Reject>| match d {
+            Err(r) => reject(r),
+            Ok(d) if d.header.bcast < current => Verdict::Stale,
+            Ok(d) if d.header.bcast > current => Verdict::Future,
+            Ok(d) => this.on_authentic(d.header, d.payload),
+        };
+        if !self.prot.encrypts() {
+            // Checked where it lies: the tag or CRC reads it once, and only
+            // the payload is copied, into the message.
+            let checked = datagram::verify(bytes, &self.prot);
+            return judge(self, checked);
+        }
         let mut scratch = std::mem::take(&mut self.scratch);
         scratch.clear();
         scratch.extend_from_slice(bytes);
-        let verdict = match datagram::decode(&mut scratch, &self.prot) {
-            Err(r) => reject(r),
-            Ok(d) if d.header.bcast < self.params.bcast => Verdict::Stale,
-            Ok(d) if d.header.bcast > self.params.bcast => Verdict::Future,
-            Ok(d) => self.on_authentic(d.header, d.payload),
-        };
+        let verdict = judge(self, datagram::decode(&mut scratch, &self.prot));
         self.scratch = scratch;
         verdict
     }
@@ -807,6 +839,33 @@ mod tests {
         b.multicast_done();
         b.multicast_done();
         assert_eq!(b.next_multicast(late, &mut out), Some(1));
+    }
+
+    /// A batch is the next datagrams back to back, each as `next_multicast`
+    /// would give it; only what `multicast_sent` confirms is done, and an
+    /// unconfirmed rest is offered again.
+    #[test]
+    fn batches_of_datagrams_are_offered_until_confirmed() {
+        let now = Duration::from_secs(1);
+        let mut one = root(3, 1000, 256, Duration::ZERO);
+        let mut singles = Vec::new();
+        let mut out = Vec::new();
+        while one.next_multicast(now, &mut out).is_some() {
+            singles.push(out.clone());
+            one.multicast_done();
+        }
+        assert_eq!(singles.len(), 4, "three of 256 bytes and one of 232");
+        let mut b = root(3, 1000, 256, Duration::ZERO);
+        let mut batch = Vec::new();
+        assert_eq!(b.next_multicasts(now, 3, &mut batch), 3);
+        assert_eq!(batch, singles[..3].concat());
+        b.multicast_sent(2);
+        assert_eq!(b.next_multicasts(now, 8, &mut batch), 2);
+        assert_eq!(batch, singles[2..].concat(), "the unconfirmed third again");
+        b.multicast_sent(5);
+        assert!(b.stage1_done());
+        assert_eq!(b.next_multicasts(now, 8, &mut batch), 0);
+        assert!(batch.is_empty());
     }
 
     #[test]

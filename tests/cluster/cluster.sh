@@ -14,6 +14,8 @@
 #   --loss-host K=PCT  host K (1..N) drops PCT % instead
 #   --no-multicast K   host K's interface has no MULTICAST flag
 #   --slots S          CLUSTER_HOSTS offers S slots per host (S ranks per host)
+#   --mtu BYTES        the MTU of every link (default 1500; 9000: jumbo frames)
+#   --mtu-host K=BYTES host K's link has this MTU instead
 #   --no-ipv4 HOSTS    these hosts get no IPv4 address: "all" (the launcher too) or a
 #                      comma-separated list of K (1..N)
 #   --no-ula HOSTS     these hosts get no unique-local IPv6 address, only the automatic
@@ -33,12 +35,12 @@
 # network namespace, and no address outside the cluster is ever used.
 set -euo pipefail
 
-usage() { echo "usage: $0 [--rate R] [--burst B] [--loss PCT] [--loss-host K=PCT] [--no-multicast K] [--slots S] [--no-ipv4 HOSTS] [--no-ula HOSTS] [--dad] N -- command [args...]" >&2; exit 2; }
-rate="" burst=16kb loss=0 slots=1 no_mcast="" no_ipv4="" no_ula="" dad=0
+usage() { echo "usage: $0 [--rate R] [--burst B] [--loss PCT] [--loss-host K=PCT] [--no-multicast K] [--slots S] [--mtu BYTES] [--mtu-host K=BYTES] [--no-ipv4 HOSTS] [--no-ula HOSTS] [--dad] N -- command [args...]" >&2; exit 2; }
+rate="" burst=16kb loss=0 slots=1 no_mcast="" no_ipv4="" no_ula="" dad=0 mtu=1500
 hosts_arg() { [[ "$1" =~ ^(all|[0-9]+(,[0-9]+)*)$ ]] || usage; }
 # Whether host $2 is in the list $1 ("all" names the launcher, 0, too).
 listed() { [ "$1" = all ] || [[ ",$1," == *",$2,"* ]]; }
-declare -A host_loss=()
+declare -A host_loss=() host_mtu=()
 pct() { [[ "$1" =~ ^[0-9]+$ ]] && [ "$1" -le 100 ] || usage; }
 while [ $# -gt 0 ]; do
     case "$1" in
@@ -49,6 +51,9 @@ while [ $# -gt 0 ]; do
                      pct "${2#*=}"; host_loss[${2%%=*}]=${2#*=}; shift 2 ;;
         --no-multicast) [ $# -ge 2 ] && [[ "$2" =~ ^[0-9]+$ ]] || usage; no_mcast=$2; shift 2 ;;
         --slots) [ $# -ge 2 ] && [[ "$2" =~ ^[0-9]+$ ]] || usage; slots=$2; shift 2 ;;
+        --mtu) [ $# -ge 2 ] && [[ "$2" =~ ^[0-9]+$ ]] || usage; mtu=$2; shift 2 ;;
+        --mtu-host) [ $# -ge 2 ] && [[ "$2" =~ ^[0-9]+=[0-9]+$ ]] || usage
+                    host_mtu[${2%%=*}]=${2#*=}; shift 2 ;;
         --no-ipv4) [ $# -ge 2 ] || usage; hosts_arg "$2"; no_ipv4=$2; shift 2 ;;
         --no-ula) [ $# -ge 2 ] || usage; hosts_arg "$2"; no_ula=$2; shift 2 ;;
         --dad) dad=1; shift ;;
@@ -81,6 +86,7 @@ ip -n "$sw" link add br0 type bridge
 # No IGMP querier on this segment: flood multicast rather than let snooped
 # memberships expire in long runs.
 ip -n "$sw" link set br0 type bridge mcast_snooping 0
+ip -n "$sw" link set br0 mtu 65535 2>/dev/null || true
 ip -n "$sw" link set br0 up
 
 hosts=()
@@ -92,6 +98,9 @@ for i in $(seq 0 "$n"); do
         ip netns exec "$h" sysctl -qw net.ipv6.conf.all.accept_dad=0 net.ipv6.conf.default.accept_dad=0
     fi
     ip link add eth0 netns "$h" type veth peer name "p$i" netns "$sw"
+    # The switch's ports take the largest frame; each host's link its own MTU.
+    ip -n "$sw" link set "p$i" mtu "$(( ${host_mtu[$i]:-$mtu} > mtu ? ${host_mtu[$i]:-$mtu} : mtu ))"
+    ip -n "$h" link set eth0 mtu "${host_mtu[$i]:-$mtu}"
     ip -n "$sw" link set "p$i" master br0
     ip -n "$sw" link set "p$i" up
     ip -n "$h" link set lo up

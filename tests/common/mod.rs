@@ -363,6 +363,10 @@ pub struct Cluster {
     pub no_ula: Option<&'static str>,
     /// Duplicate address detection on: link-local addresses start tentative.
     pub dad: bool,
+    /// The MTU of every link (1,500 when `None`).
+    pub mtu: Option<u32>,
+    /// Per-host MTU instead of `mtu`: (host 1..=N, bytes).
+    pub mtu_host: Vec<(usize, u32)>,
 }
 
 impl Cluster {
@@ -401,6 +405,12 @@ impl Cluster {
         }
         if self.dad {
             o.push("--dad".into());
+        }
+        if let Some(mtu) = self.mtu {
+            o.extend(["--mtu".into(), mtu.to_string()]);
+        }
+        for (h, m) in &self.mtu_host {
+            o.extend(["--mtu-host".into(), format!("{h}={m}")]);
         }
         o
     }

@@ -1,0 +1,128 @@
+//! How datagrams travel on the emulated cluster (`tests/cluster/cluster.sh`):
+//! each fits the smallest MTU of the ranks' interfaces in one IP packet, on
+//! IPv4 and IPv6, with jumbo frames and with one host of a smaller MTU (the
+//! kernel counts no IP fragment anywhere); and each way of passing them to
+//! the kernel, forced, carries every byte.
+
+mod common;
+
+use common::{print_stats, sum, world_stats, Cluster, Line, Run};
+
+/// `bcast_check` with multicast forced, statistics on, `coll_ipmc_verbose
+/// 1`, and `mca`; afterwards each host's IP fragments created, IPv4 and IPv6.
+fn run(cluster: &Cluster, mca: &[(&str, &str)]) -> Run {
+    let mut all = vec![
+        ("coll_ipmc_print_statistics", "1"),
+        ("coll_ipmc_bcast_algorithm", "3"),
+        ("coll_ipmc_verbose", "1"),
+    ];
+    all.extend_from_slice(mca);
+    let job = common::job_line(&all, "bcast_check", &["--max-bytes", "300000"]);
+    cluster.run_script(&format!(
+        "timeout --kill-after=10 {} mpirun $CLUSTER_MPIRUN --host \"$CLUSTER_HOSTS\" -np {} {job} \
+         && for h in $(echo \"$CLUSTER_HOSTS\" | tr , ' '); do \
+              h=${{h%%:*}}; \
+              echo \"frags $h $(ip netns exec $h awk '/^Ip: F/ {{for (i = 2; i <= NF; i++) if ($i == \"FragCreates\") c = i}} /^Ip: [0-9]/ {{print $c}}' /proc/net/snmp) \
+                $(ip netns exec $h awk '/^Ip6FragCreates/ {{print $2}}' /proc/net/snmp6)\"; \
+            done",
+        common::JOB_TIMEOUT,
+        cluster.ranks()
+    ))
+}
+
+/// Every byte right, multicast carried data, no IP fragment on any host;
+/// the fragment size and path rank 0 reported.
+fn check(what: &str, cluster: &Cluster, run: &Run) -> (Vec<Line>, usize, String) {
+    let world = world_stats(run, cluster.ranks());
+    print_stats(&world);
+    for s in &world {
+        assert_eq!(s["setup"], "ok", "{what}: {s:?}\n{}", run.output);
+    }
+    assert!(
+        sum(&world, "mcast_bytes") > 0,
+        "{what}: no byte by multicast"
+    );
+    let frags: Vec<&str> = run
+        .output
+        .lines()
+        .filter(|l| l.starts_with("frags "))
+        .collect();
+    assert_eq!(frags.len(), cluster.hosts, "{what}:\n{}", run.output);
+    for line in frags {
+        let counts: Vec<&str> = line.split_whitespace().skip(2).collect();
+        assert_eq!(counts, ["0", "0"], "{what}: IP fragments created: {line}");
+    }
+    let told: Vec<&str> = run
+        .output
+        .lines()
+        .filter(|l| l.contains("ipmc: multicast on "))
+        .collect();
+    assert_eq!(told.len(), 1, "{what}: told once:\n{}", run.output);
+    let fragment = told[0]
+        .split("fragments of ")
+        .nth(1)
+        .and_then(|r| r.split(' ').next())
+        .and_then(|n| n.parse().ok())
+        .unwrap_or_else(|| panic!("{what}: {}", told[0]));
+    (world, fragment, told[0].to_string())
+}
+
+#[test]
+fn datagrams_fit_an_mtu_of_1500_on_ipv4_and_ipv6() {
+    let cluster = Cluster::hosts(3);
+    let v4 = run(&cluster, &[]);
+    let (_, fragment, _) = check("IPv4", &cluster, &v4);
+    // 1500 − 20 (IPv4) − 8 (UDP) − 36 (header) − 16 (tag)
+    assert_eq!(fragment, 1420);
+    let v6 = run(&cluster, &[("coll_ipmc_group_range", "ff12::/96")]);
+    let (_, fragment, _) = check("IPv6", &cluster, &v6);
+    assert_eq!(fragment, 1400, "40 bytes of IPv6 header");
+    // The thesis's CRC-32 trailer leaves 12 bytes more.
+    let crc = run(&cluster, &[("coll_ipmc_authenticate", "0")]);
+    assert_eq!(check("CRC", &cluster, &crc).1, 1432);
+}
+
+#[test]
+fn jumbo_frames_carry_larger_datagrams_and_the_smallest_mtu_bounds_all() {
+    let jumbo = Cluster {
+        mtu: Some(9000),
+        ..Cluster::hosts(3)
+    };
+    let big = [("coll_ipmc_fragment_size", "8192")];
+    let (_, fragment, _) = check("jumbo", &jumbo, &run(&jumbo, &big));
+    assert_eq!(fragment, 8192, "the parameter bounds what the MTU allows");
+    let (_, fragment, _) = check("jumbo, default", &jumbo, &run(&jumbo, &[]));
+    assert_eq!(fragment, 4096);
+    // One host of 1,500 bytes: every datagram fits it, or it would lose them.
+    let mixed = Cluster {
+        mtu_host: vec![(2, 1500)],
+        ..jumbo
+    };
+    let (world, fragment, _) = check("mixed", &mixed, &run(&mixed, &big));
+    assert_eq!(fragment, 1420);
+    let useful: Vec<&str> = world.iter().map(|s| s["chain_bytes"].as_str()).collect();
+    assert!(
+        world
+            .iter()
+            .all(|s| s["mcast_bytes"] != "0" || s["rank"] == "0"),
+        "every non-root got bytes by multicast: {useful:?}"
+    );
+}
+
+#[test]
+fn each_way_of_passing_datagrams_carries_every_byte() {
+    let cluster = Cluster::hosts(3);
+    for (value, path) in [
+        ("1", "UDP segmentation and receive offload"),
+        ("2", "one datagram per system call"),
+        ("0", "UDP segmentation and receive offload"),
+    ] {
+        let ran = run(&cluster, &[("coll_ipmc_datagram_io", value)]);
+        let (world, _, told) = check(value, &cluster, &ran);
+        assert!(
+            told.ends_with(path),
+            "coll_ipmc_datagram_io {value}: {told}"
+        );
+        assert_eq!(sum(&world, "send_failed"), 0);
+    }
+}
