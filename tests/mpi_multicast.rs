@@ -564,7 +564,9 @@ fn ranks_fed_different_timings_agree_on_every_decision() {
         .iter()
         .filter(|row| row.contains(" bytes: multicast (measured:"))
         .count();
-    assert!(multicast >= 6, "{}", run.output);
+    // Above 64 KiB three candidates take 6 measured calls, more than
+    // bcast_check makes in some of those classes: at least 5 decide.
+    assert!(multicast >= 5, "{}", run.output);
     // Every class follows the times the vote agreed on, also where a rank
     // read its socket late (5 processes on 2 cores) and the chain overtook
     // its datagrams: the loss rule looks at the best-served rank.
