@@ -11,25 +11,17 @@ mod common;
 
 use std::process::Command;
 
-use common::{built, openmpi5, repo, system_component_dir, world_stats, Cluster, JOB_TIMEOUT};
+use common::{
+    built, openmpi5, repo, run_captured, system_component_dir, world_stats, Cluster, JOB_TIMEOUT,
+};
 
 const PACKAGE: &str = "openmpi-coll-ipmc";
 
+/// Runs `cmd` to its end; its output, once it succeeded.
 fn run(cmd: &mut Command) -> String {
-    let out = cmd
-        .output()
-        .unwrap_or_else(|e| panic!("cannot run {cmd:?}: {e}"));
-    let text = format!(
-        "{}{}",
-        String::from_utf8_lossy(&out.stdout),
-        String::from_utf8_lossy(&out.stderr)
-    );
-    assert!(
-        out.status.success(),
-        "{cmd:?} ended with {}:\n{text}",
-        out.status
-    );
-    text
+    let ran = run_captured(cmd);
+    assert!(ran.ok, "{cmd:?} ended with {}:\n{}", ran.status, ran.output);
+    ran.output
 }
 
 fn installed() -> bool {

@@ -7,7 +7,7 @@
 
 mod common;
 
-use common::{openmpi5, openmpi_command, repo};
+use common::{openmpi5, openmpi_command, repo, run_captured};
 
 /// The blocks for the series under test, in README order.
 fn blocks(readme: &str, series: &str) -> Vec<String> {
@@ -75,29 +75,23 @@ fn the_readmes_commands_work_as_written() {
         "set -euo pipefail\nip link set lo up\n{}\n",
         body.join("\n")
     );
-    let out = openmpi_command("unshare")
-        .args(["-n", "bash", "-c", &script])
-        .current_dir(repo())
-        .env("HOME", &home)
-        .env("BUILD", scratch.join("build"))
-        .env("OMPI_ALLOW_RUN_AS_ROOT", "1")
-        .env("OMPI_ALLOW_RUN_AS_ROOT_CONFIRM", "1")
-        .env("OMPI_MCA_mpi_yield_when_idle", "1")
-        .env("OMPI_MCA_rmaps_base_oversubscribe", "1")
-        .env("PRTE_MCA_rmaps_default_mapping_policy", ":oversubscribe")
-        .env_remove("OMPI_MCA_mca_base_component_path")
-        .output()
-        .unwrap();
-    let _ = std::fs::remove_file(repo().join("pvars"));
-    let output = format!(
-        "{}{}",
-        String::from_utf8_lossy(&out.stdout),
-        String::from_utf8_lossy(&out.stderr)
+    let ran = run_captured(
+        openmpi_command("unshare")
+            .args(["-n", "bash", "-c", &script])
+            .current_dir(repo())
+            .env("HOME", &home)
+            .env("BUILD", scratch.join("build"))
+            .env("OMPI_MCA_mpi_yield_when_idle", "1")
+            .env("OMPI_MCA_rmaps_base_oversubscribe", "1")
+            .env("PRTE_MCA_rmaps_default_mapping_policy", ":oversubscribe")
+            .env_remove("OMPI_MCA_mca_base_component_path"),
     );
+    let _ = std::fs::remove_file(repo().join("pvars"));
+    let output = ran.output;
     assert!(
-        out.status.success(),
+        ran.ok,
         "the README's commands ended with {}:\n{script}\n{output}",
-        out.status
+        ran.status
     );
     assert!(output.contains("MCA coll: ipmc"), "{output}");
     assert!(output.contains("pvars: PASS"), "{output}");

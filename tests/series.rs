@@ -9,29 +9,9 @@ mod common;
 use std::path::Path;
 use std::sync::{Mutex, MutexGuard};
 
-use common::{build_for, openmpi5, openmpi_command_of, openmpi_prefix, system_component_dir_of};
-
-/// What a command printed (standard output and error) and whether it succeeded.
-struct Ran {
-    ok: bool,
-    status: String,
-    output: String,
-}
-
-fn run(cmd: &mut std::process::Command) -> Ran {
-    let out = cmd
-        .env("OMPI_ALLOW_RUN_AS_ROOT", "1")
-        .env("OMPI_ALLOW_RUN_AS_ROOT_CONFIRM", "1")
-        .output()
-        .unwrap_or_else(|e| panic!("cannot run {cmd:?}: {e}"));
-    let mut output = String::from_utf8_lossy(&out.stdout).into_owned();
-    output.push_str(&String::from_utf8_lossy(&out.stderr));
-    Ran {
-        ok: out.status.success(),
-        status: out.status.to_string(),
-        output,
-    }
-}
+use common::{
+    build_for, openmpi5, openmpi_command_of, openmpi_prefix, run_captured, system_component_dir_of,
+};
 
 /// The two Open MPIs, or `None` outside the 5.0 pass. The tests take turns:
 /// each builds into the other's directories.
@@ -51,9 +31,11 @@ fn both_series() -> Option<(std::path::PathBuf, MutexGuard<'static, ()>)> {
 /// at priority 90 and `coll_ipmc_verbose 1`. Returns the job's output.
 fn load_other_series(running: Option<&Path>, dso_dir: &Path) -> String {
     let search = format!("{}:{}", dso_dir.display(), system_component_dir_of(running));
-    let info = run(openmpi_command_of(running, "ompi_info")
-        .env("OMPI_MCA_mca_base_component_path", &search)
-        .env("OMPI_MCA_coll_ipmc_verbose", "1"));
+    let info = run_captured(
+        openmpi_command_of(running, "ompi_info")
+            .env("OMPI_MCA_mca_base_component_path", &search)
+            .env("OMPI_MCA_coll_ipmc_verbose", "1"),
+    );
     assert!(
         info.ok,
         "ompi_info ended with {}:\n{}",
@@ -76,7 +58,8 @@ fn load_other_series(running: Option<&Path>, dso_dir: &Path) -> String {
          -x OMPI_MCA_mca_base_component_path={search} {} --max-bytes 100000",
         programs.join("bcast_check").display()
     );
-    let job = run(openmpi_command_of(running, "unshare").args(["-n", "sh", "-c", &script]));
+    let job =
+        run_captured(openmpi_command_of(running, "unshare").args(["-n", "sh", "-c", &script]));
     assert!(
         job.ok && job.output.contains("bcast_check: PASS"),
         "the job ended with {}:\n{}",

@@ -227,7 +227,26 @@ pub fn ompi_info(args: &[&str]) -> String {
 /// What one `mpirun` printed (standard output and error together) and whether it succeeded.
 pub struct Run {
     pub ok: bool,
+    /// How it ended ("exit status: 1", "signal: 11 (SIGSEGV)"), for messages.
+    pub status: String,
     pub output: String,
+}
+
+/// Runs `cmd` (which may start Open MPI as root) to its end, capturing
+/// standard output and error together.
+pub fn run_captured(cmd: &mut Command) -> Run {
+    let out = cmd
+        .env("OMPI_ALLOW_RUN_AS_ROOT", "1")
+        .env("OMPI_ALLOW_RUN_AS_ROOT_CONFIRM", "1")
+        .output()
+        .unwrap_or_else(|e| panic!("cannot run {cmd:?}: {e}"));
+    let mut output = String::from_utf8_lossy(&out.stdout).into_owned();
+    output.push_str(&String::from_utf8_lossy(&out.stderr));
+    Run {
+        ok: out.status.success(),
+        status: out.status.to_string(),
+        output,
+    }
 }
 
 /// Seconds one mpirun may take before it is killed.
@@ -259,18 +278,7 @@ fn job_words(mca: &[(&str, &str)], wrapper: &[&str], program: &str, args: &[&str
 /// Runs a command that starts mpirun, with the built component visible.
 fn run_job(cmd: &mut Command) -> Run {
     let _guard = one_at_a_time();
-    let out = cmd
-        .env("OMPI_MCA_mca_base_component_path", component_path())
-        .env("OMPI_ALLOW_RUN_AS_ROOT", "1")
-        .env("OMPI_ALLOW_RUN_AS_ROOT_CONFIRM", "1")
-        .output()
-        .unwrap_or_else(|e| panic!("cannot run {cmd:?}: {e}"));
-    let mut output = String::from_utf8_lossy(&out.stdout).into_owned();
-    output.push_str(&String::from_utf8_lossy(&out.stderr));
-    Run {
-        ok: out.status.success(),
-        output,
-    }
+    run_captured(cmd.env("OMPI_MCA_mca_base_component_path", component_path()))
 }
 
 /// Runs `program args` on `np` ranks of one host inside a private network
