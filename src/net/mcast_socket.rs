@@ -6,7 +6,11 @@
 //! communicators or jobs on the host joined others on the same port. The send
 //! socket is connected to the group: its local address then identifies this
 //! rank's own datagrams when loop-back brings them back. Both are
-//! non-blocking: a full buffer never stalls Open MPI's progress.
+//! non-blocking: a full buffer never stalls Open MPI's progress. Where the
+//! kernel offers them, the send socket has UDP segmentation offload (one
+//! send, many datagrams) and the receive socket UDP receive offload (one
+//! receive, many datagrams of one sender); `docs/datagram.md`, "Between
+//! ipmc and the kernel".
 
 use std::io;
 use std::net::{IpAddr, SocketAddr, SocketAddrV6, UdpSocket};
