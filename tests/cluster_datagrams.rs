@@ -71,9 +71,16 @@ fn check(what: &str, cluster: &Cluster, run: &Run) -> (Vec<Line>, usize, String)
 fn datagrams_fit_an_mtu_of_1500_on_ipv4_and_ipv6() {
     let cluster = Cluster::hosts(3);
     let v4 = run(&cluster, &[]);
-    let (_, fragment, _) = check("IPv4", &cluster, &v4);
+    let (_, fragment, told) = check("IPv4", &cluster, &v4);
     // 1500 − 20 (IPv4) − 8 (UDP) − 36 (header) − 16 (tag)
     assert_eq!(fragment, 1420);
+    // Datagrams under 2 KiB: GMAC tags where the CPU computes them fast.
+    let tag = if ipmc::protocol::datagram::gmac_is_fast() {
+        "an AES-128-GMAC tag on each"
+    } else {
+        "a keyed BLAKE3 tag on each"
+    };
+    assert!(told.contains(tag), "{told}");
     let v6 = run(&cluster, &[("coll_ipmc_group_range", "ff12::/96")]);
     let (_, fragment, _) = check("IPv6", &cluster, &v6);
     assert_eq!(fragment, 1400, "40 bytes of IPv6 header");
@@ -89,8 +96,9 @@ fn jumbo_frames_carry_larger_datagrams_and_the_smallest_mtu_bounds_all() {
         ..Cluster::hosts(3)
     };
     let big = [("coll_ipmc_fragment_size", "8192")];
-    let (_, fragment, _) = check("jumbo", &jumbo, &run(&jumbo, &big));
+    let (_, fragment, told) = check("jumbo", &jumbo, &run(&jumbo, &big));
     assert_eq!(fragment, 8192, "the parameter bounds what the MTU allows");
+    assert!(told.contains("a keyed BLAKE3 tag on each"), "{told}");
     let (_, fragment, _) = check("jumbo, default", &jumbo, &run(&jumbo, &[]));
     assert_eq!(fragment, 4096);
     // One host of 1,500 bytes: every datagram fits it, or it would lose them.

@@ -738,8 +738,9 @@ impl Module {
                 {
                     ompi::print_line(&format!(
                         "ipmc: multicast on {name}: fragments of {} bytes (datagrams fit the \
-                         smallest MTU of the ranks' interfaces), {}",
+                         smallest MTU of the ranks' interfaces), {} on each, {}",
                         a.fragment_size,
+                        a.auth.describe(),
                         socket.path()
                     ));
                 }

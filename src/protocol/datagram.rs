@@ -32,6 +32,8 @@ pub const MAX_PAYLOAD: usize = u16::MAX as usize;
 const FLAG_CRC: u8 = 0x01;
 const FLAG_TAG: u8 = 0x02;
 const FLAG_SECRET: u8 = 0x04;
+/// With [`FLAG_TAG`]: the tag is AES-128-GMAC's, not keyed BLAKE3's.
+const FLAG_GMAC: u8 = 0x08;
 
 /// The header fields of one datagram.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -86,6 +88,12 @@ pub enum Auth {
     Off { crc: bool },
     /// A keyed BLAKE3 hash of header and payload, cut to 128 bits.
     Tag(Key),
+    /// AES-128-GMAC of header and payload (AES-GCM with the whole datagram
+    /// as associated data and nothing encrypted), under the key's first 16
+    /// bytes: a 128-bit tag as strong as [`Auth::Tag`]'s, and about twice
+    /// as fast on MTU-sized datagrams where the CPU has AES and carry-less
+    /// multiplication instructions ([`gmac_is_fast`]).
+    Gmac(Key),
     /// The payload encrypted with AES-128-GCM (the key's first 16 bytes),
     /// its 128-bit tag over header and ciphertext.
     Encrypt(Key),
@@ -96,6 +104,17 @@ impl Auth {
     pub fn crc(with_crc: bool) -> Self {
         Auth::Off { crc: with_crc }
     }
+
+    /// What protects each datagram, for messages.
+    pub fn describe(&self) -> &'static str {
+        match self {
+            Auth::Off { crc: false } => "no check",
+            Auth::Off { crc: true } => "a CRC-32",
+            Auth::Tag(_) => "a keyed BLAKE3 tag",
+            Auth::Gmac(_) => "an AES-128-GMAC tag",
+            Auth::Encrypt(_) => "AES-128-GCM encryption",
+        }
+    }
 }
 
 /// [`Auth`] ready for use: the cipher's key schedule is computed once.
@@ -103,7 +122,28 @@ impl Auth {
 pub struct Protection {
     flags: u8,
     key: Option<Key>,
+    /// AES-128-GCM, for [`Auth::Encrypt`] and [`Auth::Gmac`].
     cipher: Option<Box<Aes128Gcm>>,
+}
+
+/// Whether this CPU computes AES-128-GMAC in hardware (AES and carry-less
+/// multiplication instructions), which the AES and GHASH code detects at run
+/// time; without them it would be slower than keyed BLAKE3.
+pub fn gmac_is_fast() -> bool {
+    #[cfg(target_arch = "x86_64")]
+    {
+        std::arch::is_x86_feature_detected!("aes")
+            && std::arch::is_x86_feature_detected!("pclmulqdq")
+    }
+    #[cfg(target_arch = "aarch64")]
+    {
+        std::arch::is_aarch64_feature_detected!("aes")
+            && std::arch::is_aarch64_feature_detected!("pmull")
+    }
+    #[cfg(not(any(target_arch = "x86_64", target_arch = "aarch64")))]
+    {
+        false
+    }
 }
 
 impl fmt::Debug for Protection {
@@ -117,6 +157,7 @@ impl Protection {
         let (flags, key, secret) = match auth {
             Auth::Off { crc } => (if crc { FLAG_CRC } else { 0 }, None, None),
             Auth::Tag(k) => (FLAG_TAG, Some(k), None),
+            Auth::Gmac(k) => (FLAG_TAG | FLAG_GMAC, None, Some(k)),
             Auth::Encrypt(k) => (FLAG_TAG | FLAG_SECRET, None, Some(k)),
         };
         Protection {
@@ -147,7 +188,7 @@ impl Protection {
     /// Whether the payload travels encrypted (then [`decode`] needs a copy
     /// it may change; [`verify`] serves the others in place).
     pub fn encrypts(&self) -> bool {
-        self.cipher.is_some()
+        self.flags & FLAG_SECRET != 0
     }
 
     /// Bytes a datagram adds to its payload.
@@ -215,6 +256,11 @@ pub fn encode_into(header: &Header, payload: &[u8], prot: &Protection, out: &mut
     if let Some(key) = &prot.key {
         let tag = keyed_tag(key, &out[start..]);
         out.extend_from_slice(&tag);
+    } else if let (Some(c), false) = (&prot.cipher, prot.encrypts()) {
+        let tag = c
+            .encrypt_in_place_detached(&nonce(header), &out[start..], &mut [])
+            .expect("a datagram is far below AES-GCM's length limit");
+        out.extend_from_slice(&tag);
     } else if let Some(c) = &prot.cipher {
         let (head, body) = out[start..].split_at_mut(HEADER_LEN);
         let tag = c
@@ -255,7 +301,7 @@ pub fn header(bytes: &[u8]) -> Result<Header, Reject> {
 /// the CRC or the tag, and decrypts an encrypted payload in place (only
 /// once the tag verified; on any error the bytes are unchanged).
 pub fn decode<'a>(bytes: &'a mut [u8], prot: &Protection) -> Result<Datagram<'a>, Reject> {
-    let Some(c) = &prot.cipher else {
+    let (Some(c), true) = (&prot.cipher, prot.encrypts()) else {
         return verify(bytes, prot);
     };
     let (header, body_end) = layout(bytes, prot)?;
@@ -280,8 +326,12 @@ pub fn verify<'a>(bytes: &'a [u8], prot: &Protection) -> Result<Datagram<'a>, Re
         if !bool::from(keyed_tag(key, body)[..].ct_eq(trailer)) {
             return Err(Reject::BadAuth);
         }
-    } else if prot.cipher.is_some() {
+    } else if prot.encrypts() {
         return Err(Reject::BadAuth);
+    } else if let Some(c) = &prot.cipher {
+        // GMAC: nothing to decrypt; the check compares in constant time.
+        c.decrypt_in_place_detached(&nonce(&header), body, &mut [], Tag::from_slice(trailer))
+            .map_err(|_| Reject::BadAuth)?;
     } else if prot.flags & FLAG_CRC != 0
         && crc32fast::hash(body) != u32::from_be_bytes(be(trailer, 0))
     {
@@ -328,6 +378,7 @@ mod tests {
             (Auth::crc(false), 0),
             (Auth::crc(true), CRC_LEN),
             (Auth::Tag(KEY), TAG_LEN),
+            (Auth::Gmac(KEY), TAG_LEN),
             (Auth::Encrypt(KEY), TAG_LEN),
         ]
     }
@@ -493,7 +544,8 @@ mod tests {
             let payload = vec![0x77u8; len];
             for (name, auth) in [
                 ("crc32", Auth::crc(true)),
-                ("tag", Auth::Tag(KEY)),
+                ("tag BLAKE3", Auth::Tag(KEY)),
+                ("tag GMAC", Auth::Gmac(KEY)),
                 ("encrypt", Auth::Encrypt(KEY)),
             ] {
                 let prot = Protection::new(auth);
@@ -515,20 +567,6 @@ mod tests {
                     rate(dec)
                 );
             }
-            // A candidate for a cheaper tag of the same strength: AES-128-GMAC
-            // (GCM authenticating the whole datagram, encrypting nothing).
-            let cipher = Aes128Gcm::new(&[7u8; 16].into());
-            let n = if cfg!(debug_assertions) { 200 } else { 50_000 };
-            let t0 = crate::ffi::os::thread_cpu_time();
-            for i in 0..n {
-                let h = Header { fragment: i, ..H };
-                cipher
-                    .encrypt_in_place_detached(&nonce(&h), &payload, &mut [])
-                    .expect("within GCM's limits");
-            }
-            let t = crate::ffi::os::thread_cpu_time() - t0;
-            let gbs = (n as usize * len) as f64 / t.as_secs_f64() / 1e9;
-            println!("AES-128-GMAC: {len}-byte payloads, per core: {gbs:.2} GB/s");
         }
     }
 }

@@ -980,7 +980,11 @@ mod tests {
     #[test]
     fn with_a_key_forgeries_are_rejected_and_the_roots_datagrams_taken() {
         use crate::protocol::datagram::Key;
-        for auth in [Auth::Tag(Key([1; 32])), Auth::Encrypt(Key([1; 32]))] {
+        for auth in [
+            Auth::Tag(Key([1; 32])),
+            Auth::Gmac(Key([1; 32])),
+            Auth::Encrypt(Key([1; 32])),
+        ] {
             let p = Params {
                 auth,
                 ..params(1, 2, 600, 256)
@@ -993,6 +997,7 @@ mod tests {
             let mut b = Broadcast::new(p);
             let wrong_key = match auth {
                 Auth::Tag(_) => Auth::Tag(Key([2; 32])),
+                Auth::Gmac(_) => Auth::Gmac(Key([2; 32])),
                 _ => Auth::Encrypt(Key([2; 32])),
             };
             for bcast in [p.bcast, p.bcast + 1] {
@@ -1013,8 +1018,10 @@ mod tests {
             let mut out = Vec::new();
             let mut k = 0;
             while r.next_multicast(Duration::ZERO, &mut out).is_some() {
-                if auth != Auth::Tag(Key([1; 32])) {
+                if let Auth::Encrypt(_) = auth {
                     assert_ne!(&out[datagram::HEADER_LEN..][..4], &[0, 1, 2, 3], "in clear");
+                } else {
+                    assert_eq!(&out[datagram::HEADER_LEN..][..4], &[0, 1, 2, 3], "in clear");
                 }
                 assert_eq!(b.on_datagram(&out), Verdict::Useful, "fragment {k}");
                 r.multicast_done();
