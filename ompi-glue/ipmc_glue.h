@@ -153,6 +153,7 @@ int ipmc_rs_module_enable(void *state, struct ipmc_module *module,
                           struct ompi_communicator_t *comm);
 /* Called when the communicator is freed (maybe more than once); no MPI calls. */
 void ipmc_rs_module_disable(void *state, struct ompi_communicator_t *comm);
+/* Releases the state; NULL is nothing to release. No MPI calls. */
 void ipmc_rs_module_destroy(void *state);
 /* One turn of the broadcasts finishing in the background; returns how many finished. */
 int ipmc_rs_progress(void);

@@ -339,12 +339,16 @@ pub unsafe extern "C" fn ipmc_rs_module_disable(
     });
 }
 
-/// The module's destructor: releases the state. Makes no MPI call.
+/// The module's destructor: releases the state. Makes no MPI call; NULL
+/// (no state) is nothing to release.
 ///
 /// # Safety
-/// `state` comes from [`ipmc_rs_comm_query`]; it is not used afterwards.
+/// `state` is NULL or comes from [`ipmc_rs_comm_query`]; it is not used afterwards.
 #[no_mangle]
 pub unsafe extern "C" fn ipmc_rs_module_destroy(state: *mut c_void) {
+    if state.is_null() {
+        return;
+    }
     guard("in module_destroy and goes on", (), || {
         // SAFETY: see the function's contract: this reclaims the Box made in comm_query.
         drop(unsafe { Box::from_raw(state.cast::<Module>()) });
