@@ -277,10 +277,11 @@ impl Broadcast {
         self.owed_count = 0;
     }
 
-    /// Root only: the next datagram of stage 1, encoded into `out`, or `None`
+    /// Root only (tests): the next datagram of stage 1, encoded into `out`, or `None`
     /// while `root_wait` runs and once every fragment has been multicast. The
     /// same fragment is offered again until [`Broadcast::multicast_done`]
     /// confirms it, so a full socket buffer loses nothing.
+    #[cfg(test)]
     pub fn next_multicast(&mut self, now: Duration, out: &mut Vec<u8>) -> Option<u32> {
         let k = self.next_multicast;
         (self.next_multicasts(now, 1, out) == 1).then_some(k)
@@ -315,8 +316,10 @@ impl Broadcast {
         self.offered as usize
     }
 
-    /// Root only: the datagram last returned by `next_multicast` left (or was
-    /// dropped for good by the network layer); move on to the next one.
+    /// Root only (tests): the datagram last returned by `next_multicast`
+    /// left (or was dropped for good by the network layer); move on to the
+    /// next one.
+    #[cfg(test)]
     pub fn multicast_done(&mut self) {
         self.multicast_sent(1);
     }
