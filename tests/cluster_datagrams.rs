@@ -1,8 +1,9 @@
 //! How datagrams travel on the emulated cluster (`tests/cluster/cluster.sh`):
 //! each fits the smallest MTU of the ranks' interfaces in one IP packet, on
 //! IPv4 and IPv6, with jumbo frames and with one host of a smaller MTU (the
-//! kernel counts no IP fragment anywhere); and each way of passing them to
-//! the kernel, forced, carries every byte.
+//! kernel counts no IP fragment anywhere); each way of passing them to
+//! the kernel, forced, carries every byte; and flow control keeps a receiver
+//! that keeps stopping from losing datagrams to its receive buffer.
 
 mod common;
 
@@ -133,4 +134,81 @@ fn each_way_of_passing_datagrams_carries_every_byte() {
         );
         assert_eq!(sum(&world, "send_failed"), 0);
     }
+}
+
+/// 4 MiB broadcasts with changing roots at 10 Gbit/s, while the rank on the
+/// last host is stopped for 20 ms every 50 ms (its socket keeps receiving):
+/// the datagrams the kernel of each host dropped for a full receive buffer,
+/// and the statistics.
+fn stopping_receiver(flow_window: &str) -> (Vec<u64>, Vec<Line>) {
+    let cluster = Cluster {
+        rate: Some("10gbit"),
+        burst: Some("256kb"),
+        ..Cluster::hosts(3)
+    };
+    let mca = [
+        ("coll_ipmc_print_statistics", "1"),
+        ("coll_ipmc_bcast_algorithm", "3"),
+        // A small buffer that a stopped rank fills in a few milliseconds.
+        ("coll_ipmc_rcvbuf", "1048576"),
+        ("coll_ipmc_flow_window", flow_window),
+    ];
+    let args = [
+        "--max-bytes",
+        "1024",
+        "--burst",
+        "24",
+        "--burst-bytes",
+        "4194304",
+        "--intercomm",
+        "0",
+    ];
+    let job = common::job_line(&mca, "bcast_check", &args);
+    let run = cluster.run_script(&format!(
+        "hosts=$(echo \"$CLUSTER_HOSTS\" | tr , ' ' | sed 's/:[0-9]*//g'); \
+         last=${{hosts##* }}; \
+         ( while sleep 0.05; do \
+             pids=$(ip netns pids $last 2>/dev/null | xargs -r ps -o pid= -o comm= -p | awk '$2 == \"bcast_check\" {{print $1}}'); \
+             [ -n \"$pids\" ] || continue; \
+             kill -STOP $pids 2>/dev/null; sleep 0.02; kill -CONT $pids 2>/dev/null; \
+           done ) & stopper=$!; \
+         timeout --kill-after=10 {} mpirun $CLUSTER_MPIRUN --host \"$CLUSTER_HOSTS\" -np 3 {job}; \
+         rc=$?; kill $stopper; wait $stopper 2>/dev/null; \
+         for h in $hosts; do \
+           echo \"rcvbuf_errors $h $(ip netns exec $h awk '/^Udp: R/ {{for (i = 2; i <= NF; i++) if ($i == \"RcvbufErrors\") c = i}} /^Udp: [0-9]/ {{print $c}}' /proc/net/snmp)\"; \
+         done; exit $rc",
+        common::JOB_TIMEOUT,
+    ));
+    let world = world_stats(&run, 3);
+    print_stats(&world);
+    let errors: Vec<u64> = run
+        .output
+        .lines()
+        .filter_map(|l| l.strip_prefix("rcvbuf_errors "))
+        .map(|l| {
+            l.split_whitespace()
+                .nth(1)
+                .and_then(|n| n.parse().ok())
+                .unwrap()
+        })
+        .collect();
+    assert_eq!(errors.len(), 3, "{}", run.output);
+    (errors, world)
+}
+
+#[test]
+fn a_receiver_that_keeps_stopping_loses_nothing_to_its_buffer() {
+    let (paced, world) = stopping_receiver("0");
+    eprintln!("flow control: receive buffer errors per host {paced:?}");
+    assert_eq!(
+        paced,
+        [0, 0, 0],
+        "flow control let a receive buffer overflow"
+    );
+    assert!(sum(&world, "mcast_bytes") > 0);
+    // Without flow control the same run overflows the stopped rank's buffer:
+    // the test sees what it checks.
+    let (unpaced, _) = stopping_receiver("1099511627776");
+    eprintln!("no flow control: receive buffer errors per host {unpaced:?}");
+    assert!(unpaced.iter().sum::<u64>() > 0, "{unpaced:?}");
 }

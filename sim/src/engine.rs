@@ -278,7 +278,8 @@ struct Host {
     program: Box<dyn Program>,
     uplink: Link,
     busy_until: Ns,
-    wake_pending: bool,
+    /// When the host's next step is due, if one is.
+    wake_pending: Option<Ns>,
     /// In a burst of losses (Gilbert-Elliott).
     lossy: bool,
     returned_at: Option<Ns>,
@@ -415,7 +416,7 @@ impl Engine {
             program,
             uplink: Link::new(&self.net),
             busy_until: 0,
-            wake_pending: false,
+            wake_pending: None,
             lossy: false,
             returned_at: None,
             done: false,
@@ -441,11 +442,13 @@ impl Engine {
 
     fn wake(&mut self, h: usize) {
         let host = &mut self.hosts[h];
-        if host.done || host.wake_pending {
+        let at = self.now.max(host.busy_until);
+        // A step due later (a timer) is brought forward; that event then
+        // finds nothing due.
+        if host.done || host.wake_pending.is_some_and(|t| t <= at) {
             return;
         }
-        host.wake_pending = true;
-        let at = self.now.max(host.busy_until);
+        host.wake_pending = Some(at);
         self.at(at, Event::Wake(h));
     }
 
@@ -458,6 +461,11 @@ impl Engine {
         while let Some(Reverse(q)) = self.events.pop() {
             if q.at > limit_ns {
                 return Err(format!("still running at {} µs", limit_ns / 1000));
+            }
+            if let Event::Wake(h) = q.event {
+                if self.hosts[h].wake_pending != Some(q.at) {
+                    continue; // brought forward, already taken
+                }
             }
             self.now = q.at;
             self.counters.events += 1;
@@ -511,8 +519,21 @@ impl Engine {
 
     fn step(&mut self, h: usize) -> Result<(), String> {
         let now = self.now;
+        if let Some((_, from, lasts)) = self
+            .net
+            .stall
+            .filter(|&(s, from, lasts)| s == h && (from..from + lasts).contains(&now))
+        {
+            // The rank does not run; its socket still fills.
+            let host = &mut self.hosts[h];
+            host.busy_until = from + lasts;
+            host.wake_pending = Some(from + lasts);
+            self.at(from + lasts, Event::Wake(h));
+            return Ok(());
+        }
+        let slow = h + self.net.slow_hosts >= self.hosts.len();
         let host = &mut self.hosts[h];
-        host.wake_pending = false;
+        host.wake_pending = None;
         let status = host
             .program
             .step(now)
@@ -526,7 +547,13 @@ impl Engine {
             (s.messages, s.bytes, p.messages, p.bytes) = (0, 0, 0, 0);
             m
         };
-        let end = now + self.net.host_cost(messages, bytes);
+        let cost = self.net.host_cost(messages, bytes);
+        let end = now
+            + if slow {
+                (cost as f64 * self.net.slow_factor) as Ns
+            } else {
+                cost
+            };
         host.busy_until = end;
         if status.returned && host.returned_at.is_none() {
             host.returned_at = Some(end);
@@ -552,9 +579,9 @@ impl Engine {
             self.wake(h);
         } else if let Some(t) = wake_at.filter(|&t| t > now) {
             let host = &mut self.hosts[h];
-            if !host.wake_pending {
-                host.wake_pending = true;
-                let at = t.max(host.busy_until);
+            let at = t.max(host.busy_until);
+            if host.wake_pending.map_or(true, |p| p > at) {
+                host.wake_pending = Some(at);
                 self.at(at, Event::Wake(h));
             }
         }

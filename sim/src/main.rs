@@ -13,8 +13,11 @@ usage: simulate --nodes N --size BYTES [--loss PCT] [--burst LEN] [--rate MBITS]
                 [--tcp-window BYTES] [--tcp-queue BYTES] [--message-us US]
                 [--byte-ps PS] [--leaf-hosts N] [--trunk-rate MBITS]
                 [--trunk-queue BYTES] [--preset emulated|clic]
+                [--slow-hosts N] [--slow-factor F]
+                [--stall-host H] [--stall-at-us US] [--stall-us US]
                 [--peer NAME]... [--only NAME] [--seed S] [--root R]
-                [--fragment BYTES] [--calls N] [--per-rank]
+                [--fragment BYTES] [--flow-window BYTES|off]
+                [--calls N] [--per-rank]
 
 Simulates one broadcast of BYTES (suffixes K, M: KiB, MiB) from rank R
 (default 0) to N nodes, one rank each, on one switch, every rank waiting when
@@ -26,7 +29,11 @@ scatter-allgather above 2000 nodes) runs a model of Open MPI tuned's
 broadcast on the same network. Loss is per receiver and datagram, in bursts
 of mean length LEN (default 1: independent). The options after --bucket set
 a point-to-point connection's window and share of its host's link queue and
-a host's cost per message and per byte. The last line reads
+a host's cost per message and per byte; --slow-hosts makes the last N ranks'
+host costs F times as large (default 2), --stall-host stops rank H from
+--stall-at-us (default 0) for --stall-us (default 10000) while its socket
+still receives. --flow-window sets coll_ipmc_flow_window (off: no flow
+control). The last line reads
   nodes=N size=B loss=P completion_max_us=T wire_us=W
 T: when the slowest rank returned, from the root's entry; W: the message's
 bits at the link rate. --only NAME (ipmc or a peer) runs that algorithm
@@ -73,6 +80,7 @@ fn parse(argv: &[String]) -> Result<Option<Args>, String> {
     let mut peers: Option<Vec<Algorithm>> = None;
     let mut only = None;
     let (mut seed, mut root, mut fragment, mut calls) = (1, 0, None, 1);
+    let mut flow_window = None;
     let mut per_rank = false;
     let mut it = argv.iter();
     while let Some(flag) = it.next() {
@@ -124,6 +132,12 @@ fn parse(argv: &[String]) -> Result<Option<Args>, String> {
             "--root" => root = num(&value)? as usize,
             "--fragment" => fragment = Some(bytes(&value)?),
             "--calls" => calls = num(&value)? as usize,
+            "--flow-window" => {
+                flow_window = Some(match value.as_str() {
+                    "off" => usize::MAX,
+                    v => bytes(v)?,
+                })
+            }
             _ => return Err(format!("unknown option {flag}")),
         }
     }
@@ -147,6 +161,9 @@ fn parse(argv: &[String]) -> Result<Option<Args>, String> {
     }
     if let Some(f) = fragment {
         scenario.ipmc.fragment_size = f;
+    }
+    if let Some(w) = flow_window {
+        scenario.ipmc.flow_window = w;
     }
     let peers = peers.unwrap_or_else(|| default_peers(nodes));
     Ok(Some(Args {
@@ -178,7 +195,7 @@ fn default_peers(nodes: usize) -> Vec<Algorithm> {
 }
 
 /// The options that change the network of a preset.
-const NET_FLAGS: [&str; 13] = [
+const NET_FLAGS: [&str; 18] = [
     "--loss",
     "--burst",
     "--rate",
@@ -192,6 +209,11 @@ const NET_FLAGS: [&str; 13] = [
     "--leaf-hosts",
     "--trunk-rate",
     "--trunk-queue",
+    "--slow-hosts",
+    "--slow-factor",
+    "--stall-host",
+    "--stall-at-us",
+    "--stall-us",
 ];
 
 /// The options of [`NET_FLAGS`] that take a byte count.
@@ -231,6 +253,21 @@ fn set_network(net: &mut Network, set: &[(String, String)]) -> Result<f64, Strin
             "--leaf-hosts" if v >= 0.0 && v.fract() == 0.0 => net.leaf_hosts = v as usize,
             "--trunk-rate" if v > 0.0 => net.trunk_rate_bps = (v * 1e6) as u64,
             "--trunk-queue" if v >= 0.0 => net.trunk_queue = v as usize,
+            "--slow-hosts" if v >= 0.0 && v.fract() == 0.0 => {
+                net.slow_hosts = v as usize;
+                if net.slow_factor == 1.0 {
+                    net.slow_factor = 2.0;
+                }
+            }
+            "--slow-factor" if v >= 1.0 => net.slow_factor = v,
+            "--stall-host" | "--stall-at-us" | "--stall-us" if v >= 0.0 => {
+                let s = net.stall.get_or_insert((0, 0, 10_000_000));
+                match flag.as_str() {
+                    "--stall-host" => s.0 = v as usize,
+                    "--stall-at-us" => s.1 = (v * 1e3) as u64,
+                    _ => s.2 = (v * 1e3) as u64,
+                }
+            }
             _ => return Err(format!("{flag}: out of range: {value}")),
         }
     }

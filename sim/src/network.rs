@@ -67,6 +67,14 @@ pub struct Network {
     pub per_message_ns: Ns,
     /// Host cost of each byte sent or received, picoseconds.
     pub per_byte_ps: u64,
+    /// Hosts slower than the others: the last `slow_hosts` ranks' host
+    /// costs are `slow_factor` times the others' (a shared core, a slower
+    /// machine).
+    pub slow_hosts: usize,
+    pub slow_factor: f64,
+    /// A rank that stops running for a while (host, from, for how long),
+    /// its socket still receiving: descheduled, or paging.
+    pub stall: Option<(usize, Ns, Ns)>,
 }
 
 impl Network {
@@ -95,6 +103,9 @@ impl Network {
             tcp_window: 64 << 10,
             per_message_ns: 5_000,
             per_byte_ps: 500,
+            slow_hosts: 0,
+            slow_factor: 1.0,
+            stall: None,
         }
     }
 
@@ -121,6 +132,9 @@ impl Network {
             tcp_window: 64 << 10,
             per_message_ns: 20_000,
             per_byte_ps: 2_000,
+            slow_hosts: 0,
+            slow_factor: 1.0,
+            stall: None,
         }
     }
 

@@ -10,8 +10,8 @@ use ipmc::component::stats::Datagrams;
 use ipmc::driver::background::AHEAD_LIMIT;
 use ipmc::driver::io::Wait;
 use ipmc::driver::multicast::{Driver, Ranks, Run};
-use ipmc::group::setup::{Agreement, Joined};
-use ipmc::protocol::datagram::Auth;
+use ipmc::group::setup::{self, Agreement, Facts, Joined};
+use ipmc::protocol::datagram::{Auth, Protection};
 use ipmc::protocol::two_stage::Broadcast;
 
 use crate::engine::HostIo;
@@ -51,6 +51,9 @@ pub struct IpmcParams {
     /// larger message finishes before it returns, and a call waits for the
     /// oldest broadcasts to finish while the background would hold more.
     pub background_limit: usize,
+    /// `coll_ipmc_flow_window`: bytes the root may run ahead of its slowest
+    /// receiver; 0 sized from the receive buffer as ipmc sizes it.
+    pub flow_window: usize,
 }
 
 /// One broadcast call of a rank: the root and its message.
@@ -78,8 +81,8 @@ struct Stage1 {
 
 /// A call that has begun, with or without its chain.
 enum Current {
-    Stage1(Stage1),
-    Chain(Begun),
+    Stage1(Box<Stage1>),
+    Chain(Box<Begun>),
 }
 
 /// A rank running ipmc's two-stage broadcasts with the component's driver,
@@ -118,12 +121,17 @@ impl IpmcRank {
         plan: Vec<Call>,
         now: Ns,
     ) -> Result<Self, String> {
+        // Linux reports twice the bytes a socket's datagrams may fill.
+        let reported = u32::try_from(io.socket.borrow().rcvbuf * 2).unwrap_or(u32::MAX);
+        let datagram_len = params.fragment_size + Protection::new(params.auth).overhead();
+        let window = setup::flow_window(params.flow_window, reported, datagram_len);
         let driver = Driver::new(
             SimSocket(io.socket.clone()),
             comm_id,
             params.fragment_size,
             params.auth,
             params.root_wait,
+            window,
             (0, 0),
         );
         let mut r = IpmcRank {
@@ -173,24 +181,25 @@ impl IpmcRank {
         let b = self
             .driver
             .begin(at, call.message.len(), root_data, now, &mut self.stats);
-        self.current = Some(Current::Stage1(Stage1 {
+        self.current = Some(Current::Stage1(Box::new(Stage1 {
             b,
             at,
             message: call.message,
-        }));
+        })));
     }
 
     /// Starts the chain of a call whose turn came.
     fn start_chain(&self, c: Current) -> Result<Current, String> {
         match c {
-            Current::Stage1(Stage1 { b, at, message }) => {
+            Current::Stage1(s) => {
+                let Stage1 { b, at, message } = *s;
                 let run = Run::new(b, SimMessages(self.msgs.clone()), at.rank, at.size)
                     .map_err(|e| e.to_string())?;
-                Ok(Current::Chain(Begun {
+                Ok(Current::Chain(Box::new(Begun {
                     run,
                     message,
                     asked_bytes: None,
-                }))
+                })))
             }
             chain => Ok(chain),
         }
@@ -246,7 +255,7 @@ impl IpmcRank {
     }
 
     /// The call's broadcast is over on this rank.
-    fn finish(call: Begun, stats: &mut Datagrams) -> Result<(), String> {
+    fn finish(call: Box<Begun>, stats: &mut Datagrams) -> Result<(), String> {
         let b = call.run.broadcast();
         if b.data() != &call.message[..] {
             return Err(format!(
@@ -368,7 +377,7 @@ impl Program for IpmcRank {
             .chain(self.rests.iter())
             .filter_map(|c| match c {
                 Current::Chain(c) => Driver::<SimSocket>::wake_at(&c.run),
-                Current::Stage1(s) => (!s.b.stage1_done()).then(|| s.b.stage1_start()).flatten(),
+                Current::Stage1(s) => s.b.wake_at(),
             })
             .map(|d| d.as_nanos() as Ns)
             .min()
@@ -725,9 +734,13 @@ impl Program for FirstBroadcast {
             let msgs = &mut self.msgs;
             if self.setup.is_none() {
                 let cfg = Config::default();
-                let families = (true, false);
                 // The simulated datagrams are as large as the parameter says.
-                let a = Agreement::start(msgs, self.rank, self.size, cfg, families, u32::MAX);
+                let facts = Facts {
+                    families: (true, false),
+                    mtu: u32::MAX,
+                    rcvbuf: u32::MAX,
+                };
+                let a = Agreement::start(msgs, self.rank, self.size, cfg, facts);
                 self.setup = Some(a.map_err(|e| e.to_string())?);
             }
             let setup = self.setup.as_mut().expect("started");

@@ -92,6 +92,7 @@ impl Scenario {
                 auth: setup::auth_of(&cfg, Key([7; ipmc::protocol::datagram::KEY_LEN])),
                 root_wait: Duration::from_micros(cfg.root_wait_time_us),
                 background_limit: cfg.background_limit,
+                flow_window: cfg.flow_window,
             },
             pipeline_segment: 65536,
             skew_ns: 0,

@@ -219,3 +219,86 @@ fn early_returning_ranks_pipeline_back_to_back_broadcasts() {
         "root held {held} ns, early {root_free} ns"
     );
 }
+
+/// 10 Gbit/s links, host costs of one datagram per system call: the hosts,
+/// not the links, are the limit.
+fn ten_gigabit() -> Network {
+    Network {
+        rate_bps: 10_000_000_000,
+        bucket: 256 << 10,
+        ..Network::emulated()
+    }
+}
+
+/// Flow control: receivers slower than the root lose no datagram to their
+/// receive buffers (without it they lose thousands), and the slowest rank is
+/// done sooner than when the chain repairs what they lost.
+#[test]
+fn slow_receivers_lose_nothing_to_their_buffers() {
+    let net = Network {
+        slow_hosts: 2,
+        slow_factor: 2.0,
+        ..ten_gigabit()
+    };
+    let mut s = ipmc(8, 16 << 20, net);
+    let paced = run(&s);
+    assert_eq!(paced.counters.rcvbuf_drops, 0);
+    for d in receivers(&s, &paced) {
+        assert_eq!(d.bytes_chain, 0, "{d:?}");
+    }
+    s.ipmc.flow_window = usize::MAX;
+    let unpaced = run(&s);
+    assert!(
+        unpaced.counters.rcvbuf_drops > 1000,
+        "{:?}",
+        unpaced.counters
+    );
+    assert!(paced.completion_max_ns() < unpaced.completion_max_ns());
+}
+
+/// A receiver that stops for 10 ms costs about 10 ms, and no datagram.
+#[test]
+fn a_stalled_receiver_costs_time_not_bytes() {
+    let s = ipmc(8, 16 << 20, ten_gigabit());
+    let steady = run(&s).completion_max_ns();
+    let stall = 10_000_000;
+    let stalled = Scenario {
+        net: Network {
+            stall: Some((3, 2_000_000, stall)),
+            ..ten_gigabit()
+        },
+        ..s.clone()
+    };
+    let out = run(&stalled);
+    assert_eq!(out.counters.rcvbuf_drops, 0);
+    assert!(
+        out.completion_max_ns() < steady + stall + stall / 5,
+        "{} µs, steady {} µs",
+        out.completion_max_ns() / 1000,
+        steady / 1000
+    );
+}
+
+/// Small windows on rings larger than a node's children (reports pass
+/// through inner ranks), with loss up to total: every byte arrives, and a
+/// root whose receivers cannot report still finishes (after its stall
+/// limit).
+#[test]
+fn reports_climb_the_tree_whatever_is_lost() {
+    for (nodes, loss) in [(3, 0.0), (20, 0.0), (40, 0.05), (75, 0.3), (9, 1.0)] {
+        let net = Network {
+            loss,
+            ..ten_gigabit()
+        };
+        let mut s = ipmc(nodes, 1 << 20, net);
+        s.ipmc.flow_window = 64 << 10;
+        s.root = nodes / 3;
+        let out = run(&s);
+        for d in receivers(&s, &out) {
+            assert_eq!(d.bytes_multicast + d.bytes_chain, 1 << 20, "{s:?}");
+        }
+        if loss == 0.0 {
+            assert_eq!(out.counters.rcvbuf_drops, 0);
+        }
+    }
+}

@@ -300,6 +300,8 @@ fn the_driver_survives_a_misbehaving_network() {
         ][pick(3) as usize];
         s.skew_ns = [0, 1_000_000, 50_000_000][pick(3) as usize];
         s.ipmc.root_wait = std::time::Duration::from_micros([0, 500][pick(2) as usize]);
+        // Flow control as configured, with the smallest window, or off.
+        s.ipmc.flow_window = [0, 1, usize::MAX][pick(3) as usize];
         // A third of the clusters run several broadcasts back to back, with
         // other roots and lengths, some above the background limit.
         if pick(3) == 0 {

@@ -82,6 +82,9 @@ pub struct Config {
     pub if_exclude: String,
     pub ttl: u32,
     pub rcvbuf: usize,
+    /// `coll_ipmc_flow_window`: bytes the root may run ahead of its slowest
+    /// receiver; 0 sized from the receive buffers.
+    pub flow_window: usize,
     pub inject_loss_percent: u32,
     pub inject_seed: u64,
     pub ranks_are_nodes: bool,
@@ -154,6 +157,7 @@ impl Default for Config {
             if_exclude: String::new(),
             ttl: 1,
             rcvbuf: 4 << 20,
+            flow_window: 0,
             inject_loss_percent: 0,
             inject_seed: 1,
             ranks_are_nodes: false,
@@ -487,6 +491,7 @@ mod tests {
             if_exclude,
             ttl,
             rcvbuf,
+            flow_window,
             inject_loss_percent,
             inject_seed,
             ranks_are_nodes,
@@ -514,6 +519,7 @@ mod tests {
             ("if_exclude", quoted(if_exclude)),
             ("ttl", ttl.to_string()),
             ("rcvbuf", rcvbuf.to_string()),
+            ("flow_window", flow_window.to_string()),
             ("inject_loss", inject_loss_percent.to_string()),
             ("inject_seed", inject_seed.to_string()),
             ("ranks_are_nodes", ranks_are_nodes.to_string()),

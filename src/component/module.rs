@@ -675,9 +675,8 @@ impl Module {
         let cfg = self.cfg.clone();
         let loopback = comm.has_local_peer();
         let open: Open = Box::new(move |a: &Announce| open_socket(&cfg, loopback, a));
-        let (families, mtu) = interface_facts(&self.cfg);
-        let joining =
-            Joining::start(comm, self.cfg.clone(), families, mtu, open).map_err(|e| e.0)?;
+        let facts = rank_facts(&self.cfg);
+        let joining = Joining::start(comm, self.cfg.clone(), facts, open).map_err(|e| e.0)?;
         self.background.join(joining);
         self.multicast = Multicast::Joining;
         Ok(())
@@ -751,6 +750,7 @@ impl Module {
                     a.fragment_size as usize,
                     a.auth,
                     Duration::from_micros(cfg.root_wait_time_us),
+                    a.window,
                     (cfg.inject_loss_percent, seed),
                 ))
             }
@@ -827,16 +827,17 @@ fn open_socket(cfg: &Config, loopback: bool, a: &Announce) -> Result<McastSocket
     McastSocket::open(a.group, &iface, opts)
 }
 
-/// Whether the interface ipmc would choose for IPv4 and for IPv6 groups
-/// exists, i.e. has an address of that family; and the smallest MTU of
-/// those interfaces (`u32::MAX` when none tells).
-fn interface_facts(cfg: &Config) -> ((bool, bool), u32) {
+/// What this rank tells rank 0 before the draw: whether the interface ipmc
+/// would choose for IPv4 and for IPv6 groups exists, i.e. has an address of
+/// that family; the smallest MTU of those interfaces (`u32::MAX` when none
+/// tells); the receive buffer its socket will get.
+fn rank_facts(cfg: &Config) -> setup::Facts {
     let (Ok(include), Ok(exclude), Ok(addrs)) = (
         IfList::parse(&cfg.if_include),
         IfList::parse(&cfg.if_exclude),
         os::interface_addresses(),
     ) else {
-        return ((true, true), u32::MAX); // no say; opening will tell
+        return setup::Facts::UNKNOWN; // no say; opening will tell
     };
     let chosen = |v6| interfaces::choose(&addrs, &include, &exclude, v6).ok();
     let (v4, v6) = (chosen(false), chosen(true));
@@ -846,7 +847,13 @@ fn interface_facts(cfg: &Config) -> ((bool, bool), u32) {
         .filter_map(|c| interfaces::mtu(&c.name))
         .min()
         .unwrap_or(u32::MAX);
-    ((v4.is_some(), v6.is_some()), mtu)
+    let rcvbuf = mcast_socket::receive_buffer(cfg.rcvbuf)
+        .map_or(u32::MAX, |b| u32::try_from(b).unwrap_or(u32::MAX));
+    setup::Facts {
+        families: (v4.is_some(), v6.is_some()),
+        mtu,
+        rcvbuf,
+    }
 }
 
 /// How long setup waits for duplicate address detection to clear the

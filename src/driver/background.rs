@@ -50,7 +50,7 @@ use crate::driver::io::Wait;
 use crate::driver::multicast::{Driver, Ranks, Run};
 use crate::ffi::ompi;
 use crate::ffi::ompi::{Answers, Comm, Messages, Request, UserMessage};
-use crate::group::setup::{Agreed, Agreement, Announce};
+use crate::group::setup::{Agreed, Agreement, Announce, Facts};
 use crate::group::vote::Vote;
 use crate::net::mcast_socket::{McastSocket, OpenError};
 use crate::protocol::two_stage::Broadcast;
@@ -72,18 +72,11 @@ pub struct Joining {
 
 impl Joining {
     /// Starts the agreement on this rank of `comm` (it posts its first
-    /// messages); `families` are the address families of this rank's
-    /// interface, `mtu` its MTU.
-    pub fn start(
-        comm: Comm,
-        cfg: Config,
-        families: (bool, bool),
-        mtu: u32,
-        open: Open,
-    ) -> P2pResult<Self> {
+    /// messages), which tells rank 0 this rank's `facts`.
+    pub fn start(comm: Comm, cfg: Config, facts: Facts, open: Open) -> P2pResult<Self> {
         let mut msgs = Messages::new(comm);
         let (rank, size) = (comm.rank(), comm.size());
-        let agreement = Agreement::start(&mut msgs, rank, size, cfg, families, mtu)?;
+        let agreement = Agreement::start(&mut msgs, rank, size, cfg, facts)?;
         Ok(Joining {
             agreement,
             msgs,

@@ -18,6 +18,7 @@ use crate::component::stats::Datagrams;
 use crate::driver::io::{DatagramIo, MessageIo, Wait};
 use crate::ffi::ompi::{Comm, Messages};
 use crate::protocol::datagram::{self, Auth};
+use crate::protocol::flow;
 use crate::protocol::two_stage::{Broadcast, Params, Verdict};
 
 /// One broadcast's chain on this rank: the protocol state and the
@@ -26,6 +27,7 @@ use crate::protocol::two_stage::{Broadcast, Params, Verdict};
 pub struct Run<M: MessageIo> {
     b: Broadcast,
     msgs: M,
+    root: usize,
     pred: usize,
     succ: usize,
     recvs: VecDeque<M::Id>,
@@ -33,29 +35,94 @@ pub struct Run<M: MessageIo> {
     spare: Vec<Vec<u8>>,
     reply_recv: Option<M::Id>,
     reply_send: Option<M::Id>,
+    /// Whether the successor's `NEED` came.
+    reply_came: bool,
+    /// Flow control: the receive posted for each child's next report (by
+    /// distance from the root), and the reports on their way to the parent.
+    report_recvs: Vec<(usize, M::Id)>,
+    report_sends: VecDeque<M::Id>,
 }
 
 impl<M: MessageIo> Run<M> {
     /// The chain of broadcast `b` (from [`Driver::begin`]) on `rank` of `size`.
-    pub fn new(b: Broadcast, mut msgs: M, rank: usize, size: usize) -> P2pResult<Self> {
-        let succ = (rank + 1) % size;
-        // The successor's one NEED may come at any time.
-        let reply_recv = if b.expects_reply() {
-            Some(msgs.recv(succ, b.max_reply())?)
-        } else {
-            None
-        };
-        Ok(Run {
+    pub fn new(b: Broadcast, msgs: M, rank: usize, size: usize) -> P2pResult<Self> {
+        let mut run = Run {
+            root: (rank + size - b.params().vrank) % size,
             b,
             msgs,
             pred: (rank + size - 1) % size,
-            succ,
+            succ: (rank + 1) % size,
             recvs: VecDeque::with_capacity(CHAIN_WINDOW),
             sends: VecDeque::with_capacity(CHAIN_WINDOW),
             spare: Vec::new(),
-            reply_recv,
+            reply_recv: None,
             reply_send: None,
-        })
+            reply_came: false,
+            report_recvs: Vec::new(),
+            report_sends: VecDeque::new(),
+        };
+        // The successor's one NEED and the children's reports may come at
+        // any time.
+        run.post_reply_recv()?;
+        let pending: Vec<usize> = run.b.reports_pending().collect();
+        for child in pending {
+            let id = run.msgs.recv(run.rank_at(child), flow::REPORT_LEN)?;
+            run.report_recvs.push((child, id));
+        }
+        Ok(run)
+    }
+
+    /// The rank at distance `vrank` from the root.
+    fn rank_at(&self, vrank: usize) -> usize {
+        (self.root + vrank) % self.b.params().size
+    }
+
+    fn post_reply_recv(&mut self) -> P2pResult<()> {
+        if self.reply_recv.is_none() && !self.reply_came && self.b.reply_may_come() {
+            self.reply_recv = Some(self.msgs.recv(self.succ, self.b.max_reply())?);
+        }
+        Ok(())
+    }
+
+    /// Flow control: the children's reports that came, and this rank's own.
+    fn reports(&mut self, wait: Wait) -> P2pResult<()> {
+        let mut i = 0;
+        while i < self.report_recvs.len() {
+            let (child, id) = self.report_recvs[i];
+            let Some(report) = self.test(id, wait)? else {
+                i += 1;
+                continue;
+            };
+            if let Err(e) = self.b.on_report(child, &report) {
+                warn!(
+                    "flow report from rank {} refused: {e:?}",
+                    self.rank_at(child)
+                );
+                return Err(P2pError(OMPI_ERROR));
+            }
+            if self.b.reports_pending().any(|c| c == child) {
+                self.report_recvs[i].1 = self.msgs.recv(self.rank_at(child), flow::REPORT_LEN)?;
+            } else {
+                self.report_recvs.swap_remove(i);
+            }
+        }
+        self.post_reply_recv()?;
+        let mut report = self.spare.pop().unwrap_or_default();
+        match self.b.next_report(&mut report) {
+            Some(parent) => {
+                let id = self.msgs.send(self.rank_at(parent), report)?;
+                self.report_sends.push_back(id);
+            }
+            None => self.spare.push(report),
+        }
+        while let Some(&id) = self.report_sends.front() {
+            let Some(buf) = self.test(id, wait)? else {
+                break;
+            };
+            self.report_sends.pop_front();
+            self.spare.push(buf);
+        }
+        Ok(())
     }
 
     fn test(&mut self, id: M::Id, wait: Wait) -> P2pResult<Option<Vec<u8>>> {
@@ -83,6 +150,8 @@ impl<M: MessageIo> Run<M> {
                 return Err(P2pError(OMPI_ERROR));
             }
         }
+        // A report due now goes before the NEED.
+        self.reports(wait)?;
         if self.b.need_due() {
             let mut reply = self.spare.pop().unwrap_or_default();
             self.b.next_reply(&mut reply);
@@ -91,11 +160,21 @@ impl<M: MessageIo> Run<M> {
         if let Some(id) = self.reply_recv {
             if let Some(reply) = self.test(id, wait)? {
                 self.reply_recv = None;
+                self.reply_came = true;
                 if let Err(e) = self.b.on_reply(&reply) {
                     warn!("NEED from rank {succ} refused: {e:?}");
                     return Err(P2pError(OMPI_ERROR));
                 }
             }
+        }
+        // Sends that completed make room for the next ones in this turn: the
+        // turn that sees them complete may be the last for a while.
+        while let Some(&id) = self.sends.front() {
+            let Some(buf) = self.test(id, wait)? else {
+                break;
+            };
+            self.sends.pop_front();
+            self.spare.push(buf);
         }
         while self.sends.len() < CHAIN_WINDOW {
             let mut frame = self.spare.pop().unwrap_or_default();
@@ -104,13 +183,6 @@ impl<M: MessageIo> Run<M> {
                 break;
             }
             self.sends.push_back(self.msgs.send(succ, frame)?);
-        }
-        while let Some(&id) = self.sends.front() {
-            let Some(buf) = self.test(id, wait)? else {
-                break;
-            };
-            self.sends.pop_front();
-            self.spare.push(buf);
         }
         if let Some(id) = self.reply_send {
             if let Some(buf) = self.test(id, wait)? {
@@ -133,7 +205,11 @@ impl<M: MessageIo> Run<M> {
 
     /// Whether this rank's part of the broadcast is over, sends included.
     pub fn is_done(&self) -> bool {
-        self.b.is_done() && self.sends.is_empty() && self.reply_send.is_none()
+        self.b.is_done()
+            && self.sends.is_empty()
+            && self.reply_send.is_none()
+            && self.report_sends.is_empty()
+            && self.report_recvs.is_empty()
     }
 
     /// Whether the broadcast call may return and leave the rest to the
@@ -183,6 +259,8 @@ pub struct Driver<S: DatagramIo> {
     datagram_len: usize,
     auth: Auth,
     root_wait: Duration,
+    /// Flow control's window, in datagrams (0: none).
+    window: u32,
     inject: Option<LossInjector>,
     recv_buf: Vec<u8>,
     send_buf: Vec<u8>,
@@ -209,6 +287,7 @@ impl<S: DatagramIo> Driver<S> {
         fragment_size: usize,
         auth: Auth,
         root_wait: Duration,
+        window: u32,
         inject: (u32, u64),
     ) -> Self {
         let (percent, seed) = inject;
@@ -228,6 +307,7 @@ impl<S: DatagramIo> Driver<S> {
             datagram_len,
             auth,
             root_wait,
+            window,
             inject: (percent > 0).then(|| LossInjector {
                 percent,
                 rng: ChaCha8Rng::seed_from_u64(seed),
@@ -261,6 +341,7 @@ impl<S: DatagramIo> Driver<S> {
             fragment_size: self.fragment_size,
             auth: self.auth,
             root_wait: self.root_wait,
+            window: self.window,
         });
         self.next_bcast += 1;
         if let Some(data) = root_data.filter(|_| vrank == 0) {
@@ -292,7 +373,10 @@ impl<S: DatagramIo> Driver<S> {
             // queued in the socket included.
             while !b.is_complete() && self.receive(b, stats) {}
         }
-        run.turn(wait)
+        run.turn(wait)?;
+        // Reports that came in the turn may let the root send more.
+        self.multicast(&mut run.b, now, stats);
+        Ok(())
     }
 
     /// Stage 1 alone, for a broadcast whose chain cannot start yet (the
@@ -308,8 +392,7 @@ impl<S: DatagramIo> Driver<S> {
     /// When a broadcast waiting for nothing but time needs its next step:
     /// the root's start of stage 1.
     pub fn wake_at<M: MessageIo>(run: &Run<M>) -> Option<Duration> {
-        let b = &run.b;
-        (!b.stage1_done()).then(|| b.stage1_start()).flatten()
+        run.b.wake_at()
     }
 
     /// Adds a finished broadcast's bytes to the statistics.
@@ -369,6 +452,9 @@ impl<S: DatagramIo> Driver<S> {
                 let end = n.min(at + len.max(1));
                 self.one_received(b, at..end, own, stats);
                 at = end;
+            }
+            if b.report_due() {
+                break;
             }
         }
         true

@@ -152,6 +152,7 @@ impl From<&sys::ipmc_config_t> for Config {
             if_exclude: c_string(c.if_exclude),
             ttl: u32::try_from(c.ttl).unwrap_or(1),
             rcvbuf: c.rcvbuf,
+            flow_window: c.flow_window,
             inject_loss_percent: u32::try_from(c.inject_loss).unwrap_or(0),
             inject_seed: u64::try_from(c.inject_seed).unwrap_or(0),
             background_limit: c.background_limit,

@@ -7,7 +7,9 @@
 //! rank failed, all of them fall back for this communicator. A first round
 //! tells rank 0 every rank's address families ([`group_range`]) and the
 //! smallest MTU of their interfaces, which bounds the fragment size it
-//! announces ([`fitting_fragment`]): no datagram is cut by IP. Only
+//! announces ([`fitting_fragment`]): no datagram is cut by IP; and the
+//! smallest receive buffer, which sizes flow control's window
+//! ([`flow_window`]). Only
 //! point-to-point messages of the communicator itself are used (four rounds
 //! along a binomial tree rooted at rank 0, [`Agreement`]), never a collective.
 
@@ -21,10 +23,11 @@ use crate::net::mcast_socket::OpenError;
 use crate::protocol::datagram::{self, Auth, Key, KEY_LEN};
 
 /// Layout version of the setup messages.
-const VERSION: u8 = 3;
-/// Bytes of round 0's message: the address families, the smallest MTU.
-const FAMILIES_LEN: usize = 1 + 4;
-const ANNOUNCE_LEN: usize = 1 + 1 + 16 + 2 + 8 + 8 + 1 + 8 + KEY_LEN;
+const VERSION: u8 = 4;
+/// Bytes of round 0's message: the address families, the smallest MTU and
+/// receive buffer.
+const FAMILIES_LEN: usize = 1 + 4 + 4;
+const ANNOUNCE_LEN: usize = 1 + 1 + 16 + 2 + 8 + 8 + 1 + 8 + KEY_LEN + 4;
 const VERDICT_LEN: usize = 1 + 4;
 /// Most bytes of the reason a rank reports with its failure.
 const REASON_MAX: usize = 400;
@@ -54,6 +57,29 @@ pub struct Announce {
     pub auth: Auth,
     /// The other parameters every rank must share (see [`fingerprint`]).
     pub fingerprint: u64,
+    /// Flow control's window, in datagrams (0: none; [`flow_window`]).
+    pub window: u32,
+}
+
+/// What a rank tells rank 0 about itself before the draw.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Facts {
+    /// Whether its interface has an IPv4 and an IPv6 address.
+    pub families: (bool, bool),
+    /// Its interface's MTU (`u32::MAX`: no bound).
+    pub mtu: u32,
+    /// The receive buffer its multicast socket will get, bytes (`u32::MAX`:
+    /// unknown).
+    pub rcvbuf: u32,
+}
+
+impl Facts {
+    /// A rank that has no say: every family, no bound.
+    pub const UNKNOWN: Facts = Facts {
+        families: (true, true),
+        mtu: u32::MAX,
+        rcvbuf: u32::MAX,
+    };
 }
 
 impl Announce {
@@ -77,6 +103,7 @@ impl Announce {
             fragment_size: cfg.fragment_size as u64,
             auth: auth_of(cfg, Key(key)),
             fingerprint: fingerprint(cfg),
+            window: 0,
         })
     }
 
@@ -106,6 +133,7 @@ impl Announce {
         out.push(mode);
         out.extend_from_slice(&self.fingerprint.to_be_bytes());
         out.extend_from_slice(&key.0);
+        out.extend_from_slice(&self.window.to_be_bytes());
         debug_assert_eq!(out.len(), ANNOUNCE_LEN);
         out
     }
@@ -137,6 +165,7 @@ impl Announce {
                 }
             },
             fingerprint: u64_at(37),
+            window: u32::from_be_bytes(b[45 + KEY_LEN..].try_into().expect("4 bytes")),
         })
     }
 
@@ -186,6 +215,26 @@ pub fn group_range(cfg: &Config, has_ipv4_and_ipv6: impl FnOnce() -> (bool, bool
         cfg.group_range.clone()
     }
 }
+
+/// Flow control's window in datagrams of `datagram_len` bytes, for
+/// `coll_ipmc_flow_window` bytes (`param`; 0: a quarter of `rcvbuf`, the
+/// smallest receive buffer any rank gets, which the kernel charges with
+/// each datagram's buffer overhead too). Never below [`MIN_WINDOW`]
+/// datagrams; 0 (no flow control) when the receive buffers are unknown.
+pub fn flow_window(param: usize, rcvbuf: u32, datagram_len: usize) -> u32 {
+    let bytes = match param {
+        0 if rcvbuf == u32::MAX => return 0,
+        0 => rcvbuf as usize / 4,
+        b => b,
+    };
+    u32::try_from(bytes / datagram_len.max(1))
+        .unwrap_or(u32::MAX)
+        .max(MIN_WINDOW)
+}
+
+/// The smallest window: the root would otherwise wait for reports more
+/// than it sends.
+pub const MIN_WINDOW: u32 = 16;
 
 /// The largest fragment of at most `bound` bytes whose datagram fits an MTU
 /// of `mtu` bytes in one IP packet (of the group's family): IP then never
@@ -467,6 +516,8 @@ pub struct Agreement<S, M: MessageIo> {
     families: (bool, bool),
     /// This rank's interface MTU, then (on rank 0) the smallest of all.
     mtu: u32,
+    /// This rank's receive buffer, then (on rank 0) the smallest of all.
+    rcvbuf: u32,
     /// This rank's CPU computes AES-128-GMAC in hardware, then (on rank 0)
     /// every rank's does: a tag is then GMAC's ([`datagram::gmac_is_fast`]).
     fast_gmac: bool,
@@ -479,17 +530,19 @@ pub struct Agreement<S, M: MessageIo> {
 }
 
 impl<S, M: MessageIo> Agreement<S, M> {
-    /// Starts the agreement on this rank, whose interface has the address
-    /// `families` (IPv4, IPv6) and an MTU of `mtu` bytes (`u32::MAX`: no
-    /// bound).
+    /// Starts the agreement on this rank, which tells rank 0 its `facts`.
     pub fn start(
         msgs: &mut M,
         rank: usize,
         size: usize,
         cfg: Config,
-        families: (bool, bool),
-        mtu: u32,
+        facts: Facts,
     ) -> P2pResult<Self> {
+        let Facts {
+            families,
+            mtu,
+            rcvbuf,
+        } = facts;
         let (parent, children) = tree(rank, size);
         let mut a = Agreement {
             rank,
@@ -501,6 +554,7 @@ impl<S, M: MessageIo> Agreement<S, M> {
             got: Vec::new(),
             families,
             mtu,
+            rcvbuf,
             fast_gmac: datagram::gmac_is_fast(),
             draw: 1,
             verdict: Vec::new(),
@@ -583,16 +637,26 @@ impl<S, M: MessageIo> Agreement<S, M> {
                     .fold(own, |bits, b| bits & b.first().copied().unwrap_or(0));
                 self.families = (bits & 1 != 0, bits & 2 != 0);
                 self.fast_gmac = bits & 4 != 0;
+                let word = |b: &[u8], at: usize| {
+                    Some(u32::from_be_bytes(b.get(at..at + 4)?.try_into().ok()?))
+                };
                 self.mtu = got
                     .iter()
-                    .filter_map(|b| {
-                        Some(u32::from_be_bytes(b.get(1..FAMILIES_LEN)?.try_into().ok()?))
-                    })
+                    .filter_map(|b| word(b, 1))
                     .fold(self.mtu, u32::min);
+                self.rcvbuf = got
+                    .iter()
+                    .filter_map(|b| word(b, 5))
+                    .fold(self.rcvbuf, u32::min);
                 match parent {
                     None => self.announce_draw(msgs, open)?,
                     Some(p) => {
-                        let up = [&[bits][..], &self.mtu.to_be_bytes()].concat();
+                        let up = [
+                            &[bits][..],
+                            &self.mtu.to_be_bytes(),
+                            &self.rcvbuf.to_be_bytes(),
+                        ]
+                        .concat();
                         self.waiting = vec![msgs.send(p, up)?, msgs.recv(p, ANNOUNCE_LEN)?];
                         self.round = Round::Announce;
                     }
@@ -680,7 +744,8 @@ impl<S, M: MessageIo> Agreement<S, M> {
         if range != self.cfg.group_range {
             log::info!("not every rank's interface has IPv4: groups from {range}");
         }
-        let (mtu, fast_gmac) = (self.mtu, self.fast_gmac);
+        let (mtu, fast_gmac, rcvbuf) = (self.mtu, self.fast_gmac, self.rcvbuf);
+        let window_param = self.cfg.flow_window;
         let announce = Announce::draw(&self.cfg, &range).map(|mut a| {
             let fitting =
                 fitting_fragment(a.fragment_size as usize, mtu, a.group.is_ipv6(), a.auth);
@@ -691,6 +756,8 @@ impl<S, M: MessageIo> Agreement<S, M> {
             if let (Auth::Tag(key), true) = (a.auth, fast_gmac && gmac_is_faster(fitting)) {
                 a.auth = Auth::Gmac(key);
             }
+            let datagram_len = fitting + datagram::Protection::new(a.auth).overhead();
+            a.window = flow_window(window_param, rcvbuf, datagram_len);
             a
         });
         let bytes = announce.as_ref().map(Announce::encode).unwrap_or_default();
@@ -801,6 +868,7 @@ mod tests {
     /// A rank's interface families, MTU and whether its CPU computes GMAC
     /// in hardware.
     type RankFacts = ((bool, bool), u32, bool);
+    const RCVBUF: u32 = 1 << 20;
 
     /// Runs the agreement on `size` ranks; `open(rank, draw)` is each rank's
     /// result of opening its socket (its socket stands for the announcement
@@ -815,7 +883,12 @@ mod tests {
             let cfg = Config::default();
             let mut opened = Vec::new();
             let (families, mtu, fast_gmac) = families(rank);
-            let mut a = Agreement::start(msgs, rank, size, cfg, families, mtu).unwrap();
+            let facts = Facts {
+                families,
+                mtu,
+                rcvbuf: RCVBUF + rank as u32,
+            };
+            let mut a = Agreement::start(msgs, rank, size, cfg, facts).unwrap();
             a.fast_gmac = fast_gmac;
             let agreed = a
                 .finish(msgs, &mut |a| {
@@ -982,6 +1055,7 @@ mod tests {
                 fragment_size: 4096,
                 auth: Auth::Tag(Key([7; KEY_LEN])),
                 fingerprint: 99,
+                window: 1234,
             };
             assert_eq!(Announce::decode(&a.encode()), Some(a));
             for auth in [

@@ -124,6 +124,7 @@ impl McastSocket {
             )?;
         }
         let granted_rcvbuf = doing("reading the receive buffer size", recv.recv_buffer_size())?;
+        // Flow control's window was sized from what `receive_buffer` found.
         if let Err(e) = recv.bind(&bind_address(group, iface).into()) {
             return Err(OpenError {
                 why: format!("binding to {group}: {e}"),
@@ -356,4 +357,18 @@ impl crate::driver::io::DatagramIo for McastSocket {
         Ok(os::recv_segments(self.recv.as_raw_fd(), buf)?
             .map(|r| (r.len, r.segment, r.from == Some(self.own))))
     }
+}
+
+/// The receive buffer a multicast socket that asks for `requested` bytes
+/// (0: the system's default) gets on this host, as the kernel reports it
+/// (with its overhead: Linux doubles the request, capped at
+/// `net.core.rmem_max`); `None` if no socket can tell.
+pub fn receive_buffer(requested: usize) -> Option<usize> {
+    let probe = Socket::new(Domain::IPV4, Type::DGRAM, Some(Protocol::UDP))
+        .or_else(|_| Socket::new(Domain::IPV6, Type::DGRAM, Some(Protocol::UDP)))
+        .ok()?;
+    if requested > 0 {
+        probe.set_recv_buffer_size(requested).ok()?;
+    }
+    probe.recv_buffer_size().ok()
 }

@@ -2,4 +2,5 @@
 //! broadcast as a state machine. Pure: no I/O, no clock, no Open MPI.
 
 pub mod datagram;
+pub mod flow;
 pub mod two_stage;

@@ -45,6 +45,7 @@ use std::ops::Range;
 use std::time::Duration;
 
 use crate::protocol::datagram::{self, Auth, Header, Protection, Reject};
+use crate::protocol::flow::{self, Flow, ReportError};
 
 /// Bytes of a chain frame before the fragment's payload.
 pub const CHAIN_HEADER_LEN: usize = 4;
@@ -73,6 +74,9 @@ pub struct Params {
     pub auth: Auth,
     /// How long the root waits, from [`Broadcast::start_root`], before it multicasts.
     pub root_wait: Duration,
+    /// Flow control's window, in datagrams: how far the root may run ahead
+    /// of its slowest receiver (0: no flow control; [`crate::protocol::flow`]).
+    pub window: u32,
 }
 
 /// What became of one received datagram.
@@ -192,6 +196,9 @@ pub struct Broadcast {
     data_sent: u32,
     bytes_by_multicast: u64,
     bytes_by_chain: u64,
+    flow: Flow,
+    /// Root: since when it has had datagrams to send and no credit.
+    blocked_since: Option<Duration>,
 }
 
 impl Broadcast {
@@ -236,6 +243,8 @@ impl Broadcast {
             data_sent: 0,
             bytes_by_multicast: 0,
             bytes_by_chain: 0,
+            flow: Flow::new(fragments, params.window, params.size, params.vrank),
+            blocked_since: None,
         }
     }
 
@@ -299,7 +308,15 @@ impl Broadcast {
         if self.next_multicast >= self.fragments || self.stage1_start().map_or(true, |t| now < t) {
             return 0;
         }
-        let end = self.fragments.min(
+        if self.flow.credit(self.fragments) <= self.next_multicast {
+            let since = *self.blocked_since.get_or_insert(now);
+            if now.saturating_sub(since) < flow::STALL_LIMIT {
+                return 0;
+            }
+            self.flow.release();
+        }
+        self.blocked_since = None;
+        let end = self.flow.credit(self.fragments).min(
             self.next_multicast
                 .saturating_add(max.try_into().unwrap_or(u32::MAX)),
         );
@@ -389,6 +406,7 @@ impl Broadcast {
         if self.is_root() {
             return Verdict::Own;
         }
+        self.flow.passed(h.fragment);
         if h.fragment + 1 == self.fragments {
             self.last_seen = true;
         }
@@ -561,6 +579,61 @@ impl Broadcast {
         Ok(())
     }
 
+    /// Root: when it next needs a step though nothing came: the start of
+    /// stage 1, or the end of its wait for reports ([`flow::STALL_LIMIT`]).
+    pub fn wake_at(&self) -> Option<Duration> {
+        if self.stage1_done() {
+            return None;
+        }
+        match self.blocked_since {
+            Some(t) => Some(t.saturating_add(flow::STALL_LIMIT)),
+            None => self.stage1_start(),
+        }
+    }
+
+    /// The flow control report due to the parent now, encoded into `out`,
+    /// and the parent (a distance from the root); `None` when none is due.
+    /// The last report always goes before this rank's `NEED` (see
+    /// [`crate::protocol::flow`]): call this first.
+    pub fn next_report(&mut self, out: &mut Vec<u8>) -> Option<usize> {
+        let over = self.end_due();
+        let checkpoint = self.flow.report_due(over)?;
+        self.flow.reported(checkpoint);
+        out.clear();
+        out.extend_from_slice(&checkpoint.to_le_bytes());
+        self.flow.parent()
+    }
+
+    /// Whether a flow control report is due: the driver then stops reading
+    /// datagrams for a turn of the chain, which sends it, so that the
+    /// root's credit does not wait for a whole burst of reads.
+    pub fn report_due(&self) -> bool {
+        self.flow.report_due(self.end_due()).is_some()
+    }
+
+    /// The children (distances from the root) whose reports are still to
+    /// come: one receive of [`flow::REPORT_LEN`] bytes stays posted for each.
+    pub fn reports_pending(&self) -> impl Iterator<Item = usize> + '_ {
+        self.flow.children_pending()
+    }
+
+    /// A flow control report from `child` (a distance from the root).
+    pub fn on_report(&mut self, child: usize, report: &[u8]) -> Result<(), ReportError> {
+        self.flow.on_report(child, report)
+    }
+
+    /// Whether the successor's `NEED` may be received now: when the
+    /// successor is also a child in the reporting tree, its `NEED` follows
+    /// its last report.
+    pub fn reply_may_come(&self) -> bool {
+        self.expects_reply() && !self.flow.awaits(1)
+    }
+
+    /// Whether this rank's flow control reports are all sent and received.
+    pub fn flow_done(&self) -> bool {
+        self.flow.is_done()
+    }
+
     /// Whether this rank owns every fragment (the data is complete).
     pub fn is_complete(&self) -> bool {
         self.owned_count == self.fragments
@@ -581,7 +654,7 @@ impl Broadcast {
                 && self.succ_need_came
                 && self.owed_count == 0
                 && self.ready.is_empty());
-        self.is_complete() && self.stage1_done() && from_pred && to_succ
+        self.is_complete() && self.stage1_done() && from_pred && to_succ && self.flow.is_done()
     }
 
     /// Payload bytes that first arrived by multicast, and by the chain.
@@ -690,6 +763,7 @@ mod tests {
             fragment_size,
             auth: Auth::crc(true),
             root_wait: Duration::ZERO,
+            window: 0,
         }
     }
 

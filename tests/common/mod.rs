@@ -357,8 +357,10 @@ pub struct Cluster {
     pub hosts: usize,
     /// Ranks per host (1 when 0).
     pub slots: usize,
-    /// Rate limit of every link, e.g. `100mbit`.
+    /// Rate limit of every link, e.g. `100mbit`, and the bytes a link may
+    /// send at once above it (`tbf` burst; 10 Gbit/s needs `256kb`).
     pub rate: Option<&'static str>,
+    pub burst: Option<&'static str>,
     /// Percent of received multicast datagrams every host drops.
     pub loss: u32,
     /// Per-host loss instead of `loss`: (host 1..=N, percent).
@@ -395,6 +397,9 @@ impl Cluster {
         let mut o = vec!["--slots".to_string(), self.slots.max(1).to_string()];
         if let Some(rate) = self.rate {
             o.extend(["--rate".into(), rate.into()]);
+        }
+        if let Some(burst) = self.burst {
+            o.extend(["--burst".into(), burst.into()]);
         }
         if self.loss > 0 {
             o.extend(["--loss".into(), self.loss.to_string()]);
