@@ -175,7 +175,7 @@ fn stopping_receiver(flow_window: &str) -> (Vec<u64>, Vec<Line>) {
          timeout --kill-after=10 {} mpirun $CLUSTER_MPIRUN --host \"$CLUSTER_HOSTS\" -np 3 {job}; \
          rc=$?; kill $stopper; wait $stopper 2>/dev/null; \
          for h in $hosts; do \
-           echo \"rcvbuf_errors $h $(ip netns exec $h awk '/^Udp: R/ {{for (i = 2; i <= NF; i++) if ($i == \"RcvbufErrors\") c = i}} /^Udp: [0-9]/ {{print $c}}' /proc/net/snmp)\"; \
+           echo \"rcvbuf_errors $h $(ip netns exec $h awk '/^Udp: [A-Z]/ {{for (i = 2; i <= NF; i++) if ($i == \"RcvbufErrors\") c = i}} /^Udp: [0-9]/ {{print $c}}' /proc/net/snmp)\"; \
          done; exit $rc",
         common::JOB_TIMEOUT,
     ));
