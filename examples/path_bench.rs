@@ -101,7 +101,8 @@ fn socket(args: &Args) -> Result<(McastSocket, usize, Protection), String> {
     let path = match args.get("--path")? {
         "offload" => DatagramPath::Offload,
         "single" => DatagramPath::Single,
-        p => return Err(format!("--path: offload or single, not {p}")),
+        "mmsg" => DatagramPath::Batched,
+        p => return Err(format!("--path: offload, mmsg or single, not {p}")),
     };
     let opts = Options {
         ttl: 1,
@@ -151,17 +152,24 @@ fn send(args: &Args) -> Result<(), String> {
 }
 
 fn recv(args: &Args) -> Result<(), String> {
-    let (mut s, _, prot) = socket(args)?;
+    let (mut s, fragment, prot) = socket(args)?;
+    let s_datagram_len = fragment + prot.overhead();
     let until = Instant::now() + args.seconds()?;
-    let mut buf = vec![0u8; (64 << 10) + 1];
+    let mut buf = vec![0u8; s.receive_buffer(s_datagram_len)];
+    let mut places = Vec::new();
     let (mut bytes, mut count, mut first, mut last) = (0u64, 0u64, None, Instant::now());
     let cpu0 = thread_cpu_time();
     while Instant::now() < until {
-        match s.recv_batch(&mut buf).map_err(|e| e.to_string())? {
-            Some((n, len, _)) => {
-                for d in buf[..n].chunks(len.max(1)) {
+        places.clear();
+        match s
+            .recv_batch(&mut buf, &mut places)
+            .map_err(|e| e.to_string())?
+        {
+            0 => std::thread::sleep(Duration::from_micros(20)),
+            _ => {
+                for p in &places {
                     // Checked as ipmc checks a datagram: its tag, where it lies.
-                    if let Ok(d) = datagram::verify(d, &prot) {
+                    if let Ok(d) = datagram::verify(&buf[p.bytes.clone()], &prot) {
                         bytes += d.payload.len() as u64;
                         count += 1;
                     }
@@ -169,7 +177,6 @@ fn recv(args: &Args) -> Result<(), String> {
                 first.get_or_insert_with(Instant::now);
                 last = Instant::now();
             }
-            None => std::thread::sleep(Duration::from_micros(20)),
         }
     }
     let seconds = first.map_or(0.0, |f| (last - f).as_secs_f64());

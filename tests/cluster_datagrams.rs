@@ -124,6 +124,7 @@ fn each_way_of_passing_datagrams_carries_every_byte() {
     for (value, path) in [
         ("1", "UDP segmentation and receive offload"),
         ("2", "one datagram per system call"),
+        ("3", "sendmmsg and recvmmsg"),
         ("0", "UDP segmentation and receive offload"),
     ] {
         let ran = run(&cluster, &[("coll_ipmc_datagram_io", value)]);

@@ -142,10 +142,11 @@ fn inside() {
     batches_cut_into_datagrams(&lo, opts);
 }
 
-/// Many datagrams per system call (UDP segmentation and receive offload):
-/// one send of 10 datagrams of 1,000 bytes, the last shorter; the other
-/// socket reads them in batches that name the datagram length, the sender's
-/// own copy marked as its own; one datagram per call reads the same bytes.
+/// Many datagrams per system call (UDP segmentation and receive offload,
+/// or `sendmmsg` and `recvmmsg`): one send of 10 datagrams of 1,000 bytes,
+/// the last shorter; the other sockets read them in batches, each datagram
+/// at its length, the sender's own copy marked as its own; one datagram per
+/// call reads the same bytes.
 fn batches_cut_into_datagrams(lo: &ipmc::net::interfaces::Chosen, opts: Options) {
     let group: SocketAddr = "239.192.10.4:6002".parse().unwrap();
     let offload = Options {
@@ -155,9 +156,16 @@ fn batches_cut_into_datagrams(lo: &ipmc::net::interfaces::Chosen, opts: Options)
     let mut tx = McastSocket::open(group, lo, offload).unwrap();
     let mut rx = McastSocket::open(group, lo, offload).unwrap();
     let mut single = McastSocket::open(group, lo, opts).unwrap();
+    let batched = Options {
+        path: DatagramPath::Batched,
+        ..opts
+    };
+    let mut mmsg = McastSocket::open(group, lo, batched).unwrap();
     assert_eq!(tx.path(), "UDP segmentation and receive offload");
     assert_eq!(single.path(), "one datagram per system call");
+    assert_eq!(mmsg.path(), "sendmmsg and recvmmsg");
     assert!(tx.batch_limit() >= 10);
+    assert!(mmsg.batch_limit() >= 10);
     assert_eq!(single.batch_limit(), 1);
     let mut batch = Vec::new();
     for k in 0..10u8 {
@@ -168,15 +176,19 @@ fn batches_cut_into_datagrams(lo: &ipmc::net::interfaces::Chosen, opts: Options)
     let read = |s: &mut McastSocket| {
         let (mut datagrams, mut calls, mut own) = (Vec::new(), 0, Vec::new());
         let deadline = Instant::now() + Duration::from_secs(2);
-        let mut buf = vec![0u8; (64 << 10) + 1];
+        let mut buf = vec![0u8; s.receive_buffer(1000)];
+        let mut places = Vec::new();
         while datagrams.len() < 10 && Instant::now() < deadline {
-            match s.recv_batch(&mut buf).unwrap() {
-                Some((n, len, mine)) => {
+            places.clear();
+            match s.recv_batch(&mut buf, &mut places).unwrap() {
+                0 => std::thread::sleep(Duration::from_millis(5)),
+                _ => {
                     calls += 1;
-                    own.push(mine);
-                    datagrams.extend(buf[..n].chunks(len).map(<[u8]>::to_vec));
+                    for p in &places {
+                        own.push(p.own);
+                        datagrams.push(buf[p.bytes.clone()].to_vec());
+                    }
                 }
-                None => std::thread::sleep(Duration::from_millis(5)),
             }
         }
         (datagrams, calls, own)
@@ -191,6 +203,17 @@ fn batches_cut_into_datagrams(lo: &ipmc::net::interfaces::Chosen, opts: Options)
     assert!(own.iter().all(|o| !o), "{own:?}");
     let (got, calls, _) = read(&mut single);
     assert_eq!((got, calls), (want.clone(), 10), "one datagram per read");
+    let (got, calls, own) = read(&mut mmsg);
+    assert_eq!(got, want, "recvmmsg");
+    assert!(calls < 10, "recvmmsg gave {calls} reads for 10 datagrams");
+    assert!(own.iter().all(|o| !o), "{own:?}");
+    // sendmmsg: the same datagrams, one call.
+    assert_eq!(mmsg.send_batch(&batch, 1000).unwrap(), 10);
+    let (got, _, _) = read(&mut rx);
+    assert_eq!(got, want, "sent by sendmmsg");
+    let (got, _, own) = read(&mut mmsg);
+    assert_eq!(got, want);
+    assert!(own.iter().all(|o| *o), "sendmmsg's own copy: {own:?}");
     let (got, _, own) = read(&mut tx);
     assert_eq!(got, want);
     assert!(own.iter().all(|o| *o), "the sender's own copy: {own:?}");

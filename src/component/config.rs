@@ -109,14 +109,17 @@ pub enum DatagramPath {
     Offload,
     /// One per system call.
     Single,
+    /// Many per system call without offload: `sendmmsg` and `recvmmsg`.
+    Batched,
 }
 
 impl DatagramPath {
-    /// The parameter's value, 0 to 2.
+    /// The parameter's value, 0 to 3.
     pub fn from_param(v: i32) -> Self {
         match v {
             1 => DatagramPath::Offload,
             2 => DatagramPath::Single,
+            3 => DatagramPath::Batched,
             _ => DatagramPath::Auto,
         }
     }

@@ -4,6 +4,7 @@
 //! Time is not I/O here: the driver is told the time at every step.
 
 use std::fmt;
+use std::ops::Range;
 
 use crate::algorithms::transport::P2pResult;
 
@@ -25,20 +26,34 @@ pub trait DatagramIo {
     fn send_batch(&mut self, batch: &[u8], len: usize) -> std::io::Result<usize> {
         send_one_by_one(self, batch, len)
     }
-    /// Whether [`DatagramIo::recv_batch`] may return several datagrams at once
-    /// (then its buffer must hold 64 KiB).
-    fn receives_batches(&self) -> bool {
-        false
+    /// Bytes of buffer [`DatagramIo::recv_batch`] needs for datagrams of
+    /// up to `datagram_len` bytes: one more, so that a longer datagram shows
+    /// as such rather than cut to a valid length, or room for a batch.
+    fn receive_buffer(&self, datagram_len: usize) -> usize {
+        datagram_len + 1
     }
-    /// Reads what waits into `buf`, several datagrams of one sender where the
-    /// socket gives them at once: the bytes, the length of each datagram in
-    /// them (the last may be shorter), whether this rank sent them; `None`
-    /// when none waits.
-    fn recv_batch(&mut self, buf: &mut [u8]) -> std::io::Result<Option<(usize, usize, bool)>> {
-        Ok(self.recv(buf)?.map(|(n, own)| (n, n, own)))
+    /// Reads what waits into `buf` (of [`DatagramIo::receive_buffer`]
+    /// bytes), several datagrams where the socket gives them at once:
+    /// appends where each lies in `buf` to `out`; how many (0: none waits).
+    fn recv_batch(&mut self, buf: &mut [u8], out: &mut Vec<Place>) -> std::io::Result<usize> {
+        Ok(match self.recv(buf)? {
+            Some((n, own)) => {
+                out.push(Place { bytes: 0..n, own });
+                1
+            }
+            None => 0,
+        })
     }
     /// The group, for messages.
     fn group(&self) -> String;
+}
+
+/// Where a datagram [`DatagramIo::recv_batch`] read lies in its buffer, and
+/// whether this rank sent it (looped back).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Place {
+    pub bytes: Range<usize>,
+    pub own: bool,
 }
 
 /// [`DatagramIo::send_batch`] one datagram per [`DatagramIo::send`].

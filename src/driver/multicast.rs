@@ -15,7 +15,7 @@ use rand_chacha::ChaCha8Rng;
 
 use crate::algorithms::transport::{P2pError, P2pResult};
 use crate::component::stats::Datagrams;
-use crate::driver::io::{DatagramIo, MessageIo, Wait};
+use crate::driver::io::{DatagramIo, MessageIo, Place, Wait};
 use crate::ffi::ompi::{Comm, Messages};
 use crate::protocol::datagram::{self, Auth};
 use crate::protocol::flow;
@@ -234,9 +234,6 @@ const CHAIN_WINDOW: usize = 16;
 /// Receives per turn of the progress loop before the chain gets a turn (each
 /// may hold many datagrams, with UDP receive offload).
 const RECV_BURST: usize = 64;
-/// Bytes of the receive buffer where UDP receive offload hands over several
-/// datagrams at once (at most 64 KiB), and one byte more, as below.
-const RECV_BATCH_BUFFER: usize = (64 << 10) + 1;
 /// Bytes of datagrams of later broadcasts a rank keeps for when it gets
 /// there: a root that enters first may run a few broadcasts ahead.
 const STASH_LIMIT: usize = 4 << 20;
@@ -263,6 +260,8 @@ pub struct Driver<S: DatagramIo> {
     window: u32,
     inject: Option<LossInjector>,
     recv_buf: Vec<u8>,
+    /// Where the datagrams of the last read lie in `recv_buf`.
+    places: Vec<Place>,
     send_buf: Vec<u8>,
     /// Datagrams of later broadcasts, oldest first, and their total bytes.
     stash: VecDeque<Vec<u8>>,
@@ -292,13 +291,7 @@ impl<S: DatagramIo> Driver<S> {
     ) -> Self {
         let (percent, seed) = inject;
         let datagram_len = fragment_size + datagram::Protection::new(auth).overhead();
-        // One byte more than the longest valid datagram shows overlong ones
-        // as such rather than cut to a valid length.
-        let recv_len = if socket.receives_batches() {
-            RECV_BATCH_BUFFER.max(datagram_len + 1)
-        } else {
-            datagram_len + 1
-        };
+        let recv_len = socket.receive_buffer(datagram_len);
         Driver {
             socket,
             comm_id,
@@ -313,6 +306,7 @@ impl<S: DatagramIo> Driver<S> {
                 rng: ChaCha8Rng::seed_from_u64(seed),
             }),
             recv_buf: vec![0; recv_len],
+            places: Vec::new(),
             send_buf: Vec::new(),
             stash: VecDeque::new(),
             stash_bytes: 0,
@@ -438,21 +432,20 @@ impl<S: DatagramIo> Driver<S> {
     /// protocol; whether the burst was used up (more may be waiting).
     fn receive(&mut self, b: &mut Broadcast, stats: &mut Datagrams) -> bool {
         for _ in 0..RECV_BURST {
-            let (n, len, own) = match self.socket.recv_batch(&mut self.recv_buf) {
-                Ok(Some(got)) => got,
-                Ok(None) => return false,
+            let mut places = std::mem::take(&mut self.places);
+            places.clear();
+            match self.socket.recv_batch(&mut self.recv_buf, &mut places) {
+                Ok(0) => return false,
+                Ok(_) => {}
                 Err(e) => {
                     debug!("multicast receive failed: {e}");
                     return false;
                 }
-            };
-            // Each `len` bytes are one datagram (the last may be shorter).
-            let mut at = 0;
-            while at < n {
-                let end = n.min(at + len.max(1));
-                self.one_received(b, at..end, own, stats);
-                at = end;
             }
+            for p in places.drain(..) {
+                self.one_received(b, p.bytes, p.own, stats);
+            }
+            self.places = places;
             if b.report_due() {
                 break;
             }

@@ -1,6 +1,7 @@
 //! Calls into the operating system, with nothing of Open MPI: the interface
 //! list (`getifaddrs(3)`), random bytes for keys, the thread's CPU time, and
-//! UDP's batched paths (segmentation and receive offload).
+//! UDP's batched paths (segmentation and receive offload; `sendmmsg` and
+//! `recvmmsg` where the kernel lacks those).
 
 use std::ffi::{c_int, CStr};
 use std::net::{Ipv4Addr, Ipv6Addr, SocketAddr, SocketAddrV4, SocketAddrV6};
@@ -226,6 +227,121 @@ pub fn recv_segments(fd: RawFd, buf: &mut [u8]) -> std::io::Result<Option<Receiv
         from,
         truncated: msg.msg_flags & libc::MSG_TRUNC != 0,
     }))
+}
+
+/// Most datagrams one [`send_datagrams`] or [`recv_datagrams`] passes.
+pub const MMSG_MAX: usize = 64;
+
+/// Sends `batch` on connected, non-blocking UDP socket `fd` as datagrams of
+/// `len` bytes each (the last may be shorter) in one `sendmmsg(2)`: how many
+/// the kernel took, from the first; 0 when its buffer is full. An error when
+/// the first cannot be sent at all.
+pub fn send_datagrams(fd: RawFd, batch: &[u8], len: usize) -> std::io::Result<usize> {
+    let mut iovs: Vec<libc::iovec> = batch
+        .chunks(len.max(1))
+        .take(MMSG_MAX)
+        .map(|d| libc::iovec {
+            iov_base: d.as_ptr().cast_mut().cast(),
+            iov_len: d.len(),
+        })
+        .collect();
+    // SAFETY: all-zero is a valid mmsghdr (no name, no control).
+    let mut msgs: Vec<libc::mmsghdr> = vec![unsafe { std::mem::zeroed() }; iovs.len()];
+    for (m, iov) in msgs.iter_mut().zip(iovs.iter_mut()) {
+        m.msg_hdr.msg_iov = iov;
+        m.msg_hdr.msg_iovlen = 1;
+    }
+    // SAFETY: each mmsghdr points to one iovec of a live slice of `batch`,
+    // which the kernel only reads; the socket is connected, so no name.
+    let n = unsafe {
+        libc::sendmmsg(
+            fd,
+            msgs.as_mut_ptr(),
+            msgs.len() as libc::c_uint,
+            libc::MSG_DONTWAIT,
+        )
+    };
+    if n < 0 {
+        let e = std::io::Error::last_os_error();
+        return match e.kind() {
+            std::io::ErrorKind::WouldBlock => Ok(0),
+            _ => Err(e),
+        };
+    }
+    Ok(n as usize)
+}
+
+/// One datagram of a [`recv_datagrams`]: where it lies in the buffer, and
+/// its sender.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Slot {
+    pub start: usize,
+    pub len: usize,
+    pub from: Option<SocketAddr>,
+}
+
+/// Receives up to [`MMSG_MAX`] waiting datagrams on non-blocking UDP socket
+/// `fd` in one `recvmmsg(2)`, the i-th into `buf[i * stride..]` (at most
+/// `stride` bytes each; a longer one is cut, so give `stride` one byte more
+/// than the longest valid datagram). Appends each to `out`; how many.
+pub fn recv_datagrams(
+    fd: RawFd,
+    buf: &mut [u8],
+    stride: usize,
+    out: &mut Vec<Slot>,
+) -> std::io::Result<usize> {
+    let slots = (buf.len() / stride.max(1)).min(MMSG_MAX);
+    if slots == 0 {
+        return Ok(0);
+    }
+    // SAFETY: all-zero is a valid value of these plain C structs.
+    let mut from: Vec<libc::sockaddr_storage> = vec![unsafe { std::mem::zeroed() }; slots];
+    let mut iovs: Vec<libc::iovec> = buf
+        .chunks_mut(stride)
+        .take(slots)
+        .map(|c| libc::iovec {
+            iov_base: c.as_mut_ptr().cast(),
+            iov_len: c.len(),
+        })
+        .collect();
+    // SAFETY: as above.
+    let mut msgs: Vec<libc::mmsghdr> = vec![unsafe { std::mem::zeroed() }; slots];
+    for ((m, iov), f) in msgs.iter_mut().zip(iovs.iter_mut()).zip(from.iter_mut()) {
+        m.msg_hdr.msg_iov = iov;
+        m.msg_hdr.msg_iovlen = 1;
+        m.msg_hdr.msg_name = (f as *mut libc::sockaddr_storage).cast();
+        m.msg_hdr.msg_namelen = std::mem::size_of::<libc::sockaddr_storage>() as libc::socklen_t;
+    }
+    // SAFETY: each mmsghdr points to a live, disjoint slot of `buf` and a
+    // sockaddr_storage, of the lengths given with them, which the kernel
+    // fills at most; no timeout.
+    let n = unsafe {
+        libc::recvmmsg(
+            fd,
+            msgs.as_mut_ptr(),
+            slots as libc::c_uint,
+            libc::MSG_DONTWAIT,
+            ptr::null_mut(),
+        )
+    };
+    if n < 0 {
+        let e = std::io::Error::last_os_error();
+        return match e.kind() {
+            std::io::ErrorKind::WouldBlock => Ok(0),
+            _ => Err(e),
+        };
+    }
+    let n = n as usize;
+    for (i, (m, f)) in msgs.iter().zip(&from).take(n).enumerate() {
+        out.push(Slot {
+            start: i * stride,
+            len: (m.msg_len as usize).min(stride),
+            // SAFETY: recvmmsg wrote a sockaddr of the family its first
+            // field names, within `f`.
+            from: unsafe { socket_address(f) },
+        });
+    }
+    Ok(n)
 }
 
 /// The address in a `sockaddr_storage`, as std's `recv_from` gives it.

@@ -9,8 +9,9 @@
 //! non-blocking: a full buffer never stalls Open MPI's progress. Where the
 //! kernel offers them, the send socket has UDP segmentation offload (one
 //! send, many datagrams) and the receive socket UDP receive offload (one
-//! receive, many datagrams of one sender); `docs/datagram.md`, "Between
-//! ipmc and the kernel".
+//! receive, many datagrams of one sender); where it does not, `sendmmsg` and
+//! `recvmmsg` still pass many datagrams per call; `docs/datagram.md`,
+//! "Between ipmc and the kernel".
 
 use std::io;
 use std::net::{IpAddr, SocketAddr, SocketAddrV6, UdpSocket};
@@ -19,7 +20,7 @@ use std::os::fd::AsRawFd;
 use socket2::{Domain, InterfaceIndexOrAddress, Protocol, Socket, Type};
 
 use crate::component::config::DatagramPath;
-use crate::driver::io::send_one_by_one;
+use crate::driver::io::{send_one_by_one, Place};
 use crate::ffi::os;
 use crate::net::interfaces::Chosen;
 
@@ -61,6 +62,10 @@ pub struct McastSocket {
     gso: bool,
     /// Receives may hold several datagrams (UDP GRO).
     gro: bool,
+    /// Where offload is off: many datagrams per `sendmmsg` and `recvmmsg`.
+    mmsg: bool,
+    /// Senders of the datagrams of one `recvmmsg`.
+    slots: Vec<os::Slot>,
     /// The segment size of a batch (see [`Options::datagram_len`]).
     datagram_len: usize,
 }
@@ -216,17 +221,30 @@ impl McastSocket {
             granted_rcvbuf,
             gso,
             gro,
+            mmsg: opts.path != DatagramPath::Single,
+            slots: Vec::new(),
             datagram_len: opts.datagram_len,
         })
     }
 
-    /// How datagrams pass: "segmentation and receive offload", … (for messages).
-    pub fn path(&self) -> &'static str {
-        match (self.gso, self.gro) {
-            (true, true) => "UDP segmentation and receive offload",
-            (true, false) => "UDP segmentation offload, one datagram per receive",
-            (false, true) => "one datagram per send, UDP receive offload",
-            (false, false) => "one datagram per system call",
+    /// How datagrams pass: "UDP segmentation and receive offload", … (for
+    /// messages).
+    pub fn path(&self) -> String {
+        let send = match (self.gso, self.mmsg) {
+            (true, _) => "UDP segmentation offload",
+            (false, true) => "sendmmsg",
+            (false, false) => "one datagram per send",
+        };
+        let recv = match (self.gro, self.mmsg) {
+            (true, _) => "UDP receive offload",
+            (false, true) => "recvmmsg",
+            (false, false) => "one datagram per receive",
+        };
+        match (self.gso, self.gro, self.mmsg) {
+            (true, true, _) => "UDP segmentation and receive offload".into(),
+            (false, false, true) => "sendmmsg and recvmmsg".into(),
+            (false, false, false) => "one datagram per system call".into(),
+            _ => format!("{send}, {recv}"),
         }
     }
 
@@ -268,7 +286,7 @@ impl McastSocket {
 /// `recv` as `opts.path` asks: where the kernel lacks one, the automatic
 /// choice goes without it, a forced one fails. Whether each is on.
 fn offload(send: &Socket, recv: &Socket, opts: Options) -> Result<(bool, bool), String> {
-    if opts.path == DatagramPath::Single {
+    if matches!(opts.path, DatagramPath::Single | DatagramPath::Batched) {
         return Ok((false, false));
     }
     let gso = os::set_udp_segment(send.as_raw_fd(), opts.datagram_len);
@@ -286,7 +304,7 @@ fn offload(send: &Socket, recv: &Socket, opts: Options) -> Result<(bool, bool), 
     }
     for (what, r) in [("segmentation", &gso), ("receive", &gro)] {
         if let Err(e) = r {
-            log::info!("UDP {what} offload unavailable ({e}): one datagram per system call");
+            log::info!("UDP {what} offload unavailable ({e}): sendmmsg and recvmmsg instead");
         }
     }
     Ok((gso.is_ok(), gro.is_ok()))
@@ -320,6 +338,8 @@ impl crate::driver::io::DatagramIo for McastSocket {
     fn batch_limit(&self) -> usize {
         if self.gso {
             (MAX_SEND / self.datagram_len.max(1)).clamp(1, MAX_SEGMENTS)
+        } else if self.mmsg {
+            os::MMSG_MAX
         } else {
             1
         }
@@ -327,6 +347,9 @@ impl crate::driver::io::DatagramIo for McastSocket {
 
     fn send_batch(&mut self, batch: &[u8], len: usize) -> io::Result<usize> {
         if !self.gso {
+            if self.mmsg {
+                return os::send_datagrams(self.send.as_raw_fd(), batch, len);
+            }
             return send_one_by_one(self, batch, len);
         }
         // The kernel cuts the batch into datagrams of the segment size set
@@ -337,25 +360,67 @@ impl crate::driver::io::DatagramIo for McastSocket {
             Err(e) if e.kind() == io::ErrorKind::WouldBlock => Ok(0),
             Err(e) => {
                 // A device that cannot offload (no checksum offload, say):
-                // one datagram per call from now on.
-                log::info!("UDP segmentation offload failed ({e}): one datagram per send");
+                // sendmmsg from now on.
+                log::info!("UDP segmentation offload failed ({e}): sendmmsg instead");
                 let _ = os::set_udp_segment(self.send.as_raw_fd(), 0);
                 self.gso = false;
-                send_one_by_one(self, batch, len)
+                self.mmsg = true;
+                os::send_datagrams(self.send.as_raw_fd(), batch, len)
             }
         }
     }
 
-    fn receives_batches(&self) -> bool {
-        self.gro
+    fn receive_buffer(&self, datagram_len: usize) -> usize {
+        if self.gro {
+            // A receive holds at most 64 KiB, and one byte more shows an
+            // overlong datagram as such.
+            ((64 << 10) + 1).max(datagram_len + 1)
+        } else if self.mmsg {
+            (datagram_len + 1) * os::MMSG_MAX
+        } else {
+            datagram_len + 1
+        }
     }
 
-    fn recv_batch(&mut self, buf: &mut [u8]) -> io::Result<Option<(usize, usize, bool)>> {
-        if !self.gro {
-            return Ok(McastSocket::recv(self, buf)?.map(|(n, own)| (n, n, own)));
+    fn recv_batch(&mut self, buf: &mut [u8], out: &mut Vec<Place>) -> io::Result<usize> {
+        let fd = self.recv.as_raw_fd();
+        if self.gro {
+            let Some(r) = os::recv_segments(fd, buf)? else {
+                return Ok(0);
+            };
+            // Datagrams of one sender back to back, the last maybe shorter.
+            let own = r.from == Some(self.own);
+            let before = out.len();
+            let mut at = 0;
+            while at < r.len {
+                let end = r.len.min(at + r.segment.max(1));
+                out.push(Place {
+                    bytes: at..end,
+                    own,
+                });
+                at = end;
+            }
+            return Ok(out.len() - before);
         }
-        Ok(os::recv_segments(self.recv.as_raw_fd(), buf)?
-            .map(|r| (r.len, r.segment, r.from == Some(self.own))))
+        if self.mmsg {
+            let stride = buf.len() / os::MMSG_MAX;
+            if stride > self.datagram_len {
+                self.slots.clear();
+                let n = os::recv_datagrams(fd, buf, stride, &mut self.slots)?;
+                out.extend(self.slots.iter().map(|s| Place {
+                    bytes: s.start..s.start + s.len,
+                    own: s.from == Some(self.own),
+                }));
+                return Ok(n);
+            }
+        }
+        Ok(match McastSocket::recv(self, buf)? {
+            Some((n, own)) => {
+                out.push(Place { bytes: 0..n, own });
+                1
+            }
+            None => 0,
+        })
     }
 }
 
