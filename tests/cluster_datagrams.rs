@@ -137,16 +137,16 @@ fn each_way_of_passing_datagrams_carries_every_byte() {
     }
 }
 
-/// 4 MiB broadcasts with changing roots at 10 Gbit/s, while the rank on the
-/// last host is stopped for 20 ms every 50 ms (its socket keeps receiving):
-/// the datagrams the kernel of each host dropped for a full receive buffer,
-/// and the statistics.
-fn stopping_receiver(flow_window: &str) -> (Vec<u64>, Vec<Line>) {
-    let cluster = Cluster {
-        rate: Some("10gbit"),
-        burst: Some("256kb"),
-        ..Cluster::hosts(3)
-    };
+/// 4 MiB broadcasts with changing roots at 10 Gbit/s with multicast forced
+/// and 1 MiB receive buffers on `cluster`, with `flow_window`; with
+/// `stopping`, the ranks on the last host are stopped for 20 ms every 50 ms
+/// (their sockets keep receiving). The datagrams the kernel of each host
+/// dropped for a full receive buffer, and the statistics.
+fn receive_buffer_drops(
+    cluster: &Cluster,
+    flow_window: &str,
+    stopping: bool,
+) -> (Vec<u64>, Vec<Line>) {
     let mca = [
         ("coll_ipmc_print_statistics", "1"),
         ("coll_ipmc_bcast_algorithm", "3"),
@@ -165,22 +165,28 @@ fn stopping_receiver(flow_window: &str) -> (Vec<u64>, Vec<Line>) {
         "0",
     ];
     let job = common::job_line(&mca, "bcast_check", &args);
+    let stopper = if stopping {
+        "( while sleep 0.05; do \
+             pids=$(ip netns pids $last 2>/dev/null | xargs -r ps -o pid= -o comm= -p | awk '$2 == \"bcast_check\" {print $1}'); \
+             [ -n \"$pids\" ] || continue; \
+             kill -STOP $pids 2>/dev/null; sleep 0.02; kill -CONT $pids 2>/dev/null; \
+           done ) &"
+    } else {
+        "sleep 1 &"
+    };
     let run = cluster.run_script(&format!(
         "hosts=$(echo \"$CLUSTER_HOSTS\" | tr , ' ' | sed 's/:[0-9]*//g'); \
          last=${{hosts##* }}; \
-         ( while sleep 0.05; do \
-             pids=$(ip netns pids $last 2>/dev/null | xargs -r ps -o pid= -o comm= -p | awk '$2 == \"bcast_check\" {{print $1}}'); \
-             [ -n \"$pids\" ] || continue; \
-             kill -STOP $pids 2>/dev/null; sleep 0.02; kill -CONT $pids 2>/dev/null; \
-           done ) & stopper=$!; \
-         timeout --kill-after=10 {} mpirun $CLUSTER_MPIRUN --host \"$CLUSTER_HOSTS\" -np 3 {job}; \
-         rc=$?; kill $stopper; wait $stopper 2>/dev/null; \
+         {stopper} stopper=$!; \
+         timeout --kill-after=10 {} mpirun $CLUSTER_MPIRUN --host \"$CLUSTER_HOSTS\" -np {} {job}; \
+         rc=$?; kill $stopper 2>/dev/null; wait $stopper 2>/dev/null; \
          for h in $hosts; do \
            echo \"rcvbuf_errors $h $(ip netns exec $h awk '/^Udp: [A-Z]/ {{for (i = 2; i <= NF; i++) if ($i == \"RcvbufErrors\") c = i}} /^Udp: [0-9]/ {{print $c}}' /proc/net/snmp)\"; \
          done; exit $rc",
         common::JOB_TIMEOUT,
+        cluster.ranks(),
     ));
-    let world = world_stats(&run, 3);
+    let world = world_stats(&run, cluster.ranks());
     print_stats(&world);
     let errors: Vec<u64> = run
         .output
@@ -193,13 +199,22 @@ fn stopping_receiver(flow_window: &str) -> (Vec<u64>, Vec<Line>) {
                 .unwrap()
         })
         .collect();
-    assert_eq!(errors.len(), 3, "{}", run.output);
+    assert_eq!(errors.len(), cluster.hosts, "{}", run.output);
     (errors, world)
+}
+
+fn ten_gigabit(hosts: usize) -> Cluster {
+    Cluster {
+        rate: Some("10gbit"),
+        burst: Some("256kb"),
+        ..Cluster::hosts(hosts)
+    }
 }
 
 #[test]
 fn a_receiver_that_keeps_stopping_loses_nothing_to_its_buffer() {
-    let (paced, world) = stopping_receiver("0");
+    let cluster = ten_gigabit(3);
+    let (paced, world) = receive_buffer_drops(&cluster, "0", true);
     eprintln!("flow control: receive buffer errors per host {paced:?}");
     assert_eq!(
         paced,
@@ -209,7 +224,20 @@ fn a_receiver_that_keeps_stopping_loses_nothing_to_its_buffer() {
     assert!(sum(&world, "mcast_bytes") > 0);
     // Without flow control the same run overflows the stopped rank's buffer:
     // the test sees what it checks.
-    let (unpaced, _) = stopping_receiver("1099511627776");
+    let (unpaced, _) = receive_buffer_drops(&cluster, "1099511627776", true);
     eprintln!("no flow control: receive buffer errors per host {unpaced:?}");
     assert!(unpaced.iter().sum::<u64>() > 0, "{unpaced:?}");
+}
+
+/// With two ranks on each host, a root's own datagrams come back to its
+/// socket (loop-back): read as they come, they never fill it.
+#[test]
+fn a_roots_own_datagrams_never_fill_its_buffer() {
+    let cluster = Cluster {
+        slots: 2,
+        ..ten_gigabit(2)
+    };
+    let (drops, world) = receive_buffer_drops(&cluster, "0", false);
+    assert_eq!(drops, [0, 0], "receive buffers overflowed");
+    assert!(sum(&world, "own") > 0, "no own datagram came back");
 }

@@ -359,7 +359,7 @@ impl<S: DatagramIo> Driver<S> {
     ) -> P2pResult<()> {
         let b = &mut run.b;
         self.multicast(b, now, stats);
-        if !b.is_complete() {
+        if wants_datagrams(b) {
             self.receive(b, stats);
         }
         if b.need_due() {
@@ -378,7 +378,7 @@ impl<S: DatagramIo> Driver<S> {
     /// as far as the socket takes them, and the datagrams waiting.
     pub fn stage1(&mut self, b: &mut Broadcast, now: Duration, stats: &mut Datagrams) {
         self.multicast(b, now, stats);
-        if !b.is_complete() {
+        if wants_datagrams(b) {
             self.receive(b, stats);
         }
     }
@@ -394,6 +394,14 @@ impl<S: DatagramIo> Driver<S> {
         stats.bytes_multicast += b.bytes_by_multicast();
         stats.bytes_chain += b.bytes_by_chain();
     }
+}
+
+/// Whether a step reads the socket: a rank that lacks fragments, and the
+/// root, whose own datagrams come back to its socket when other ranks share
+/// its host (loop-back): read and dropped as they come, they never fill its
+/// receive buffer, whose overflow the kernel counts with every other.
+fn wants_datagrams(b: &Broadcast) -> bool {
+    !b.is_complete() || b.params().vrank == 0
 }
 
 impl<S: DatagramIo> Driver<S> {
