@@ -540,14 +540,14 @@ impl Engine {
             .map_err(|e| format!("rank {h} at {} µs: {e}", now / 1000))?;
         // The host's work this step: what went through its socket and its
         // point-to-point layer.
-        let (messages, bytes) = {
+        let (messages, sent_or_read, bytes) = {
             let mut s = host.io.socket.borrow_mut();
             let mut p = host.io.p2p.borrow_mut();
-            let m = (s.messages + p.messages, s.bytes + p.bytes);
+            let m = (p.messages, s.messages, s.bytes + p.bytes);
             (s.messages, s.bytes, p.messages, p.bytes) = (0, 0, 0, 0);
             m
         };
-        let cost = self.net.host_cost(messages, bytes);
+        let cost = self.net.host_cost(messages, sent_or_read, bytes);
         let end = now
             + if slow {
                 (cost as f64 * self.net.slow_factor) as Ns
@@ -575,7 +575,7 @@ impl Engine {
         }
         // A step that did something may have made another one useful, as
         // the component's own loop would turn again.
-        if messages > 0 || bytes > 0 {
+        if messages > 0 || sent_or_read > 0 || bytes > 0 {
             self.wake(h);
         } else if let Some(t) = wake_at.filter(|&t| t > now) {
             let host = &mut self.hosts[h];

@@ -11,7 +11,7 @@ const USAGE: &str = "\
 usage: simulate --nodes N --size BYTES [--loss PCT] [--burst LEN] [--rate MBITS]
                 [--latency-us US] [--queue BYTES] [--bucket BYTES]
                 [--tcp-window BYTES] [--tcp-queue BYTES] [--message-us US]
-                [--byte-ps PS] [--leaf-hosts N] [--trunk-rate MBITS]
+                [--datagram-us US] [--byte-ps PS] [--leaf-hosts N] [--trunk-rate MBITS]
                 [--trunk-queue BYTES] [--preset emulated|clic]
                 [--slow-hosts N] [--slow-factor F]
                 [--stall-host H] [--stall-at-us US] [--stall-us US]
@@ -29,7 +29,7 @@ scatter-allgather above 2000 nodes) runs a model of Open MPI tuned's
 broadcast on the same network. Loss is per receiver and datagram, in bursts
 of mean length LEN (default 1: independent). The options after --bucket set
 a point-to-point connection's window and share of its host's link queue and
-a host's cost per message and per byte; --slow-hosts makes the last N ranks'
+a host's cost per point-to-point message, per datagram and per byte; --slow-hosts makes the last N ranks'
 host costs F times as large (default 2), --stall-host stops rank H from
 --stall-at-us (default 0) for --stall-us (default 10000) while its socket
 still receives. --flow-window sets coll_ipmc_flow_window (off: no flow
@@ -195,7 +195,7 @@ fn default_peers(nodes: usize) -> Vec<Algorithm> {
 }
 
 /// The options that change the network of a preset.
-const NET_FLAGS: [&str; 18] = [
+const NET_FLAGS: [&str; 19] = [
     "--loss",
     "--burst",
     "--rate",
@@ -205,6 +205,7 @@ const NET_FLAGS: [&str; 18] = [
     "--tcp-window",
     "--tcp-queue",
     "--message-us",
+    "--datagram-us",
     "--byte-ps",
     "--leaf-hosts",
     "--trunk-rate",
@@ -249,6 +250,7 @@ fn set_network(net: &mut Network, set: &[(String, String)]) -> Result<f64, Strin
             "--tcp-window" if v >= 1.0 => net.tcp_window = v as usize,
             "--tcp-queue" if v >= 1.0 => net.tcp_queue = v as usize,
             "--message-us" if v >= 0.0 => net.per_message_ns = (v * 1e3) as u64,
+            "--datagram-us" if v >= 0.0 => net.per_datagram_ns = (v * 1e3) as u64,
             "--byte-ps" if v >= 0.0 => net.per_byte_ps = v as u64,
             "--leaf-hosts" if v >= 0.0 && v.fract() == 0.0 => net.leaf_hosts = v as usize,
             "--trunk-rate" if v > 0.0 => net.trunk_rate_bps = (v * 1e6) as u64,
@@ -281,7 +283,7 @@ fn us(ns: u64) -> f64 {
 /// The simulator's model of each peer of `scripts/compare` it has one of.
 fn model_of(peer: &str) -> Option<Algorithm> {
     match peer {
-        "ipmc-mcast" => Some(Algorithm::Ipmc),
+        "ipmc-mcast" | "ipmc-multicast" => Some(Algorithm::Ipmc),
         "tuned-6" => Some(Algorithm::Binomial),
         "tuned-3-seg64k" => Some(Algorithm::Pipeline),
         "tuned-9" => Some(Algorithm::ScatterAllgather),

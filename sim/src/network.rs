@@ -63,8 +63,10 @@ pub struct Network {
     /// acknowledged (its window).
     pub tcp_queue: usize,
     pub tcp_window: usize,
-    /// Host cost of each message or datagram sent or received.
+    /// Host cost of each point-to-point message sent or received.
     pub per_message_ns: Ns,
+    /// Host cost of each multicast datagram sent or received.
+    pub per_datagram_ns: Ns,
     /// Host cost of each byte sent or received, picoseconds.
     pub per_byte_ps: u64,
     /// Hosts slower than the others: the last `slow_hosts` ranks' host
@@ -102,6 +104,7 @@ impl Network {
             tcp_queue: 64 << 10,
             tcp_window: 64 << 10,
             per_message_ns: 5_000,
+            per_datagram_ns: 1_800,
             per_byte_ps: 500,
             slow_hosts: 0,
             slow_factor: 1.0,
@@ -131,6 +134,7 @@ impl Network {
             tcp_queue: 64 << 10,
             tcp_window: 64 << 10,
             per_message_ns: 20_000,
+            per_datagram_ns: 20_000,
             per_byte_ps: 2_000,
             slow_hosts: 0,
             slow_factor: 1.0,
@@ -167,9 +171,12 @@ impl Network {
         len + MESSAGE_HEADER <= self.eager_limit
     }
 
-    /// A host's cost of `messages` messages and `bytes` bytes.
-    pub fn host_cost(&self, messages: u64, bytes: u64) -> Ns {
-        messages * self.per_message_ns + bytes * self.per_byte_ps / 1000
+    /// A host's cost of `messages` point-to-point messages, `datagrams`
+    /// datagrams and `bytes` bytes.
+    pub fn host_cost(&self, messages: u64, datagrams: u64, bytes: u64) -> Ns {
+        messages * self.per_message_ns
+            + datagrams * self.per_datagram_ns
+            + bytes * self.per_byte_ps / 1000
     }
 }
 

@@ -57,6 +57,9 @@ impl Algorithm {
 }
 
 /// What to simulate.
+/// The links' MTU: the simulated IP fragments carry 1,480 bytes.
+pub const MTU: u32 = 1500;
+
 #[derive(Clone, Debug)]
 pub struct Scenario {
     pub nodes: usize,
@@ -81,6 +84,7 @@ impl Scenario {
     /// ipmc at its default parameters on `net`.
     pub fn new(nodes: usize, size: usize, net: Network) -> Self {
         let cfg = Config::default();
+        let auth = setup::auth_of(&cfg, Key([7; ipmc::protocol::datagram::KEY_LEN]));
         Scenario {
             nodes,
             size,
@@ -88,8 +92,10 @@ impl Scenario {
             net,
             algorithm: Algorithm::Ipmc,
             ipmc: IpmcParams {
-                fragment_size: cfg.fragment_size,
-                auth: setup::auth_of(&cfg, Key([7; ipmc::protocol::datagram::KEY_LEN])),
+                // What rank 0 announces on links of 1,500 bytes: datagrams
+                // that IP does not fragment.
+                fragment_size: setup::fitting_fragment(cfg.fragment_size, MTU, false, auth),
+                auth,
                 root_wait: Duration::from_micros(cfg.root_wait_time_us),
                 background_limit: cfg.background_limit,
                 flow_window: cfg.flow_window,

@@ -11,6 +11,7 @@ fn wire_only() -> Network {
     Network {
         bucket: 0,
         per_message_ns: 0,
+        per_datagram_ns: 0,
         per_byte_ps: 0,
         ..Network::emulated()
     }
