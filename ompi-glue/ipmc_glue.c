@@ -5,7 +5,10 @@
 #include "ompi_config.h"
 
 #include <pthread.h>
+#include <errno.h>
+#include <stdio.h>
 #include <stdlib.h>
+#include <unistd.h>
 
 #include "ompi/attribute/attribute.h"
 #include "ompi/communicator/communicator.h"
@@ -181,6 +184,35 @@ int ipmc_comm_has_local_peer(struct ompi_communicator_t *comm)
     return 0;
 }
 
+int ipmc_comm_split(struct ompi_communicator_t *comm, int color, int key, const char *name,
+                    struct ompi_communicator_t **out)
+{
+    *out = NULL;
+    struct ompi_communicator_t *part = NULL;
+    int rc = ompi_comm_split(comm, color < 0 ? MPI_UNDEFINED : color, key, &part, false);
+    if (OMPI_SUCCESS != rc || NULL == part || MPI_COMM_NULL == part) {
+        return rc;
+    }
+    /* The name shows in statistics; MPI's own call, not a tool's. */
+    (void) PMPI_Comm_set_name(part, name);
+    *out = part;
+    return OMPI_SUCCESS;
+}
+
+void ipmc_comm_free(struct ompi_communicator_t **comm)
+{
+    if (NULL != *comm) {
+        (void) ompi_comm_free(comm);
+    }
+    *comm = NULL;
+}
+
+int ipmc_comm_bcast(struct ompi_communicator_t *comm, void *buf, int count,
+                    struct ompi_datatype_t *dt, int root)
+{
+    return comm->c_coll->coll_bcast(buf, count, dt, root, comm, comm->c_coll->coll_bcast_module);
+}
+
 size_t ipmc_dt_size(struct ompi_datatype_t *dt)
 {
     size_t size = 0;
@@ -332,7 +364,30 @@ void ipmc_log(int level, const char *line)
     opal_output_verbose(level, mca_coll_ipmc_output, "%s", line);
 }
 
-void ipmc_print(const char *line) { opal_output(0, "%s", line); }
+/* opal_output's stream 0 writes a long line in pieces, which Open MPI 5.0's
+   runtime may interleave with other processes' lines: one write(2) of the
+   whole line, with opal_output's own prefix, keeps each line whole. */
+void ipmc_print(const char *line)
+{
+    char *out = NULL;
+    int n = asprintf(&out, "[%s:%05d] %s\n", opal_process_info.nodename, (int) getpid(), line);
+    if (n < 0) {
+        opal_output(0, "%s", line);
+        return;
+    }
+    size_t done = 0;
+    while (done < (size_t) n) {
+        ssize_t w = write(STDERR_FILENO, out + done, (size_t) n - done);
+        if (w < 0 && EINTR == errno) {
+            continue;
+        }
+        if (w <= 0) {
+            break;
+        }
+        done += (size_t) w;
+    }
+    free(out);
+}
 
 /* The modex key of ipmc's configuration digest. */
 #define IPMC_MODEX_KEY "coll.ipmc.config"

@@ -36,8 +36,21 @@ struct Job {
 /// broadcast's bytes accounted for, no datagram rejected as garbage. Prints
 /// the run's time and the per-rank figures of `MPI_COMM_WORLD`.
 fn run_checked(what: &str, cluster: &Cluster, args: &[&str], setup: &str) -> Job {
+    run_checked_with(what, cluster, &[], args, setup)
+}
+
+/// As [`run_checked`], with the parameters `mca` too.
+fn run_checked_with(
+    what: &str,
+    cluster: &Cluster,
+    mca: &[(&str, &str)],
+    args: &[&str],
+    setup: &str,
+) -> Job {
     let started = Instant::now();
-    let run = cluster.mpirun(&[("coll_ipmc_print_statistics", "1")], "bcast_check", args);
+    let mut all = vec![("coll_ipmc_print_statistics", "1")];
+    all.extend_from_slice(mca);
+    let run = cluster.mpirun(&all, "bcast_check", args);
     println!(
         "{what}: {:.1} s, waiting for other runs of this binary included ({cluster:?}, bcast_check {})",
         started.elapsed().as_secs_f64(),
@@ -337,8 +350,10 @@ fn stats_by_host(output: &str) -> Vec<(String, Line)> {
         .collect()
 }
 
-/// `slots` ranks on each of `hosts` hosts. Loop-back is on exactly on the
-/// communicators some of whose ranks share a host: on those the program
+/// `slots` ranks on each of `hosts` hosts, every rank multicasting (the
+/// algorithm forced: by itself ipmc takes two levels there, below). Loop-back
+/// is on exactly on the communicators some of whose ranks share a host: on
+/// those the program
 /// checked (each rank a root of many broadcasts, and a receiver after),
 /// every rank that multicast recognises its own datagrams; on the others no
 /// rank sees any. (The helper communicators of `MPI_Intercomm_create` share
@@ -349,9 +364,10 @@ fn ranks_per_host(hosts: usize, slots: usize) {
         slots,
         ..Cluster::hosts(hosts)
     };
-    let job = run_checked(
+    let job = run_checked_with(
         &format!("{slots} ranks on each of {hosts} hosts"),
         &cluster,
+        &[("coll_ipmc_bcast_algorithm", "3")],
         &["--max-bytes", SWEEP],
         "ok",
     );
@@ -403,6 +419,62 @@ fn two_ranks_on_each_of_8_hosts() {
 #[test]
 fn four_ranks_on_each_of_4_hosts() {
     ranks_per_host(4, 4);
+}
+
+/// By itself, on hosts of several ranks, ipmc broadcasts over two levels
+/// (seed 001): on each communicator the program checks, every rank's calls
+/// go that way and none of its ranks multicasts; the leaders' communicator
+/// of each holds one rank per host and multicasts (the fixed automatic rule,
+/// `tune_calls 0`: from 2 KiB on 3 nodes or more), so every host's kernel
+/// gets each datagram once; the node-local parts are Open MPI's.
+#[test]
+fn hosts_of_several_ranks_broadcast_over_two_levels() {
+    let (hosts, slots) = (3, 3);
+    let cluster = Cluster {
+        slots,
+        ..Cluster::hosts(hosts)
+    };
+    let job = run_checked_with(
+        "two levels",
+        &cluster,
+        &[("coll_ipmc_tune_calls", "0")],
+        &["--max-bytes", SWEEP],
+        "none",
+    );
+    let lines = stats_by_host(&job.run.output);
+    for comm in ["world", "dup", "reversed"] {
+        let mine: Vec<&(String, Line)> = lines.iter().filter(|(_, s)| s["comm"] == comm).collect();
+        assert_eq!(mine.len(), hosts * slots, "{comm}: {}", job.run.output);
+        for (host, s) in &mine {
+            assert!(tally(s, "two_level").0 > 0, "{comm} on {host}: {s:?}");
+            assert_eq!(tally(s, "multicast").0, 0, "{comm} on {host}: {s:?}");
+            assert_eq!(
+                num(s, "sent") + num(s, "recv"),
+                0,
+                "{comm} on {host}: {s:?}"
+            );
+        }
+        let leaders: Vec<&(String, Line)> = lines
+            .iter()
+            .filter(|(_, s)| s["comm"] == format!("ipmc leaders of {comm}"))
+            .collect();
+        let on: HashSet<&str> = leaders.iter().map(|(h, _)| h.as_str()).collect();
+        assert_eq!(
+            (leaders.len(), on.len()),
+            (hosts, hosts),
+            "one leader per host on {comm}: {leaders:?}"
+        );
+        for (host, s) in &leaders {
+            assert_eq!(s["setup"], "ok", "{host}: {s:?}");
+            assert!(tally(s, "multicast").0 > 0, "{host}: {s:?}");
+            assert!(num(s, "sent") + num(s, "useful") > 0, "{host}: {s:?}");
+        }
+    }
+    assert!(
+        !job.run.output.contains("comm=\"ipmc node of"),
+        "ipmc served a node-local part:\n{}",
+        job.run.output
+    );
 }
 
 #[test]

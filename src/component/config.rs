@@ -21,17 +21,21 @@ pub enum Algorithm {
     Binomial,
     /// Open MPI's binary tree (coll/base, unsegmented; tuned's algorithm 5).
     Binary,
+    /// Two levels, where nodes hold several ranks: among one leader per
+    /// node by ipmc, inside each node by Open MPI ([`crate::component::levels`]).
+    TwoLevel,
 }
 
 impl Algorithm {
     /// Every algorithm, in the order statistics print them.
-    pub const ALL: [Algorithm; 6] = [
+    pub const ALL: [Algorithm; 7] = [
         Algorithm::Linear,
         Algorithm::Chain,
         Algorithm::Multicast,
         Algorithm::Previous,
         Algorithm::Binomial,
         Algorithm::Binary,
+        Algorithm::TwoLevel,
     ];
 
     /// The name used in logs and statistics.
@@ -43,6 +47,7 @@ impl Algorithm {
             Algorithm::Previous => "previous",
             Algorithm::Binomial => "binomial",
             Algorithm::Binary => "binary",
+            Algorithm::TwoLevel => "two_level",
         }
     }
 

@@ -2,6 +2,7 @@
 //! per-communicator module that dispatches each broadcast.
 
 pub mod config;
+pub mod levels;
 pub(crate) mod logging;
 pub mod module;
 pub mod nodes;

@@ -10,6 +10,7 @@ use crate::algorithms::nonblocking::Shape;
 use crate::algorithms::transport::Transport;
 use crate::algorithms::{chain, linear};
 use crate::component::config::{Algorithm, Config};
+use crate::component::levels::{Layout, Levels};
 use crate::component::nodes::Nodes;
 use crate::component::stats::Stats;
 use crate::component::tuning::{self, Due, Sample, Tuner};
@@ -142,6 +143,18 @@ impl Disagreement {
     }
 }
 
+/// Whether a communicator's broadcasts run over two levels (nodes hold
+/// several ranks), and where that stands.
+enum TwoLevels {
+    /// One level: every rank takes part in ipmc's algorithms itself.
+    No,
+    /// Two levels, split at the first broadcast.
+    Pending(Layout),
+    Ready(Levels),
+    /// The split failed: one level from now on.
+    Failed,
+}
+
 /// Where a communicator stands with its multicast group.
 enum Multicast {
     /// No agreement on a group was started: no call on the communicator
@@ -177,18 +190,28 @@ pub struct Module {
     moved: bool,
     /// The automatic choice's measurements and decisions.
     tuner: Tuner,
+    /// Two levels, where nodes hold several ranks.
+    levels: TwoLevels,
     /// This rank's measured calls as a root whose answers are awaited in
     /// the background (see `time_at_root`): ticket and sample.
     awaited: Vec<(u64, Sample)>,
 }
 
 impl Module {
-    pub fn new(cfg: Config, comm: Comm, nodes: Nodes) -> Self {
-        Self::with(cfg, comm.rank(), comm.size(), comm.cid(), nodes)
+    /// The module of `comm`, whose ranks spread over `nodes`; with the
+    /// automatic choice, a `layout` whose nodes hold several ranks makes its
+    /// broadcasts run over two levels.
+    pub fn new(cfg: Config, comm: Comm, nodes: Nodes, layout: Option<Layout>) -> Self {
+        let mut m = Self::with(cfg, comm.rank(), comm.size(), comm.cid(), nodes);
+        if let Some(layout) = layout.filter(|l| m.cfg.is_automatic() && l.has_two_levels()) {
+            m.levels = TwoLevels::Pending(layout);
+        }
+        m
     }
 
     fn with(cfg: Config, rank: usize, size: usize, cid: u32, nodes: Nodes) -> Self {
         Module {
+            levels: TwoLevels::No,
             tuner: Tuner::new(cfg.tune_calls, rank, cfg.inject_timing),
             awaited: Vec::new(),
             cfg,
@@ -250,6 +273,16 @@ impl Module {
             self.nodes.count,
             self.nodes.max_ranks
         );
+        if let TwoLevels::Pending(layout) = &self.levels {
+            // The leaders' communicator multicasts, this one never does.
+            info!(
+                "rank {} broadcasts on {} over two levels: {} node leaders, then each node",
+                self.rank,
+                comm.name(),
+                layout.nodes()
+            );
+            return Ok(());
+        }
         if self.cfg.may_multicast(self.nodes.count) {
             self.start_setup(comm)?;
         }
@@ -301,6 +334,9 @@ impl Module {
         // Leaves the group and closes the sockets.
         self.background = Background::default();
         self.multicast = Multicast::Failed;
+        if let TwoLevels::Ready(levels) = std::mem::replace(&mut self.levels, TwoLevels::Failed) {
+            levels.free();
+        }
     }
 
     /// One `MPI_Bcast` on this communicator; the error is an Open MPI code.
@@ -316,6 +352,10 @@ impl Module {
         if bytes == 0 {
             self.stats.empty += 1;
             return Ok(());
+        }
+        if !self.broken && matches!(self.levels, TwoLevels::Pending(_) | TwoLevels::Ready(_)) {
+            self.moved = true;
+            return self.run_levels(call, bytes);
         }
         // Every algorithm (and the replaced component's) uses the broadcast
         // tag: the agreement's and the votes' messages, and the frames of the
@@ -643,9 +683,35 @@ impl Module {
             Algorithm::Multicast
             | Algorithm::Previous
             | Algorithm::Binomial
-            | Algorithm::Binary => return Err(OMPI_ERROR),
+            | Algorithm::Binary
+            | Algorithm::TwoLevel => return Err(OMPI_ERROR),
         };
         result.map_err(|e| e.0)
+    }
+
+    /// The broadcast over the two levels, split at the first one.
+    fn run_levels(&mut self, call: &mut BcastCall, bytes: usize) -> Result<(), i32> {
+        if let TwoLevels::Pending(layout) = &self.levels {
+            let layout = layout.clone();
+            match Levels::split(call.comm(), layout, self.rank) {
+                Ok(levels) => self.levels = TwoLevels::Ready(levels),
+                Err(rc) => {
+                    warn!(
+                        "rank {}: splitting {} into node leaders and nodes failed ({rc})",
+                        self.rank,
+                        call.comm().name()
+                    );
+                    self.levels = TwoLevels::Failed;
+                    return Err(rc);
+                }
+            }
+        }
+        let TwoLevels::Ready(levels) = &self.levels else {
+            return Err(OMPI_ERROR);
+        };
+        levels.bcast(call)?;
+        self.stats.record(Algorithm::TwoLevel, bytes);
+        Ok(())
     }
 
     /// The two-stage broadcast on the message bytes.

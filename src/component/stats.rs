@@ -257,6 +257,10 @@ impl Stats {
                     "Broadcasts by Open MPI's binary tree (coll/base)",
                     "Message bytes broadcast by Open MPI's binary tree",
                 ),
+                Algorithm::TwoLevel => (
+                    "Broadcasts over two levels: among node leaders, then inside each node",
+                    "Message bytes broadcast over two levels",
+                ),
             };
             v.push(counter(PVAR_CALLS[alg as usize], calls, t.calls));
             v.push(counter(PVAR_BYTES[alg as usize], bytes, t.bytes));
@@ -322,6 +326,7 @@ const PVAR_CALLS: [&str; Algorithm::ALL.len()] = [
     "previous_bcasts",
     "binomial_bcasts",
     "binary_bcasts",
+    "two_level_bcasts",
 ];
 const PVAR_BYTES: [&str; Algorithm::ALL.len()] = [
     "linear_bcast_bytes",
@@ -330,6 +335,7 @@ const PVAR_BYTES: [&str; Algorithm::ALL.len()] = [
     "previous_bcast_bytes",
     "binomial_bcast_bytes",
     "binary_bcast_bytes",
+    "two_level_bcast_bytes",
 ];
 
 #[cfg(test)]

@@ -15,6 +15,7 @@ use super::ompi::{print_line, BcastCall, Comm, Request};
 use super::sys::{self, ipmc_module, ompi_communicator_t, ompi_datatype_t, ompi_request_t};
 use super::{c_line, OMPI_ERROR, OMPI_ERR_NOT_AVAILABLE, OMPI_SUCCESS};
 use crate::component::config::{Config, DatagramPath};
+use crate::component::levels::Layout;
 use crate::component::logging;
 use crate::component::module::{
     decline_node_local, decline_reason, disagreement, Module, Published,
@@ -243,7 +244,8 @@ unsafe fn comm_query(
     if let Some(reason) = decline_reason(&cfg, comm.is_inter(), size) {
         return decline(comm, reason);
     }
-    let hosts = Nodes::from_hosts((0..size).map(|r| comm.member_host(r)));
+    let hosts_of: Vec<String> = (0..size).map(|r| comm.member_host(r)).collect();
+    let hosts = Nodes::from_hosts(hosts_of.iter());
     // Every member reads the same published values, so all decline alike:
     // then the component below ipmc serves the communicator everywhere. This
     // comes first: what follows depends on parameters that may differ.
@@ -271,7 +273,8 @@ unsafe fn comm_query(
     if let Some(reason) = decline_node_local(&cfg, &nodes) {
         return decline(comm, reason);
     }
-    Box::into_raw(Box::new(Module::new(cfg, comm, nodes))).cast()
+    let layout = (!cfg.ranks_are_nodes).then(|| Layout::from_hosts(hosts_of.iter()));
+    Box::into_raw(Box::new(Module::new(cfg, comm, nodes, layout))).cast()
 }
 
 /// Says at verbose level why ipmc leaves `comm` alone; the NULL module.

@@ -191,6 +191,17 @@ impl BcastCall {
         self.whole(sys::ipmc_base_bcast_bintree)
     }
 
+    /// Runs the call, the same message, as a broadcast from `root` on `part`
+    /// (one level of the communicator, [`Comm::split`]), by whatever serves
+    /// broadcasts there.
+    pub fn on_part(&mut self, part: Comm, root: usize) -> Result<(), i32> {
+        let root = c_int::try_from(root).map_err(|_| super::OMPI_ERROR)?;
+        // SAFETY: the message is the call's own, live while it runs; `part`
+        // is a live communicator this rank belongs to, whose members enter
+        // the same broadcast (the caller's levels say so).
+        ok(unsafe { sys::ipmc_comm_bcast(part.0, self.buf, self.count, self.dt, root) })
+    }
+
     /// Ends a measured call on a rank that is not its root: tells the root
     /// that this rank has the message (see `ipmc_glue.h`).
     pub fn answer_root(&self) -> Result<(), i32> {
@@ -831,6 +842,27 @@ impl Drop for Messages {
 }
 
 impl Comm {
+    /// Splits the communicator as `MPI_Comm_split` does (collective: every
+    /// rank calls it alike), the part named `name`; `None` for a rank of no
+    /// part (`color` `None`).
+    pub fn split(self, color: Option<u32>, key: usize, name: &str) -> Result<Option<Comm>, i32> {
+        let color = color.map_or(-1, |c| c_int::try_from(c).unwrap_or(c_int::MAX));
+        let key = c_int::try_from(key).map_err(|_| super::OMPI_ERROR)?;
+        let name = c_line(name);
+        let mut part = ptr::null_mut();
+        // SAFETY: `self` is a live communicator; `name` is NUL-terminated
+        // and outlives the call; `part` is a valid out-pointer.
+        ok(unsafe { sys::ipmc_comm_split(self.0, color, key, name.as_ptr(), &mut part) })?;
+        Ok((!part.is_null()).then_some(Comm(part)))
+    }
+
+    /// Frees a part made by [`Comm::split`].
+    pub fn free(self) {
+        let mut comm = self.0;
+        // SAFETY: a part is freed once, by the module that made it.
+        unsafe { sys::ipmc_comm_free(&mut comm) }
+    }
+
     /// Takes a reference on the communicator, so that freeing it (which MPI
     /// allows while operations on it are pending) does not destroy it.
     pub fn retain(self) {

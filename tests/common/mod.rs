@@ -448,7 +448,18 @@ impl Cluster {
             self.ranks(),
             shell_join(&job_words(mca, wrapper, program, args))
         );
-        self.run_script(&format!("exec {job}"))
+        let mut run = self.run_script(&format!("exec {job}"));
+        // PRRTE (Open MPI 5.0) forwards a process's output in pieces of 256
+        // bytes and may splice another process's line into a longer one
+        // (ipmc's statistics lines are): such a run is run again.
+        for _ in 1..SPLICED_RUNS {
+            if !(openmpi5() && spliced(&run.output)) {
+                break;
+            }
+            println!("output lines spliced by mpirun; running the job again");
+            run = self.run_script(&format!("exec {job}"));
+        }
+        run
     }
 
     /// Runs a shell script in the cluster's launcher namespace, where
@@ -467,6 +478,20 @@ impl Cluster {
 /// for a shell, for scripts given to [`Cluster::run_script`].
 pub fn job_line(mca: &[(&str, &str)], program: &str, args: &[&str]) -> String {
     shell_join(&job_words(mca, &[], program, args))
+}
+
+/// Runs of one job, at most, while its output shows spliced lines.
+const SPLICED_RUNS: usize = 5;
+
+/// Whether mpirun's merged output cut a statistics line and put another
+/// process's line inside it.
+fn spliced(output: &str) -> bool {
+    // Whole, a statistics line holds each of these once.
+    let keys = ["ipmc stats: ", " chain_bytes=", " comm=\""];
+    output
+        .lines()
+        .filter(|l| l.contains(keys[0]) || l.contains(keys[1]))
+        .any(|l| keys.iter().any(|k| l.matches(k).count() != 1))
 }
 
 /// Seconds one mpirun may take before it is killed.

@@ -1,0 +1,161 @@
+//! Two levels for a communicator whose nodes hold several ranks (seed 001,
+//! Mamidala et al.): the message crosses the network once per node, among
+//! one leader per node, and each leader hands it to the ranks of its node.
+//!
+//! Both levels are communicators of their own, split from this one at its
+//! first broadcast (as Open MPI's `han` does), so that each gets the
+//! broadcast that serves it best: the leaders' one ipmc's own, one rank per
+//! node, multicast among them where its measured choice finds that fastest;
+//! a node's one Open MPI's shared-memory broadcast (ipmc leaves node-local
+//! communicators alone).
+
+use crate::ffi::ompi::{BcastCall, Comm};
+
+/// Where each rank of a communicator sits: its node (numbered in the order
+/// of each node's first rank) and whether it leads that node (its lowest
+/// rank). Every rank computes the same from the same host names.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Layout {
+    node: Vec<u32>,
+    /// Each node's rank within it: 0 for its leader.
+    local: Vec<u32>,
+    nodes: u32,
+}
+
+impl Layout {
+    /// From the host name of every rank, in rank order.
+    pub fn from_hosts<S: AsRef<str>>(hosts: impl IntoIterator<Item = S>) -> Self {
+        let mut seen: Vec<(String, u32)> = Vec::new();
+        let (mut node, mut local) = (Vec::new(), Vec::new());
+        for host in hosts {
+            let host = host.as_ref();
+            let i = match seen.iter().position(|(h, _)| h == host) {
+                Some(i) => i,
+                None => {
+                    seen.push((host.to_owned(), 0));
+                    seen.len() - 1
+                }
+            };
+            node.push(i as u32);
+            local.push(seen[i].1);
+            seen[i].1 += 1;
+        }
+        Layout {
+            node,
+            local,
+            nodes: seen.len() as u32,
+        }
+    }
+
+    pub fn nodes(&self) -> usize {
+        self.nodes as usize
+    }
+
+    /// Whether some node holds several ranks and there are several nodes:
+    /// then two levels cross the network less than one.
+    pub fn has_two_levels(&self) -> bool {
+        self.nodes > 1 && self.local.iter().any(|&l| l > 0)
+    }
+
+    pub fn is_leader(&self, rank: usize) -> bool {
+        self.local[rank] == 0
+    }
+}
+
+/// A communicator's two levels, for one rank: its node's communicator and,
+/// on a leader, the leaders'.
+pub struct Levels {
+    layout: Layout,
+    rank: usize,
+    node: Comm,
+    leaders: Option<Comm>,
+}
+
+impl Levels {
+    /// Splits `comm` into its levels: collective, every rank of `comm` calls
+    /// it in the same broadcast.
+    pub fn split(comm: Comm, layout: Layout, rank: usize) -> Result<Self, i32> {
+        let name = comm.name();
+        let node = comm
+            .split(
+                Some(layout.node[rank]),
+                rank,
+                &format!("ipmc node of {name}"),
+            )?
+            .ok_or(OMPI_ERROR)?;
+        let leaders = comm.split(
+            layout.is_leader(rank).then_some(0),
+            rank,
+            &format!("ipmc leaders of {name}"),
+        );
+        let leaders = match leaders {
+            Ok(l) => l,
+            Err(e) => {
+                node.free();
+                return Err(e);
+            }
+        };
+        if layout.is_leader(rank) && leaders.is_none() {
+            node.free();
+            return Err(OMPI_ERROR);
+        }
+        Ok(Levels {
+            layout,
+            rank,
+            node,
+            leaders,
+        })
+    }
+
+    /// One broadcast over the two levels. The root's node gets the message
+    /// first, inside the node, so a root that does not lead its node costs
+    /// no trip across the network; then the leaders, the root's one as
+    /// their root; then every other node from its leader.
+    pub fn bcast(&self, call: &mut BcastCall) -> Result<(), i32> {
+        let root = call.root();
+        let root_node = self.layout.node[root];
+        let mine = self.layout.node[self.rank] == root_node;
+        if mine {
+            call.on_part(self.node, self.layout.local[root] as usize)?;
+        }
+        if let Some(leaders) = self.leaders {
+            // The leaders' communicator orders them by rank, which orders
+            // the nodes as their numbers do.
+            call.on_part(leaders, root_node as usize)?;
+        }
+        if !mine {
+            call.on_part(self.node, 0)?;
+        }
+        Ok(())
+    }
+
+    /// Frees both levels' communicators.
+    pub fn free(self) {
+        if let Some(leaders) = self.leaders {
+            leaders.free();
+        }
+        self.node.free();
+    }
+}
+
+/// Open MPI's generic error.
+const OMPI_ERROR: i32 = -1;
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn nodes_are_numbered_by_their_first_rank_and_led_by_it() {
+        let l = Layout::from_hosts(["b", "a", "b", "c", "a", "b"]);
+        assert_eq!(l.node, [0, 1, 0, 2, 1, 0]);
+        assert_eq!(l.local, [0, 0, 1, 0, 1, 2]);
+        assert_eq!(l.nodes(), 3);
+        assert!(l.has_two_levels());
+        let leaders: Vec<usize> = (0..6).filter(|&r| l.is_leader(r)).collect();
+        // Ordered by rank, the leaders' ranks order their nodes.
+        assert_eq!(leaders, [0, 1, 3]);
+        assert!(!Layout::from_hosts(["a", "b", "c"]).has_two_levels());
+        assert!(!Layout::from_hosts(["a", "a", "a"]).has_two_levels());
+    }
+}
