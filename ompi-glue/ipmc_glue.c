@@ -5,10 +5,7 @@
 #include "ompi_config.h"
 
 #include <pthread.h>
-#include <errno.h>
-#include <stdio.h>
 #include <stdlib.h>
-#include <unistd.h>
 
 #include "ompi/attribute/attribute.h"
 #include "ompi/communicator/communicator.h"
@@ -364,30 +361,7 @@ void ipmc_log(int level, const char *line)
     opal_output_verbose(level, mca_coll_ipmc_output, "%s", line);
 }
 
-/* opal_output's stream 0 writes a long line in pieces, which Open MPI 5.0's
-   runtime may interleave with other processes' lines: one write(2) of the
-   whole line, with opal_output's own prefix, keeps each line whole. */
-void ipmc_print(const char *line)
-{
-    char *out = NULL;
-    int n = asprintf(&out, "[%s:%05d] %s\n", opal_process_info.nodename, (int) getpid(), line);
-    if (n < 0) {
-        opal_output(0, "%s", line);
-        return;
-    }
-    size_t done = 0;
-    while (done < (size_t) n) {
-        ssize_t w = write(STDERR_FILENO, out + done, (size_t) n - done);
-        if (w < 0 && EINTR == errno) {
-            continue;
-        }
-        if (w <= 0) {
-            break;
-        }
-        done += (size_t) w;
-    }
-    free(out);
-}
+void ipmc_print(const char *line) { opal_output(0, "%s", line); }
 
 /* The modex key of ipmc's configuration digest. */
 #define IPMC_MODEX_KEY "coll.ipmc.config"
