@@ -12,6 +12,10 @@ use std::ops::Range;
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct ReqId(pub usize);
 
+/// Open MPI's generic error code (`OMPI_ERROR`): for a failure that has no
+/// code of Open MPI's own, such as a frame that cannot be what a peer sent.
+pub const OMPI_ERROR: i32 = -1;
+
 /// A failed point-to-point operation, with Open MPI's error code.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct P2pError(pub i32);

@@ -217,12 +217,13 @@ impl Config {
     /// does not run here" in the modex.
     pub fn digest(&self) -> u64 {
         let text = format!(
-            "ipmc {} datagram {} priority={} crossover_nodes={} crossover_size={} fragment_size={} \
+            "ipmc {} datagram {} setup {} priority={} crossover_nodes={} crossover_size={} fragment_size={} \
              root_wait_time={} use_crc_checking={} authenticate={} chain_segment_size={} \
              bcast_algorithm={} group_range={} port_range={} ttl={} ranks_are_nodes={} \
              tune_calls={}",
             env!("CARGO_PKG_VERSION"),
             crate::protocol::datagram::VERSION,
+            crate::group::setup::VERSION,
             self.priority,
             self.crossover_nodes,
             self.crossover_size,

@@ -9,6 +9,7 @@
 //! a node's one Open MPI's shared-memory broadcast (ipmc leaves node-local
 //! communicators alone).
 
+use crate::algorithms::transport::OMPI_ERROR;
 use crate::ffi::ompi::{BcastCall, Comm};
 
 /// Where each rank of a communicator sits: its node (numbered in the order
@@ -137,9 +138,6 @@ impl Levels {
         self.node.free();
     }
 }
-
-/// Open MPI's generic error.
-const OMPI_ERROR: i32 = -1;
 
 #[cfg(test)]
 mod tests {

@@ -7,7 +7,7 @@ use std::time::{Duration, Instant};
 use log::{debug, info, warn};
 
 use crate::algorithms::nonblocking::Shape;
-use crate::algorithms::transport::Transport;
+use crate::algorithms::transport::{Transport, OMPI_ERROR};
 use crate::algorithms::{chain, linear};
 use crate::component::config::{Algorithm, Config};
 use crate::component::levels::{Layout, Levels};
@@ -22,9 +22,6 @@ use crate::group::setup::{self, Announce};
 use crate::net::interfaces::{self, IfList};
 use crate::net::mcast_socket::{self, McastSocket, OpenError};
 use crate::protocol::datagram;
-
-/// Open MPI's generic error code, for failures that have no code of their own.
-const OMPI_ERROR: i32 = -1;
 
 /// A size class whose measured multicast got this share (per mille) of
 /// its message by the chain instead gives multicast up (see

@@ -13,7 +13,7 @@ use log::{debug, warn};
 use rand_chacha::rand_core::{RngCore, SeedableRng};
 use rand_chacha::ChaCha8Rng;
 
-use crate::algorithms::transport::{P2pError, P2pResult};
+use crate::algorithms::transport::{P2pError, P2pResult, OMPI_ERROR};
 use crate::component::stats::Datagrams;
 use crate::driver::io::{DatagramIo, MessageIo, Place, Wait};
 use crate::ffi::ompi::{Comm, Messages};
@@ -237,8 +237,6 @@ const RECV_BURST: usize = 64;
 /// Bytes of datagrams of later broadcasts a rank keeps for when it gets
 /// there: a root that enters first may run a few broadcasts ahead.
 const STASH_LIMIT: usize = 4 << 20;
-/// Open MPI's generic error, for a chain frame that cannot be right.
-const OMPI_ERROR: i32 = -1;
 
 /// Drops a reproducible share of received datagrams (`coll_ipmc_inject_loss`).
 struct LossInjector {

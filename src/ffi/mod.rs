@@ -26,7 +26,7 @@ mod sys {
 }
 
 const OMPI_SUCCESS: c_int = 0;
-const OMPI_ERROR: c_int = -1;
+use crate::algorithms::transport::OMPI_ERROR;
 const OMPI_ERR_NOT_AVAILABLE: c_int = -16;
 
 /// `line` for C, with any NUL spelled out (it would cut the line short).

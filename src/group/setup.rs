@@ -22,8 +22,9 @@ use crate::group::groups::{self, GroupRanges, PortRange};
 use crate::net::mcast_socket::OpenError;
 use crate::protocol::datagram::{self, Auth, Key, KEY_LEN};
 
-/// Layout version of the setup messages.
-const VERSION: u8 = 4;
+/// Layout version of the setup messages (part of [`Config::digest`], so
+/// that builds whose messages differ never try to agree).
+pub(crate) const VERSION: u8 = 4;
 /// Bytes of round 0's message: the address families, the smallest MTU and
 /// receive buffer.
 const FAMILIES_LEN: usize = 1 + 4 + 4;
