@@ -426,7 +426,9 @@ fn four_ranks_on_each_of_4_hosts() {
 /// go that way and none of its ranks multicasts; the leaders' communicator
 /// of each holds one rank per host and multicasts (the fixed automatic rule,
 /// `tune_calls 0`: from 2 KiB on 3 nodes or more), so every host's kernel
-/// gets each datagram once; the node-local parts are Open MPI's.
+/// gets each datagram once; the node-local parts are Open MPI's. Every
+/// rank is a root of many broadcasts (leader or not), so every order of
+/// the levels runs.
 #[test]
 fn hosts_of_several_ranks_broadcast_over_two_levels() {
     let (hosts, slots) = (3, 3);
@@ -438,7 +440,8 @@ fn hosts_of_several_ranks_broadcast_over_two_levels() {
         "two levels",
         &cluster,
         &[("coll_ipmc_tune_calls", "0")],
-        &["--max-bytes", SWEEP],
+        // And one message of 4 MiB and a byte.
+        &["--max-bytes", SWEEP, "--big", "4194305"],
         "none",
     );
     let lines = stats_by_host(&job.run.output);
