@@ -44,6 +44,11 @@ pub trait DatagramIo {
             None => 0,
         })
     }
+    /// Whether this rank's own datagrams come back to it (loop-back, when
+    /// other ranks share its host).
+    fn loops_back(&self) -> bool {
+        false
+    }
     /// The group, for messages.
     fn group(&self) -> String;
 }

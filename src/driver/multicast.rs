@@ -357,7 +357,7 @@ impl<S: DatagramIo> Driver<S> {
     ) -> P2pResult<()> {
         let b = &mut run.b;
         self.multicast(b, now, stats);
-        if wants_datagrams(b) {
+        if self.wants_datagrams(b) {
             self.receive(b, stats);
         }
         if b.need_due() {
@@ -376,7 +376,7 @@ impl<S: DatagramIo> Driver<S> {
     /// as far as the socket takes them, and the datagrams waiting.
     pub fn stage1(&mut self, b: &mut Broadcast, now: Duration, stats: &mut Datagrams) {
         self.multicast(b, now, stats);
-        if wants_datagrams(b) {
+        if self.wants_datagrams(b) {
             self.receive(b, stats);
         }
     }
@@ -394,15 +394,15 @@ impl<S: DatagramIo> Driver<S> {
     }
 }
 
-/// Whether a step reads the socket: a rank that lacks fragments, and the
-/// root, whose own datagrams come back to its socket when other ranks share
-/// its host (loop-back): read and dropped as they come, they never fill its
-/// receive buffer, whose overflow the kernel counts with every other.
-fn wants_datagrams(b: &Broadcast) -> bool {
-    !b.is_complete() || b.params().vrank == 0
-}
-
 impl<S: DatagramIo> Driver<S> {
+    /// Whether a step reads the socket: a rank that lacks fragments, and a
+    /// root whose own datagrams come back to its socket (loop-back, other
+    /// ranks on its host): read and dropped as they come, they never fill
+    /// its receive buffer, whose overflow the kernel counts with every other.
+    fn wants_datagrams(&self, b: &Broadcast) -> bool {
+        !b.is_complete() || (b.params().vrank == 0 && self.socket.loops_back())
+    }
+
     /// Stage 1 on the root: as many datagrams as the socket takes now, in
     /// batches as large as it takes at once.
     fn multicast(&mut self, b: &mut Broadcast, now: Duration, stats: &mut Datagrams) {

@@ -66,6 +66,8 @@ pub struct McastSocket {
     mmsg: bool,
     /// Senders of the datagrams of one `recvmmsg`.
     slots: Vec<os::Slot>,
+    /// Sent datagrams come back to this host's sockets, this one's too.
+    loopback: bool,
     /// The segment size of a batch (see [`Options::datagram_len`]).
     datagram_len: usize,
 }
@@ -223,6 +225,7 @@ impl McastSocket {
             gro,
             mmsg: opts.path != DatagramPath::Single,
             slots: Vec::new(),
+            loopback: opts.loopback,
             datagram_len: opts.datagram_len,
         })
     }
@@ -333,6 +336,10 @@ impl crate::driver::io::DatagramIo for McastSocket {
 
     fn group(&self) -> String {
         McastSocket::group(self).to_string()
+    }
+
+    fn loops_back(&self) -> bool {
+        self.loopback
     }
 
     fn batch_limit(&self) -> usize {
