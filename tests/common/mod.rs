@@ -481,7 +481,7 @@ pub fn job_line(mca: &[(&str, &str)], program: &str, args: &[&str]) -> String {
 }
 
 /// Runs of one job, at most, while its output shows spliced lines.
-const SPLICED_RUNS: usize = 5;
+const SPLICED_RUNS: usize = 8;
 
 /// Whether mpirun's merged output cut a statistics line and put another
 /// process's line inside it.
