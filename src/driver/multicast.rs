@@ -35,8 +35,6 @@ pub struct Run<M: MessageIo> {
     spare: Vec<Vec<u8>>,
     reply_recv: Option<M::Id>,
     reply_send: Option<M::Id>,
-    /// Whether the successor's `NEED` came.
-    reply_came: bool,
     /// Flow control: the receive posted for each child's next report (by
     /// distance from the root), and the reports on their way to the parent.
     report_recvs: Vec<(usize, M::Id)>,
@@ -57,7 +55,6 @@ impl<M: MessageIo> Run<M> {
             spare: Vec::new(),
             reply_recv: None,
             reply_send: None,
-            reply_came: false,
             report_recvs: Vec::new(),
             report_sends: VecDeque::new(),
         };
@@ -78,7 +75,7 @@ impl<M: MessageIo> Run<M> {
     }
 
     fn post_reply_recv(&mut self) -> P2pResult<()> {
-        if self.reply_recv.is_none() && !self.reply_came && self.b.reply_may_come() {
+        if self.reply_recv.is_none() && self.b.reply_may_come() {
             self.reply_recv = Some(self.msgs.recv(self.succ, self.b.max_reply())?);
         }
         Ok(())
@@ -160,7 +157,6 @@ impl<M: MessageIo> Run<M> {
         if let Some(id) = self.reply_recv {
             if let Some(reply) = self.test(id, wait)? {
                 self.reply_recv = None;
-                self.reply_came = true;
                 if let Err(e) = self.b.on_reply(&reply) {
                     warn!("NEED from rank {succ} refused: {e:?}");
                     return Err(P2pError(OMPI_ERROR));

@@ -622,11 +622,11 @@ impl Broadcast {
         self.flow.on_report(child, report)
     }
 
-    /// Whether the successor's `NEED` may be received now: when the
-    /// successor is also a child in the reporting tree, its `NEED` follows
-    /// its last report.
+    /// Whether the successor's `NEED` is still to be received and may be
+    /// now: when the successor is also a child in the reporting tree, its
+    /// `NEED` follows its last report.
     pub fn reply_may_come(&self) -> bool {
-        self.expects_reply() && !self.flow.awaits(1)
+        self.expects_reply() && !self.succ_need_came && !self.flow.awaits(1)
     }
 
     /// Whether this rank's flow control reports are all sent and received.
