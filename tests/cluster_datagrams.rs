@@ -153,6 +153,8 @@ fn receive_buffer_drops(
         // A small buffer that a stopped rank fills in a few milliseconds.
         ("coll_ipmc_rcvbuf", "1048576"),
         ("coll_ipmc_flow_window", flow_window),
+        // One level where hosts hold several ranks: each rank multicasts.
+        ("coll_ipmc_ranks_are_nodes", "1"),
     ];
     let args = [
         "--max-bytes",

@@ -351,7 +351,8 @@ fn stats_by_host(output: &str) -> Vec<(String, Line)> {
 }
 
 /// `slots` ranks on each of `hosts` hosts, every rank multicasting (the
-/// algorithm forced: by itself ipmc takes two levels there, below). Loop-back
+/// algorithm forced, and every rank counted as a node of its own: else ipmc
+/// takes two levels there, below). Loop-back
 /// is on exactly on the communicators some of whose ranks share a host: on
 /// those the program
 /// checked (each rank a root of many broadcasts, and a receiver after),
@@ -367,7 +368,10 @@ fn ranks_per_host(hosts: usize, slots: usize) {
     let job = run_checked_with(
         &format!("{slots} ranks on each of {hosts} hosts"),
         &cluster,
-        &[("coll_ipmc_bcast_algorithm", "3")],
+        &[
+            ("coll_ipmc_bcast_algorithm", "3"),
+            ("coll_ipmc_ranks_are_nodes", "1"),
+        ],
         &["--max-bytes", SWEEP],
         "ok",
     );
@@ -421,33 +425,19 @@ fn four_ranks_on_each_of_4_hosts() {
     ranks_per_host(4, 4);
 }
 
-/// By itself, on hosts of several ranks, ipmc broadcasts over two levels
-/// (seed 001): on each communicator the program checks, every rank's calls
-/// go that way and none of its ranks multicasts; the leaders' communicator
-/// of each holds one rank per host and multicasts (the fixed automatic rule,
-/// `tune_calls 0`: from 2 KiB on 3 nodes or more), so every host's kernel
-/// gets each datagram once; the node-local parts are Open MPI's. Every
-/// rank is a root of many broadcasts (leader or not), so every order of
-/// the levels runs.
-#[test]
-fn hosts_of_several_ranks_broadcast_over_two_levels() {
-    let (hosts, slots) = (3, 3);
-    let cluster = Cluster {
-        slots,
-        ..Cluster::hosts(hosts)
-    };
-    let job = run_checked_with(
-        "two levels",
-        &cluster,
-        &[("coll_ipmc_tune_calls", "0")],
-        // And one message of 4 MiB and a byte.
-        &["--max-bytes", SWEEP, "--big", "4194305"],
-        "none",
-    );
+/// On hosts of several ranks, ipmc broadcasts over two levels (seed 001),
+/// by itself or with one of its algorithms forced by `mca`: on each
+/// communicator the program checks, every rank's calls go that way and none
+/// of its ranks multicasts; the leaders' communicator of each holds one rank
+/// per host and multicasts, so exactly one rank per host receives each
+/// datagram; the node-local parts are Open MPI's. Every rank is a root of
+/// many broadcasts (leader or not), so every order of the levels runs.
+fn two_levels(what: &str, cluster: &Cluster, mca: &[(&str, &str)], args: &[&str]) -> Job {
+    let job = run_checked_with(what, cluster, mca, args, "none");
     let lines = stats_by_host(&job.run.output);
     for comm in ["world", "dup", "reversed"] {
         let mine: Vec<&(String, Line)> = lines.iter().filter(|(_, s)| s["comm"] == comm).collect();
-        assert_eq!(mine.len(), hosts * slots, "{comm}: {}", job.run.output);
+        assert_eq!(mine.len(), cluster.ranks(), "{comm}: {}", job.run.output);
         for (host, s) in &mine {
             assert!(tally(s, "two_level").0 > 0, "{comm} on {host}: {s:?}");
             assert_eq!(tally(s, "multicast").0, 0, "{comm} on {host}: {s:?}");
@@ -464,7 +454,7 @@ fn hosts_of_several_ranks_broadcast_over_two_levels() {
         let on: HashSet<&str> = leaders.iter().map(|(h, _)| h.as_str()).collect();
         assert_eq!(
             (leaders.len(), on.len()),
-            (hosts, hosts),
+            (cluster.hosts, cluster.hosts),
             "one leader per host on {comm}: {leaders:?}"
         );
         for (host, s) in &leaders {
@@ -477,6 +467,124 @@ fn hosts_of_several_ranks_broadcast_over_two_levels() {
         !job.run.output.contains("comm=\"ipmc node of"),
         "ipmc served a node-local part:\n{}",
         job.run.output
+    );
+    job
+}
+
+/// By itself (the fixed automatic rule, `tune_calls 0`: multicast from
+/// 2 KiB on 3 nodes or more), with one message of 4 MiB and a byte.
+#[test]
+fn hosts_of_several_ranks_broadcast_over_two_levels() {
+    let cluster = Cluster {
+        slots: 3,
+        ..Cluster::hosts(3)
+    };
+    let args = ["--max-bytes", SWEEP, "--big", "4194305"];
+    two_levels(
+        "two levels",
+        &cluster,
+        &[("coll_ipmc_tune_calls", "0")],
+        &args,
+    );
+}
+
+/// Multicast forced on 4 hosts of 4 ranks: it runs among the leaders.
+#[test]
+fn forced_multicast_on_hosts_of_several_ranks_reaches_one_rank_per_host() {
+    let cluster = Cluster {
+        slots: 4,
+        ..Cluster::hosts(4)
+    };
+    let mca = [("coll_ipmc_bcast_algorithm", "3")];
+    two_levels(
+        "4 x 4, multicast forced",
+        &cluster,
+        &mca,
+        &["--max-bytes", SWEEP],
+    );
+}
+
+/// Hosts of 3, 1 and 2 ranks: a host of one rank is its own leader.
+#[test]
+fn hosts_of_different_rank_counts_broadcast_over_two_levels() {
+    let cluster = Cluster {
+        slots_host: vec![(1, 3), (2, 1), (3, 2)],
+        ..Cluster::hosts(3)
+    };
+    let mca = [("coll_ipmc_tune_calls", "0")];
+    two_levels("3 + 1 + 2 ranks", &cluster, &mca, &["--max-bytes", SWEEP]);
+}
+
+/// With a third of the datagrams lost on every host, the leaders' chain
+/// repairs what multicast did not bring, and every rank of every node gets
+/// every byte.
+#[test]
+fn two_levels_lose_nothing_to_lost_datagrams() {
+    let cluster = Cluster {
+        slots: 2,
+        loss: 33,
+        ..Cluster::hosts(4)
+    };
+    let mca = [("coll_ipmc_tune_calls", "0")];
+    let job = two_levels(
+        "two levels, 33 % loss",
+        &cluster,
+        &mca,
+        &["--max-bytes", SWEEP],
+    );
+    let leaders: Vec<&Line> = job
+        .stats
+        .iter()
+        .filter(|s| s["comm"] == "ipmc leaders of world")
+        .collect();
+    assert!(
+        sum_of(&leaders, "chain_bytes") > 0 && sum_of(&leaders, "mcast_bytes") > 0,
+        "both stages among the leaders: {leaders:?}"
+    );
+}
+
+fn sum_of(lines: &[&Line], key: &str) -> u64 {
+    lines.iter().map(|s| num(s, key)).sum()
+}
+
+/// A rank that leads no host killed in the middle of a job's broadcasts
+/// (SIGKILL, `tests/mpi/killed.sh`): the job ends, with an error, well
+/// before its time limit, instead of the others waiting for it forever.
+#[test]
+fn a_killed_rank_that_leads_no_host_ends_the_job() {
+    let cluster = Cluster {
+        slots: 2,
+        ..Cluster::hosts(3)
+    };
+    let wrapper = [
+        "sh",
+        concat!(env!("CARGO_MANIFEST_DIR"), "/tests/mpi/killed.sh"),
+        "3",
+        "2",
+    ];
+    let started = Instant::now();
+    let run = cluster.mpirun_wrapped(
+        &[("coll_ipmc_tune_calls", "0")],
+        &wrapper,
+        "bcast_check",
+        &["--max-bytes", SWEEP, "--burst", "1000000"],
+    );
+    let took = started.elapsed().as_secs_f64();
+    println!(
+        "killed rank 3: the job ended after {took:.1} s ({})",
+        run.status
+    );
+    assert!(!run.ok, "the job should fail:\n{}", run.output);
+    assert!(
+        run.output.contains("killed rank 3"),
+        "rank 3 was not killed:\n{}",
+        run.output
+    );
+    assert!(!run.output.contains("bcast_check: PASS"), "{}", run.output);
+    assert!(
+        took < 60.0,
+        "the job took {took:.1} s to end:\n{}",
+        run.output
     );
 }
 

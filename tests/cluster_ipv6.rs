@@ -87,8 +87,9 @@ fn launcher_needs_ipv4(test: &str) -> bool {
 
 #[test]
 fn link_local_only_hosts_multicast_on_link_local_groups() {
-    // Two ranks per host: loop-back on, each rank must recognise its own
-    // datagrams sent from the link-local address.
+    // Two ranks per host, each a node of its own (one level): loop-back on,
+    // each rank must recognise its own datagrams sent from the link-local
+    // address.
     let cluster = Cluster {
         no_ula: Some("all"),
         slots: 2,
@@ -99,6 +100,7 @@ fn link_local_only_hosts_multicast_on_link_local_groups() {
         &[
             ("coll_ipmc_group_range", "ff12::/96"),
             ("coll_ipmc_verbose", "5"),
+            ("coll_ipmc_ranks_are_nodes", "1"),
         ],
     );
     let world = assert_multicast_carried_the_data("link-local only, ff12", &cluster, &run);

@@ -83,11 +83,12 @@ fn a_forced_algorithm_still_serves_a_single_node() {
 }
 
 /// Runs `bcast_check` on `hosts` emulated hosts with `slots` ranks each and
-/// checks, per communicator and rank, the node count and that the thesis's
-/// rule (`thesis`) picked the algorithm by nodes: linear below
-/// `crossover_nodes` (4), multicast from there on; or that the automatic
-/// choice took two levels (these nodes hold several ranks). The node-local
-/// communicator is left to Open MPI.
+/// checks, per communicator and rank, the node count and the algorithm: a
+/// communicator whose nodes hold several of its ranks takes two levels (no
+/// multicast group of its own), and its leaders' communicator, one rank per
+/// node, the thesis's rule (`thesis`) by nodes: linear below
+/// `crossover_nodes` (4), multicast from there on; so does a communicator
+/// of one rank per node. The node-local communicator is left to Open MPI.
 fn nodes_decide(hosts: usize, slots: usize, thesis: bool) {
     let cluster = Cluster {
         slots,
@@ -111,6 +112,13 @@ fn nodes_decide(hosts: usize, slots: usize, thesis: bool) {
         "{}",
         run.output
     );
+    let by_thesis = |nodes: u64| {
+        if nodes < 4 {
+            ("linear", "multicast")
+        } else {
+            ("multicast", "linear")
+        }
+    };
     let mut served = 0;
     for check in checks.iter().filter(|c| c["comm"] != "self") {
         let mine: Vec<_> = stats
@@ -135,25 +143,44 @@ fn nodes_decide(hosts: usize, slots: usize, thesis: bool) {
             num(check, "bcasts") - num(check, "empty"),
             num(check, "bytes"),
         );
-        let (want, other) = if !thesis {
-            // Nodes of several ranks: two levels, no multicast group here.
+        let (want, other) = if num(s, "size") > nodes {
+            // Nodes of several ranks: no multicast group here.
             assert_eq!(s["setup"], "none", "{s:?}");
             ("two_level", "multicast")
-        } else if nodes < 4 {
-            ("linear", "multicast")
         } else {
-            ("multicast", "linear")
+            assert!(
+                thesis,
+                "one rank per node only under the thesis's rule: {s:?}"
+            );
+            by_thesis(nodes)
         };
         assert_eq!(tally(s, want), calls, "{want} on {check:?}: {s:?}");
         assert_eq!(tally(s, other).0, 0, "{s:?}");
         served += 1;
     }
     assert_eq!(served, 4 * hosts * slots, "{}", run.output);
+    let leaders: Vec<_> = stats
+        .iter()
+        .filter(|s| s["comm"].starts_with("ipmc leaders of "))
+        .collect();
+    assert!(
+        !leaders.is_empty(),
+        "no leaders' communicator:\n{}",
+        run.output
+    );
+    for s in leaders {
+        assert_eq!(num(s, "size"), num(s, "nodes"), "{s:?}");
+        if thesis {
+            let (want, other) = by_thesis(num(s, "nodes"));
+            assert!(tally(s, want).0 > 0, "{want}: {s:?}");
+            assert_eq!(tally(s, other).0, 0, "{s:?}");
+        }
+    }
     common::assert_multicast_accounts_for_every_byte(&stats, &checks);
 }
 
 #[test]
-fn two_nodes_of_three_ranks_each_use_the_linear_broadcast() {
+fn two_nodes_of_three_ranks_each_take_two_levels_and_the_linear_broadcast_among_leaders() {
     nodes_decide(2, 3, true);
 }
 
@@ -163,6 +190,6 @@ fn two_nodes_of_three_ranks_each_take_two_levels_by_the_automatic_choice() {
 }
 
 #[test]
-fn four_nodes_of_two_ranks_each_multicast() {
+fn four_nodes_of_two_ranks_each_multicast_among_leaders() {
     nodes_decide(4, 2, true);
 }

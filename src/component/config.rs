@@ -209,6 +209,17 @@ impl Config {
         matches!(Algorithm::forced(self.bcast_algorithm), Some(a) if a != Algorithm::Previous)
     }
 
+    /// Whether a communicator whose nodes hold several ranks broadcasts over
+    /// two levels ([`crate::component::levels`]): ipmc's algorithms, chosen
+    /// or forced, then run among one leader per node. Only a forced broadcast
+    /// of Open MPI's runs on the whole communicator.
+    pub fn takes_two_levels(&self) -> bool {
+        !matches!(
+            Algorithm::forced(self.bcast_algorithm),
+            Some(Algorithm::Previous | Algorithm::Binomial | Algorithm::Binary)
+        )
+    }
+
     /// A digest of every parameter that must be equal on all ranks of a
     /// communicator (scope `ALL_EQ` in the table): whether ipmc is selected
     /// (the priority, compared with other components' on each rank), what

@@ -9,8 +9,23 @@
 //! a node's one Open MPI's shared-memory broadcast (ipmc leaves node-local
 //! communicators alone).
 
+use std::cell::Cell;
+
 use crate::algorithms::transport::OMPI_ERROR;
 use crate::ffi::ompi::{BcastCall, Comm};
+
+thread_local! {
+    /// Whether this thread is splitting off a node's part: Open MPI selects
+    /// its components inside the split, where ipmc declines the part.
+    static MAKING_NODE_PART: Cell<bool> = const { Cell::new(false) };
+}
+
+/// Whether the communicator being created is one node's part of ipmc's two
+/// levels, which Open MPI's shared-memory broadcast serves (even where an
+/// algorithm of ipmc's is forced: it runs among the leaders).
+pub fn making_node_part() -> bool {
+    MAKING_NODE_PART.with(Cell::get)
+}
 
 /// Where each rank of a communicator sits: its node (numbered in the order
 /// of each node's first rank) and whether it leads that node (its lowest
@@ -77,13 +92,14 @@ impl Levels {
     /// it in the same broadcast.
     pub fn split(comm: Comm, layout: Layout, rank: usize) -> Result<Self, i32> {
         let name = comm.name();
-        let node = comm
-            .split(
-                Some(layout.node[rank]),
-                rank,
-                &format!("ipmc node of {name}"),
-            )?
-            .ok_or(OMPI_ERROR)?;
+        MAKING_NODE_PART.with(|m| m.set(true));
+        let node = comm.split(
+            Some(layout.node[rank]),
+            rank,
+            &format!("ipmc node of {name}"),
+        );
+        MAKING_NODE_PART.with(|m| m.set(false));
+        let node = node?.ok_or(OMPI_ERROR)?;
         let leaders = comm.split(
             layout.is_leader(rank).then_some(0),
             rank,
@@ -108,15 +124,16 @@ impl Levels {
         })
     }
 
-    /// One broadcast over the two levels. The root's node gets the message
-    /// first, inside the node, so a root that does not lead its node costs
-    /// no trip across the network; then the leaders, the root's one as
-    /// their root; then every other node from its leader.
+    /// One broadcast over the two levels: among the leaders, the root's
+    /// node's one as their root, then inside every node from its leader. A
+    /// root that does not lead its node first gives the message to its node
+    /// (costing no trip across the network), which then needs no turn after
+    /// the leaders.
     pub fn bcast(&self, call: &mut BcastCall) -> Result<(), i32> {
         let root = call.root();
         let root_node = self.layout.node[root];
-        let mine = self.layout.node[self.rank] == root_node;
-        if mine {
+        let first = self.layout.node[self.rank] == root_node && !self.layout.is_leader(root);
+        if first {
             call.on_part(self.node, self.layout.local[root] as usize)?;
         }
         if let Some(leaders) = self.leaders {
@@ -124,7 +141,7 @@ impl Levels {
             // the nodes as their numbers do.
             call.on_part(leaders, root_node as usize)?;
         }
-        if !mine {
+        if !first {
             call.on_part(self.node, 0)?;
         }
         Ok(())

@@ -195,12 +195,12 @@ pub struct Module {
 }
 
 impl Module {
-    /// The module of `comm`, whose ranks spread over `nodes`; with the
-    /// automatic choice, a `layout` whose nodes hold several ranks makes its
-    /// broadcasts run over two levels.
+    /// The module of `comm`, whose ranks spread over `nodes`; a `layout`
+    /// whose nodes hold several ranks makes its broadcasts run over two
+    /// levels (unless one of Open MPI's broadcasts is forced).
     pub fn new(cfg: Config, comm: Comm, nodes: Nodes, layout: Option<Layout>) -> Self {
         let mut m = Self::with(cfg, comm.rank(), comm.size(), comm.cid(), nodes);
-        if let Some(layout) = layout.filter(|l| m.cfg.is_automatic() && l.has_two_levels()) {
+        if let Some(layout) = layout.filter(|l| m.cfg.takes_two_levels() && l.has_two_levels()) {
             m.levels = TwoLevels::Pending(layout);
         }
         m
@@ -589,6 +589,13 @@ impl Module {
             if self.tuner.awaits_votes() {
                 self.settle_votes(call.comm());
             }
+        }
+        if matches!(self.levels, TwoLevels::Pending(_) | TwoLevels::Ready(_)) {
+            // Not yet over two levels: whole, the replaced component's is
+            // the one that knows the nodes.
+            self.stats.nonblocking += 1;
+            self.stats.record(Algorithm::Previous, bytes);
+            return Ok(false);
         }
         let agreed = if self.tunes() {
             self.tuner.current(bytes)

@@ -15,7 +15,7 @@ use super::ompi::{print_line, BcastCall, Comm, Request};
 use super::sys::{self, ipmc_module, ompi_communicator_t, ompi_datatype_t, ompi_request_t};
 use super::{c_line, OMPI_ERROR, OMPI_ERR_NOT_AVAILABLE, OMPI_SUCCESS};
 use crate::component::config::{Config, DatagramPath};
-use crate::component::levels::Layout;
+use crate::component::levels::{self, Layout};
 use crate::component::logging;
 use crate::component::module::{
     decline_node_local, decline_reason, disagreement, Module, Published,
@@ -243,6 +243,9 @@ unsafe fn comm_query(
     let size = comm.size();
     if let Some(reason) = decline_reason(&cfg, comm.is_inter(), size) {
         return decline(comm, reason);
+    }
+    if levels::making_node_part() {
+        return decline(comm, "it is one node's part of ipmc's two levels");
     }
     let hosts_of: Vec<String> = (0..size).map(|r| comm.member_host(r)).collect();
     let hosts = Nodes::from_hosts(hosts_of.iter());

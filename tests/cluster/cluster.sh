@@ -14,6 +14,7 @@
 #   --loss-host K=PCT  host K (1..N) drops PCT % instead
 #   --no-multicast K   host K's interface has no MULTICAST flag
 #   --slots S          CLUSTER_HOSTS offers S slots per host (S ranks per host)
+#   --slots-host K=S   host K (1..N) offers S slots instead
 #   --mtu BYTES        the MTU of every link (default 1500; 9000: jumbo frames)
 #   --mtu-host K=BYTES host K's link has this MTU instead
 #   --no-ipv4 HOSTS    these hosts get no IPv4 address: "all" (the launcher too) or a
@@ -35,12 +36,12 @@
 # network namespace, and no address outside the cluster is ever used.
 set -euo pipefail
 
-usage() { echo "usage: $0 [--rate R] [--burst B] [--loss PCT] [--loss-host K=PCT] [--no-multicast K] [--slots S] [--mtu BYTES] [--mtu-host K=BYTES] [--no-ipv4 HOSTS] [--no-ula HOSTS] [--dad] N -- command [args...]" >&2; exit 2; }
+usage() { echo "usage: $0 [--rate R] [--burst B] [--loss PCT] [--loss-host K=PCT] [--no-multicast K] [--slots S] [--slots-host K=S] [--mtu BYTES] [--mtu-host K=BYTES] [--no-ipv4 HOSTS] [--no-ula HOSTS] [--dad] N -- command [args...]" >&2; exit 2; }
 rate="" burst=16kb loss=0 slots=1 no_mcast="" no_ipv4="" no_ula="" dad=0 mtu=1500
 hosts_arg() { [[ "$1" =~ ^(all|[0-9]+(,[0-9]+)*)$ ]] || usage; }
 # Whether host $2 is in the list $1 ("all" names the launcher, 0, too).
 listed() { [ "$1" = all ] || [[ ",$1," == *",$2,"* ]]; }
-declare -A host_loss=() host_mtu=()
+declare -A host_loss=() host_mtu=() host_slots=()
 pct() { [[ "$1" =~ ^[0-9]+$ ]] && [ "$1" -le 100 ] || usage; }
 while [ $# -gt 0 ]; do
     case "$1" in
@@ -51,6 +52,8 @@ while [ $# -gt 0 ]; do
                      pct "${2#*=}"; host_loss[${2%%=*}]=${2#*=}; shift 2 ;;
         --no-multicast) [ $# -ge 2 ] && [[ "$2" =~ ^[0-9]+$ ]] || usage; no_mcast=$2; shift 2 ;;
         --slots) [ $# -ge 2 ] && [[ "$2" =~ ^[0-9]+$ ]] || usage; slots=$2; shift 2 ;;
+        --slots-host) [ $# -ge 2 ] && [[ "$2" =~ ^[0-9]+=[1-9][0-9]*$ ]] || usage
+                      host_slots[${2%%=*}]=${2#*=}; shift 2 ;;
         --mtu) [ $# -ge 2 ] && [[ "$2" =~ ^[0-9]+$ ]] || usage; mtu=$2; shift 2 ;;
         --mtu-host) [ $# -ge 2 ] && [[ "$2" =~ ^[0-9]+=[0-9]+$ ]] || usage
                     host_mtu[${2%%=*}]=${2#*=}; shift 2 ;;
@@ -116,7 +119,8 @@ for i in $(seq 0 "$n"); do
         ip netns exec "$sw" tc qdisc add dev "p$i" root tbf rate "$rate" burst "$burst" latency 200ms
     fi
     if [ "$i" -eq 0 ]; then continue; fi  # the launcher
-    if [ "$slots" -gt 1 ]; then hosts+=("$h:$slots"); else hosts+=("$h"); fi
+    s=${host_slots[$i]:-$slots}
+    if [ "$s" -gt 1 ]; then hosts+=("$h:$s"); else hosts+=("$h"); fi
     drop=${host_loss[$i]:-$loss}
     if [ "$drop" -gt 0 ]; then
         # numgen yields 0..99, and nft refuses "< 100": drop all without it.

@@ -357,6 +357,8 @@ pub struct Cluster {
     pub hosts: usize,
     /// Ranks per host (1 when 0).
     pub slots: usize,
+    /// Per-host ranks instead of `slots`: (host 1..=N, ranks).
+    pub slots_host: Vec<(usize, usize)>,
     /// Rate limit of every link, e.g. `100mbit`, and the bytes a link may
     /// send at once above it (`tbf` burst; 10 Gbit/s needs `256kb`).
     pub rate: Option<&'static str>,
@@ -390,11 +392,19 @@ impl Cluster {
 
     /// Ranks in a job that fills every slot.
     pub fn ranks(&self) -> usize {
-        self.hosts * self.slots.max(1)
+        (1..=self.hosts)
+            .map(|h| {
+                let own = self.slots_host.iter().find(|(k, _)| *k == h);
+                own.map_or(self.slots.max(1), |(_, s)| *s)
+            })
+            .sum()
     }
 
     fn options(&self) -> Vec<String> {
         let mut o = vec!["--slots".to_string(), self.slots.max(1).to_string()];
+        for (h, s) in &self.slots_host {
+            o.extend(["--slots-host".into(), format!("{h}={s}")]);
+        }
         if let Some(rate) = self.rate {
             o.extend(["--rate".into(), rate.into()]);
         }
