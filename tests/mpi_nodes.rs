@@ -146,6 +146,16 @@ fn nodes_decide(hosts: usize, slots: usize, thesis: bool) {
         let (want, other) = if num(s, "size") > nodes {
             // Nodes of several ranks: no multicast group here.
             assert_eq!(s["setup"], "none", "{s:?}");
+            if !thesis {
+                // The automatic choice measures the levels against Open
+                // MPI's broadcast once the leaders' choice serves.
+                let (two, previous) = (tally(s, "two_level"), tally(s, "previous"));
+                assert!(two.0 > 0, "{s:?}");
+                assert_eq!((two.0 + previous.0, two.1 + previous.1), calls, "{s:?}");
+                assert_eq!(tally(s, "multicast").0, 0, "{s:?}");
+                served += 1;
+                continue;
+            }
             ("two_level", "multicast")
         } else {
             assert!(
@@ -192,4 +202,58 @@ fn two_nodes_of_three_ranks_each_take_two_levels_by_the_automatic_choice() {
 #[test]
 fn four_nodes_of_two_ranks_each_multicast_among_leaders() {
     nodes_decide(4, 2, true);
+}
+
+/// The automatic choice over two levels: once the leaders' communicator
+/// decided a size class, the parent measures the levels against Open MPI's
+/// broadcast on the whole communicator, and its ranks agree. Every rank is
+/// fed made-up times (`coll_ipmc_inject_timing`) by which it alone would
+/// choose apart; the vote makes the levels the choice of every rank (ranks
+/// that chose apart would mismatch their messages and the run would fail).
+/// Rank 0 prints the decision at verbose 1.
+#[test]
+fn two_levels_are_measured_against_open_mpis_broadcast() {
+    let cluster = Cluster {
+        slots: 2,
+        ..Cluster::hosts(3)
+    };
+    let mca = [
+        ("coll_ipmc_print_statistics", "1"),
+        ("coll_ipmc_inject_timing", "1"),
+        ("coll_ipmc_verbose", "1"),
+    ];
+    // 80 broadcasts of 64 KiB on each communicator: the leaders decide by
+    // the 21st, the parent measures 2 calls of each way and decides by the
+    // 41st.
+    let args = [
+        "--max-bytes",
+        "1024",
+        "--burst",
+        "80",
+        "--burst-bytes",
+        "65536",
+        "--intercomm",
+        "0",
+    ];
+    let run = cluster.mpirun(&mca, "bcast_check", &args);
+    assert_passed(&run);
+    let world = common::world_stats(&run, cluster.ranks());
+    for s in &world {
+        assert_eq!(tally(s, "previous").0, 2, "two measured calls: {s:?}");
+        assert!(tally(s, "two_level").0 >= 78, "{s:?}");
+    }
+    let table: Vec<&str> = run
+        .output
+        .lines()
+        .skip_while(|l| !l.contains("ipmc: the broadcasts of communicator world "))
+        .skip(1)
+        .take_while(|l| l.starts_with("  ") && l.contains(" bytes: "))
+        .collect();
+    assert!(
+        table
+            .iter()
+            .any(|row| row.contains("65536 bytes: two_level (measured:")),
+        "{}",
+        run.output
+    );
 }

@@ -202,6 +202,7 @@ impl Module {
         let mut m = Self::with(cfg, comm.rank(), comm.size(), comm.cid(), nodes);
         if let Some(layout) = layout.filter(|l| m.cfg.takes_two_levels() && l.has_two_levels()) {
             m.levels = TwoLevels::Pending(layout);
+            m.tuner = Tuner::over_two_levels(m.cfg.tune_calls, m.rank, m.cfg.inject_timing);
         }
         m
     }
@@ -350,9 +351,9 @@ impl Module {
             self.stats.empty += 1;
             return Ok(());
         }
-        if !self.broken && matches!(self.levels, TwoLevels::Pending(_) | TwoLevels::Ready(_)) {
+        if !self.broken && matches!(self.levels, TwoLevels::Pending(_)) {
             self.moved = true;
-            return self.run_levels(call, bytes);
+            self.split_levels(call.comm())?;
         }
         // Every algorithm (and the replaced component's) uses the broadcast
         // tag: the agreement's and the votes' messages, and the frames of the
@@ -368,7 +369,9 @@ impl Module {
             }
         }
         let (alg, sample) = self.plan(call.comm(), bytes)?;
-        let queues = alg == Algorithm::Multicast && self.background.holds_only_multicast();
+        // Two levels run on communicators of their own.
+        let queues = alg == Algorithm::TwoLevel
+            || alg == Algorithm::Multicast && self.background.holds_only_multicast();
         if !self.broken && !queues {
             self.background.finish().map_err(|e| e.0)?;
         }
@@ -387,6 +390,7 @@ impl Module {
             Algorithm::Binomial => call.binomial()?,
             Algorithm::Binary => call.binary()?,
             Algorithm::Multicast => self.run_multicast(call, bytes)?,
+            Algorithm::TwoLevel => self.run_levels(call)?,
             _ => self.run(alg, call, bytes)?,
         }
         self.stats.record(alg, bytes);
@@ -441,10 +445,20 @@ impl Module {
         Ok((self.choose_now(bytes), None))
     }
 
-    /// Whether the automatic choice measures its candidates here: only
-    /// where multicast is one of them.
+    /// Whether the automatic choice measures its candidates here: where
+    /// multicast is one of them, or two levels.
     fn tunes(&self) -> bool {
-        !self.broken && self.cfg.tunes() && matches!(self.multicast, Multicast::Ready)
+        !self.broken && self.cfg.tunes() && self.votes_here()
+    }
+
+    /// Whether this communicator's ranks may agree on measurements: where
+    /// the group is agreed, or the broadcasts run over two levels.
+    fn votes_here(&self) -> bool {
+        matches!(self.multicast, Multicast::Ready) || self.over_levels()
+    }
+
+    fn over_levels(&self) -> bool {
+        matches!(self.levels, TwoLevels::Ready(_))
     }
 
     /// Times a measured call of a short message at its root (this rank),
@@ -507,7 +521,7 @@ impl Module {
                 self.cid,
                 tuning::class_max(class)
             );
-            if let Multicast::Ready = self.multicast {
+            if self.votes_here() {
                 self.background.vote(comm, class, mine);
             }
         }
@@ -519,7 +533,7 @@ impl Module {
     /// the process of rank 0 in `MPI_COMM_WORLD` says so, once for the job
     /// (the communicator's rank 0 logs it at `coll_ipmc_verbose` 1).
     fn settle_votes(&mut self, comm: Comm) {
-        if !matches!(self.multicast, Multicast::Ready) {
+        if !self.votes_here() {
             return;
         }
         for (class, result) in self.background.take_votes() {
@@ -637,8 +651,11 @@ impl Module {
     }
 
     /// The algorithm for a broadcast of `bytes` bytes now: multicast only
-    /// where the group is agreed.
+    /// where the group is agreed; two levels where they are split.
     fn choose_now(&self, bytes: usize) -> Algorithm {
+        if !self.broken && self.over_levels() {
+            return Algorithm::TwoLevel;
+        }
         match self.choose(bytes) {
             Algorithm::Multicast if !matches!(self.multicast, Multicast::Ready) => {
                 Algorithm::Previous
@@ -693,29 +710,36 @@ impl Module {
         result.map_err(|e| e.0)
     }
 
-    /// The broadcast over the two levels, split at the first one.
-    fn run_levels(&mut self, call: &mut BcastCall, bytes: usize) -> Result<(), i32> {
-        if let TwoLevels::Pending(layout) = &self.levels {
-            let layout = layout.clone();
-            match Levels::split(call.comm(), layout, self.rank) {
-                Ok(levels) => self.levels = TwoLevels::Ready(levels),
-                Err(rc) => {
-                    warn!(
-                        "rank {}: splitting {} into node leaders and nodes failed ({rc})",
-                        self.rank,
-                        call.comm().name()
-                    );
-                    self.levels = TwoLevels::Failed;
-                    return Err(rc);
-                }
+    /// Splits the communicator into its two levels, at its first broadcast
+    /// (collective: every rank is in that call). A failed split leaves the
+    /// communicator on one level.
+    fn split_levels(&mut self, comm: Comm) -> Result<(), i32> {
+        let TwoLevels::Pending(layout) = &self.levels else {
+            return Ok(());
+        };
+        match Levels::split(comm, layout.clone(), self.rank) {
+            Ok(levels) => {
+                self.levels = TwoLevels::Ready(levels);
+                Ok(())
+            }
+            Err(rc) => {
+                warn!(
+                    "rank {}: splitting {} into node leaders and nodes failed ({rc})",
+                    self.rank,
+                    comm.name()
+                );
+                self.levels = TwoLevels::Failed;
+                Err(rc)
             }
         }
-        let TwoLevels::Ready(levels) = &self.levels else {
-            return Err(OMPI_ERROR);
-        };
-        levels.bcast(call)?;
-        self.stats.record(Algorithm::TwoLevel, bytes);
-        Ok(())
+    }
+
+    /// The broadcast over the two levels.
+    fn run_levels(&self, call: &mut BcastCall) -> Result<(), i32> {
+        match &self.levels {
+            TwoLevels::Ready(levels) => levels.bcast(call),
+            _ => Err(OMPI_ERROR),
+        }
     }
 
     /// The two-stage broadcast on the message bytes.

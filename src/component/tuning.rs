@@ -169,11 +169,11 @@ enum Phase {
 
 impl Phase {
     /// Class `k`'s measurements from their start.
-    fn explore(k: usize) -> Self {
+    fn explore(candidates: usize) -> Self {
         Phase::Explore {
             taken: 0,
             recorded: 0,
-            best: vec![u32::MAX; candidates(k).len()],
+            best: vec![u32::MAX; candidates],
             lost: None,
             ended: None,
         }
@@ -218,13 +218,15 @@ pub struct Tuner {
     rank: usize,
     /// `coll_ipmc_inject_timing`: made-up times for tests.
     inject: bool,
+    /// The communicator broadcasts over two levels ([`OVER_TWO_LEVELS`]).
+    two_levels: bool,
     classes: Vec<Class>,
     /// Classes whose vote has not been settled.
     voting: usize,
 }
 
-/// The algorithms measured against each other in class `k`; Open MPI's
-/// own broadcast first.
+/// The algorithms measured against each other on a communicator of one
+/// level in class `k`; Open MPI's own broadcast first.
 pub fn candidates(k: usize) -> &'static [Algorithm] {
     use Algorithm::{Binary, Binomial, Chain, Multicast, Previous};
     let max = class_max(k);
@@ -240,23 +242,57 @@ pub fn candidates(k: usize) -> &'static [Algorithm] {
     }
 }
 
+/// Those of a communicator over two levels, in every class: the levels
+/// (whatever the leaders' communicator chose at that size) against the
+/// replaced broadcast on the whole communicator, which may know the nodes
+/// too (`han`).
+const OVER_TWO_LEVELS: [Algorithm; 2] = [Algorithm::Previous, Algorithm::TwoLevel];
+
+/// Whether calls of `alg` may begin while a vote's messages are under way:
+/// multicast's (its chain follows them), and those over two levels, which
+/// run on other communicators.
+fn goes_ahead_of_votes(alg: Algorithm) -> bool {
+    matches!(alg, Algorithm::Multicast | Algorithm::TwoLevel)
+}
+
 impl Tuner {
     pub fn new(samples: usize, rank: usize, inject: bool) -> Self {
-        let classes = (0..CLASSES)
+        Self::with(samples, rank, inject, false)
+    }
+
+    /// The measured choice of a communicator that broadcasts over two
+    /// levels ([`OVER_TWO_LEVELS`]).
+    pub fn over_two_levels(samples: usize, rank: usize, inject: bool) -> Self {
+        Self::with(samples, rank, inject, true)
+    }
+
+    fn with(samples: usize, rank: usize, inject: bool, two_levels: bool) -> Self {
+        let mut t = Tuner {
+            samples: samples.max(1),
+            rank,
+            inject,
+            two_levels,
+            classes: Vec::new(),
+            voting: 0,
+        };
+        t.classes = (0..CLASSES)
             .map(|k| Class {
                 calls: 0,
-                phase: Phase::explore(k),
+                phase: Phase::explore(t.candidates(k).len()),
                 retune_at: 0,
                 interval: RETUNE_AFTER,
                 last: None,
             })
             .collect();
-        Tuner {
-            samples: samples.max(1),
-            rank,
-            inject,
-            classes,
-            voting: 0,
+        t
+    }
+
+    /// The candidates of class `k` on this communicator.
+    pub fn candidates(&self, k: usize) -> &'static [Algorithm] {
+        if self.two_levels {
+            &OVER_TWO_LEVELS
+        } else {
+            candidates(k)
         }
     }
 
@@ -268,10 +304,17 @@ impl Tuner {
     pub fn plan(&mut self, bytes: usize) -> Option<(Algorithm, Option<Sample>)> {
         let k = class_of(bytes);
         let samples = self.samples_of(k);
+        let cands = self.candidates(k);
+        let first_measured = self.first_measured(k);
         let c = &mut self.classes[k];
         let call = c.calls + 1;
+        if call < first_measured {
+            c.calls = call;
+            return Some((Algorithm::TwoLevel, None));
+        }
         if matches!(c.phase, Phase::Decided(_)) && call > c.retune_at {
-            let Phase::Decided(d) = std::mem::replace(&mut c.phase, Phase::explore(k)) else {
+            let fresh = Phase::explore(cands.len());
+            let Phase::Decided(d) = std::mem::replace(&mut c.phase, fresh) else {
                 unreachable!("matched above");
             };
             c.last = Some(d);
@@ -283,7 +326,6 @@ impl Tuner {
                 ended: ended @ None,
                 ..
             } => {
-                let cands = candidates(k);
                 // Each candidate's calls in a row, not in turns: a call of
                 // another algorithm first finishes the multicast calls
                 // before it, which would tie a rank that runs ahead to the
@@ -292,13 +334,10 @@ impl Tuner {
                 *taken += 1;
                 if *taken == samples * cands.len() {
                     // Meanwhile: the last decision if the class is measured
-                    // again, else multicast, whose calls need not wait for
+                    // again, else a candidate whose calls need not wait for
                     // the vote.
-                    let interim = last.or_else(|| {
-                        cands
-                            .contains(&Algorithm::Multicast)
-                            .then_some(Algorithm::Multicast)
-                    });
+                    let interim =
+                        last.or_else(|| cands.iter().copied().find(|&a| goes_ahead_of_votes(a)));
                     *ended = Some(Ended { at: call, interim });
                 }
                 Some((
@@ -356,9 +395,9 @@ impl Tuner {
     /// chain instead. A root's time of a short message comes when the
     /// answers did, maybe after later calls.
     pub fn record(&mut self, s: Sample, elapsed: Option<Duration>, lost_permille: Option<u32>) {
-        let n = candidates(s.class).len();
+        let cands = self.candidates(s.class);
         let us = if self.inject {
-            Some(self.made_up(candidates(s.class)[s.candidate], s.candidate, n))
+            Some(self.made_up(cands[s.candidate], s.candidate, cands.len()))
         } else {
             // At least 1: 0 votes "not timed here".
             elapsed.map(|e| u32::try_from(e.as_micros()).unwrap_or(u32::MAX).max(1))
@@ -396,7 +435,7 @@ impl Tuner {
         if !matches!(self.classes[k].phase, Phase::Explore { ended: Some(_), .. }) {
             return Due::No;
         }
-        let total = self.samples_of(k) * candidates(k).len();
+        let total = self.samples_of(k) * self.candidates(k).len();
         let delay = if class_max(k) <= SHORT_UP_TO {
             ANSWER_CALLS
         } else {
@@ -434,6 +473,20 @@ impl Tuner {
         Due::Vote(k, vector)
     }
 
+    /// The first call of class `k` that may be measured. Over two levels,
+    /// the leaders' communicator measures its own candidates on its first
+    /// calls of the class, and each call over two levels is one there: the
+    /// levels are measured once the leaders' decision serves (the same call
+    /// on every rank, counted as the leaders' tuner counts).
+    fn first_measured(&self, k: usize) -> u64 {
+        if self.two_levels {
+            let leaders = self.samples_of(k) * candidates(k).len();
+            leaders as u64 + VOTE_CALLS + 1
+        } else {
+            1
+        }
+    }
+
     /// Measured calls of each candidate in class `k`.
     fn samples_of(&self, k: usize) -> usize {
         if class_max(k) <= SHORT_UP_TO {
@@ -448,13 +501,13 @@ impl Tuner {
     /// multicast the agreed choice.
     fn made_up(&self, alg: Algorithm, candidate: usize, n: usize) -> u32 {
         let own = 1000 * (1 + ((self.rank + candidate) % n) as u32);
-        own + if alg == Algorithm::Multicast { 0 } else { 500 }
+        own + if goes_ahead_of_votes(alg) { 0 } else { 500 }
     }
 
     /// Takes the vote's result for class `k` (the same vector on every
     /// rank) and returns the decision.
     pub fn settle(&mut self, k: usize, result: &[u32]) -> &Decision {
-        let cands = candidates(k);
+        let cands = self.candidates(k);
         let times: Vec<u32> = (0..cands.len())
             .map(|i| {
                 // 0: no rank timed it (not expected: every call has a root).
@@ -531,13 +584,20 @@ pub fn table(tuner: &Tuner) -> String {
             .iter()
             .map(|(a, t)| format!("{} {t} us", a.name()))
             .collect();
+        let loss = if d.times_us.iter().any(|(a, _)| *a == Algorithm::Multicast) {
+            format!(
+                "; multicast loss {}.{}%",
+                d.lost_permille / 10,
+                d.lost_permille % 10
+            )
+        } else {
+            String::new()
+        };
         out.push_str(&format!(
-            "\n  {low}-{} bytes: {} (measured: {}; multicast loss {}.{}%)",
+            "\n  {low}-{} bytes: {} (measured: {}{loss})",
             class_max(k),
             d.alg.name(),
             times.join(", "),
-            d.lost_permille / 10,
-            d.lost_permille % 10
         ));
     }
     out
@@ -710,6 +770,40 @@ mod tests {
                 Due::No => {}
             }
         }
+    }
+
+    #[test]
+    fn two_levels_are_measured_once_the_leaders_decided() {
+        let mut t = Tuner::over_two_levels(2, 0, false);
+        let bytes = 1 << 20;
+        let k = class_of(bytes);
+        // The leaders' communicator measures its candidates on these calls
+        // and decides by the last of them.
+        let leaders = 2 * candidates(k).len() as u64 + VOTE_CALLS;
+        for _ in 0..leaders {
+            assert_eq!(t.plan(bytes), Some((Algorithm::TwoLevel, None)));
+            assert_eq!(t.due(bytes), Due::No);
+        }
+        let mut seen = Vec::new();
+        let v = measure(&mut t, bytes, |alg| {
+            seen.push(alg);
+            if alg == Algorithm::TwoLevel {
+                700
+            } else {
+                1000
+            }
+        });
+        use Algorithm::{Previous, TwoLevel};
+        assert_eq!(seen, [Previous, Previous, TwoLevel, TwoLevel]);
+        assert_eq!(v, [1000, 700, 0]);
+        // While the ranks agree, the levels go on (they need not wait).
+        assert_eq!(t.plan(bytes), Some((TwoLevel, None)));
+        assert_eq!(t.settle(k, &[1000, 700, 0]).alg, TwoLevel);
+        // Open MPI's broadcast (han, which knows the nodes too) is kept
+        // where the levels are not faster.
+        let mut t = Tuner::over_two_levels(1, 0, false);
+        let v = measure(&mut t, 100, |alg| if alg == Previous { 20 } else { 30 });
+        assert_eq!(t.settle(class_of(100), &v).alg, Previous);
     }
 
     #[test]
