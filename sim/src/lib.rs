@@ -16,6 +16,7 @@
 
 pub mod engine;
 pub mod network;
+pub mod node;
 pub mod p2p;
 pub mod programs;
 pub mod scenario;

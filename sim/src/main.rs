@@ -18,6 +18,7 @@ usage: simulate --nodes N --size BYTES [--loss PCT] [--burst LEN] [--rate MBITS]
                 [--peer NAME]... [--only NAME] [--seed S] [--root R]
                 [--fragment BYTES] [--flow-window BYTES|off]
                 [--calls N] [--per-rank]
+                [--ranks-per-node R] [--node-hop-us US] [--node-copy-gbs GB]
 
 Simulates one broadcast of BYTES (suffixes K, M: KiB, MiB) from rank R
 (default 0) to N nodes, one rank each, on one switch, every rank waiting when
@@ -34,7 +35,7 @@ host costs F times as large (default 2), --stall-host stops rank H from
 --stall-at-us (default 0) for --stall-us (default 10000) while its socket
 still receives. --flow-window sets coll_ipmc_flow_window (off: no flow
 control). The last line reads
-  nodes=N size=B loss=P completion_max_us=T wire_us=W
+  nodes=N ranks_per_node=R size=B loss=P completion_max_us=T wire_us=W
 T: when the slowest rank returned, from the root's entry; W: the message's
 bits at the link rate. --only NAME (ipmc or a peer) runs that algorithm
 alone and reports it on the last line; --only ipmc-first runs a
@@ -42,6 +43,11 @@ communicator's first broadcast, the agreement on its group first.
 --calls N makes ipmc's ranks broadcast N times back to back (T: when the
 slowest rank's last call returned); --per-rank also prints when each rank
 returned (returned_us=...).
+--ranks-per-node R makes every node hold R ranks: the broadcast runs among
+one leader per node (N nodes), each of which then gives the message to its
+node's other ranks through shared memory, modelled as a pipelined tree of
+hops of --node-hop-us (default 12) copying --node-copy-gbs GB/s (default
+6.6; docs/simulator.md).
 
   simulate validate RESULTS.csv [--preset clic] [network options]
 sets each point of a scripts/compare run the simulator has a model of
@@ -82,6 +88,7 @@ fn parse(argv: &[String]) -> Result<Option<Args>, String> {
     let (mut seed, mut root, mut fragment, mut calls) = (1, 0, None, 1);
     let mut flow_window = None;
     let mut per_rank = false;
+    let mut node = ipmc_sim::node::Node::default();
     let mut it = argv.iter();
     while let Some(flag) = it.next() {
         if flag == "--help" || flag == "-h" {
@@ -132,6 +139,18 @@ fn parse(argv: &[String]) -> Result<Option<Args>, String> {
             "--root" => root = num(&value)? as usize,
             "--fragment" => fragment = Some(bytes(&value)?),
             "--calls" => calls = num(&value)? as usize,
+            "--ranks-per-node" => match num(&value)? {
+                r if r >= 1.0 && r.fract() == 0.0 => node.ranks = r as usize,
+                _ => return Err(format!("--ranks-per-node: 1 or more, not {value}")),
+            },
+            "--node-hop-us" => match num(&value)? {
+                v if v >= 0.0 => node.hop_ns = (v * 1e3) as u64,
+                _ => return Err(format!("--node-hop-us: out of range: {value}")),
+            },
+            "--node-copy-gbs" => match num(&value)? {
+                v if v > 0.0 => node.copy_bytes_per_s = v * 1e9,
+                _ => return Err(format!("--node-copy-gbs: out of range: {value}")),
+            },
             "--flow-window" => {
                 flow_window = Some(match value.as_str() {
                     "off" => usize::MAX,
@@ -157,8 +176,12 @@ fn parse(argv: &[String]) -> Result<Option<Args>, String> {
     scenario.seed = seed;
     scenario.root = root;
     if calls > 1 {
+        if node.ranks > 1 {
+            return Err("--calls and --ranks-per-node cannot be combined".into());
+        }
         scenario.calls = vec![(root, size); calls];
     }
+    scenario.node = node;
     if let Some(f) = fragment {
         scenario.ipmc.fragment_size = f;
     }
@@ -418,8 +441,9 @@ fn main() -> ExitCode {
         }
     }
     println!(
-        "nodes={} size={} loss={} completion_max_us={ipmc_us:.1} wire_us={:.1}",
+        "nodes={} ranks_per_node={} size={} loss={} completion_max_us={ipmc_us:.1} wire_us={:.1}",
         s.nodes,
+        s.node.ranks,
         s.size,
         args.loss_pct,
         us(s.wire_ns())

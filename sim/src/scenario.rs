@@ -12,6 +12,7 @@ use ipmc::protocol::datagram::Key;
 
 use crate::engine::{Engine, Outcome};
 use crate::network::Network;
+use crate::node::Node;
 use crate::programs::{
     self, Call, FirstBroadcast, IpmcParams, IpmcRank, Program, Schedule, Status,
 };
@@ -77,6 +78,9 @@ pub struct Scenario {
     /// root and a length, as a program's loop of `MPI_Bcast` does; empty:
     /// the one broadcast of `root` and `size`.
     pub calls: Vec<(usize, usize)>,
+    /// Ranks per node: `nodes` counts the leaders, each node's other ranks
+    /// get each message from theirs ([`crate::node`]).
+    pub node: Node,
     pub seed: u64,
 }
 
@@ -103,6 +107,7 @@ impl Scenario {
             pipeline_segment: 65536,
             skew_ns: 0,
             calls: Vec::new(),
+            node: Node::default(),
             seed: 1,
         }
     }
@@ -191,7 +196,17 @@ impl Scenario {
             };
             engine.add_host(io, program);
         }
-        engine.run(LIMIT)
+        let mut outcome = engine.run(LIMIT)?;
+        if self.node.ranks > 1 {
+            if calls.len() > 1 {
+                return Err("several calls with several ranks per node are not modelled".into());
+            }
+            let fan_out = self.node.fan_out_ns(self.size);
+            for t in &mut outcome.returned_ns {
+                *t += fan_out;
+            }
+        }
+        Ok(outcome)
     }
 
     /// The message's bits at the link rate.

@@ -40,3 +40,56 @@ fn default_peers_leave_scatter_allgather_out_above_2000_nodes_and_say_so() {
     let out = simulate(&["--nodes", "100", "--size", "1K"]);
     assert!(String::from_utf8_lossy(&out.stdout).contains("algorithm=scatter-allgather"));
 }
+
+/// The last line's `completion_max_us` of a run.
+fn completion_us(out: &Output) -> f64 {
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    let last = stdout.lines().last().unwrap_or_default();
+    last.split_whitespace()
+        .find_map(|kv| kv.strip_prefix("completion_max_us="))
+        .unwrap_or_else(|| panic!("no completion in {stdout}"))
+        .parse()
+        .unwrap()
+}
+
+#[test]
+fn ranks_per_node_add_the_nodes_shared_memory_step() {
+    let run = |ranks: &str| {
+        let out = simulate(&[
+            "--nodes",
+            "8",
+            "--size",
+            "1M",
+            "--only",
+            "ipmc",
+            "--ranks-per-node",
+            ranks,
+            "--node-hop-us",
+            "10",
+            "--node-copy-gbs",
+            "1",
+        ]);
+        assert!(out.status.success(), "{out:?}");
+        assert!(
+            String::from_utf8_lossy(&out.stdout).contains(&format!("ranks_per_node={ranks} ")),
+            "{out:?}"
+        );
+        completion_us(&out)
+    };
+    // 64 ranks: a tree of 6 hops, the message and 5 more segments of 64 KiB
+    // at 1 GB/s.
+    let step = 6.0 * 10.0 + (1_048_576.0 + 5.0 * 65_536.0) / 1e3;
+    let added = run("64") - run("1");
+    assert!((added - step).abs() < 0.2, "{added} µs, not {step}");
+    let out = simulate(&[
+        "--nodes",
+        "8",
+        "--size",
+        "1K",
+        "--calls",
+        "2",
+        "--ranks-per-node",
+        "4",
+    ]);
+    assert_eq!(out.status.code(), Some(2), "{out:?}");
+}

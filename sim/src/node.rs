@@ -1,0 +1,81 @@
+//! Nodes of several ranks (two levels, `docs/two-levels.md`): the
+//! simulated broadcast runs among one leader per node, one host each, as
+//! ipmc's leaders' communicator does; each leader then gives the message to
+//! the other ranks of its node through shared memory, once it has all of
+//! it, as ipmc's levels do today (unpipelined). That last step is a model,
+//! not a simulation: the node's ranks have cores of their own and use
+//! neither the link nor the leader's host costs, so the step costs the
+//! node's shared-memory broadcast, a tree of `ceil(log2 ranks)` hops
+//! pipelined in segments, its bytes moving at a measured copy rate.
+
+use crate::Ns;
+
+/// Segments of the node's pipelined broadcast (Open MPI's shared-memory
+/// transport moves large messages in pieces of this order).
+const SEGMENT: usize = 64 << 10;
+
+/// The ranks of each node and what the node's shared memory costs.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub struct Node {
+    /// Ranks per node (1: one level, no step inside the node).
+    pub ranks: usize,
+    /// One hop of the node's tree: a small message from one rank to another.
+    pub hop_ns: Ns,
+    /// Bytes per second one hop copies.
+    pub copy_bytes_per_s: f64,
+}
+
+impl Default for Node {
+    /// One rank per node; the copy costs measured on this repository's test
+    /// machine (`docs/simulator.md`).
+    fn default() -> Self {
+        Node {
+            ranks: 1,
+            hop_ns: HOP_NS,
+            copy_bytes_per_s: COPY_BYTES_PER_S,
+        }
+    }
+}
+
+/// Open MPI's broadcast of 8 bytes between the 2 ranks of one emulated host
+/// (`docs/simulator.md`, "Ranks per node").
+pub const HOP_NS: Ns = 12_000;
+/// Open MPI's broadcast of 16 MiB between the 2 ranks of one emulated host:
+/// bytes per second (`docs/simulator.md`, "Ranks per node").
+pub const COPY_BYTES_PER_S: f64 = 6.6e9;
+
+impl Node {
+    /// The time a leader takes to give `size` bytes to the other ranks of
+    /// its node: every hop of the tree waits for a segment, then the bytes
+    /// stream through at the copy rate.
+    pub fn fan_out_ns(&self, size: usize) -> Ns {
+        if self.ranks <= 1 {
+            return 0;
+        }
+        let depth = (usize::BITS - (self.ranks - 1).leading_zeros()) as u64;
+        let first = size.min(SEGMENT) as f64 * (depth - 1) as f64;
+        let bytes_ns = (size as f64 + first) / self.copy_bytes_per_s * 1e9;
+        depth * self.hop_ns + bytes_ns.round() as Ns
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn one_rank_per_node_costs_nothing_and_more_ranks_cost_more() {
+        let node = |ranks| Node {
+            ranks,
+            hop_ns: 1_000,
+            copy_bytes_per_s: 1e9,
+        };
+        assert_eq!(node(1).fan_out_ns(1 << 20), 0);
+        // Two ranks: one hop, the message once at 1 GB/s.
+        assert_eq!(node(2).fan_out_ns(1_000_000), 1_000 + 1_000_000);
+        // 64 ranks: 6 hops, and 5 segments more to fill the pipeline.
+        let t = node(64).fan_out_ns(1_000_000);
+        assert_eq!(t, 6_000 + 1_000_000 + 5 * 65_536);
+        assert!(node(64).fan_out_ns(100) < node(64).fan_out_ns(1 << 20));
+    }
+}
