@@ -231,8 +231,9 @@ fn a_receiver_that_keeps_stopping_loses_nothing_to_its_buffer() {
     assert!(unpaced.iter().sum::<u64>() > 0, "{unpaced:?}");
 }
 
-/// With two ranks on each host, a root's own datagrams come back to its
-/// socket (loop-back): read as they come, they never fill it.
+/// With two ranks on each host, each counted a node of its own (one level),
+/// a root's own datagrams come back to its socket (loop-back): read as they
+/// come, they never fill it.
 #[test]
 fn a_roots_own_datagrams_never_fill_its_buffer() {
     let cluster = Cluster {
