@@ -538,13 +538,9 @@ fn two_levels_lose_nothing_to_lost_datagrams() {
         .filter(|s| s["comm"] == "ipmc leaders of world")
         .collect();
     assert!(
-        sum_of(&leaders, "chain_bytes") > 0 && sum_of(&leaders, "mcast_bytes") > 0,
+        sum(&leaders, "chain_bytes") > 0 && sum(&leaders, "mcast_bytes") > 0,
         "both stages among the leaders: {leaders:?}"
     );
-}
-
-fn sum_of(lines: &[&Line], key: &str) -> u64 {
-    lines.iter().map(|s| num(s, key)).sum()
 }
 
 /// A rank that leads no host killed in the middle of a job's broadcasts

@@ -553,13 +553,7 @@ fn ranks_fed_different_timings_agree_on_every_decision() {
         .filter(|l| l.contains("ipmc: the broadcasts of communicator world "))
         .collect();
     assert_eq!(tables.len(), 1, "{}", run.output);
-    let rows: Vec<&str> = run
-        .output
-        .lines()
-        .skip_while(|l| !l.contains("ipmc: the broadcasts of communicator world "))
-        .skip(1)
-        .take_while(|l| l.starts_with("  ") && l.contains(" bytes: "))
-        .collect();
+    let rows = common::world_decisions(&run.output);
     let multicast = rows
         .iter()
         .filter(|row| row.contains(" bytes: multicast (measured:"))

@@ -242,15 +242,8 @@ fn two_levels_are_measured_against_open_mpis_broadcast() {
         assert_eq!(tally(s, "previous").0, 2, "two measured calls: {s:?}");
         assert!(tally(s, "two_level").0 >= 78, "{s:?}");
     }
-    let table: Vec<&str> = run
-        .output
-        .lines()
-        .skip_while(|l| !l.contains("ipmc: the broadcasts of communicator world "))
-        .skip(1)
-        .take_while(|l| l.starts_with("  ") && l.contains(" bytes: "))
-        .collect();
     assert!(
-        table
+        common::world_decisions(&run.output)
             .iter()
             .any(|row| row.contains("65536 bytes: two_level (measured:")),
         "{}",

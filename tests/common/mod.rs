@@ -690,6 +690,17 @@ pub fn sum<L: std::borrow::Borrow<Line>>(lines: &[L], key: &str) -> u64 {
     lines.iter().map(|s| num(s.borrow(), key)).sum()
 }
 
+/// The rows of the decision table that rank 0 prints for `MPI_COMM_WORLD`
+/// at `coll_ipmc_verbose` 1 (one per decided size class).
+pub fn world_decisions(output: &str) -> Vec<&str> {
+    output
+        .lines()
+        .skip_while(|l| !l.contains("ipmc: the broadcasts of communicator world "))
+        .skip(1)
+        .take_while(|l| l.starts_with("  ") && l.contains(" bytes: "))
+        .collect()
+}
+
 /// Shows per-rank figures in a test's output (`cargo test -- --nocapture`).
 pub fn print_stats(lines: &[Line]) {
     for s in lines {
