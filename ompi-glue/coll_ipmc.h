@@ -36,6 +36,9 @@ typedef struct mca_coll_ipmc_module_t {
     /* The same for the nonblocking broadcast (NULL: ipmc offers none). */
     mca_coll_base_module_ibcast_fn_t prev_ibcast;
     mca_coll_base_module_t *prev_ibcast_module;
+    /* The barrier ipmc replaced (NULL: ipmc serves no barrier). */
+    mca_coll_base_module_barrier_fn_t prev_barrier;
+    mca_coll_base_module_t *prev_barrier_module;
 } mca_coll_ipmc_module_t;
 OBJ_CLASS_DECLARATION(mca_coll_ipmc_module_t);
 

@@ -16,6 +16,8 @@ static void ipmc_module_construct(mca_coll_ipmc_module_t *m)
     m->prev_bcast_module = NULL;
     m->prev_ibcast = NULL;
     m->prev_ibcast_module = NULL;
+    m->prev_barrier = NULL;
+    m->prev_barrier_module = NULL;
 }
 
 static void ipmc_module_destruct(mca_coll_ipmc_module_t *m)
@@ -31,6 +33,10 @@ static void ipmc_module_destruct(mca_coll_ipmc_module_t *m)
     if (NULL != m->prev_ibcast_module) {
         OBJ_RELEASE(m->prev_ibcast_module);
         m->prev_ibcast_module = NULL;
+    }
+    if (NULL != m->prev_barrier_module) {
+        OBJ_RELEASE(m->prev_barrier_module);
+        m->prev_barrier_module = NULL;
     }
 }
 
@@ -60,6 +66,16 @@ static int ipmc_module_enable(mca_coll_base_module_t *module, struct ompi_commun
         m->prev_ibcast_module = comm->c_coll->coll_ibcast_module;
         OBJ_RETAIN(m->prev_ibcast_module);
     }
+    /* Likewise the barrier. */
+    if (NULL != m->super.coll_barrier) {
+        if (NULL == comm->c_coll->coll_barrier || NULL == comm->c_coll->coll_barrier_module) {
+            m->super.coll_barrier = NULL;
+        } else {
+            m->prev_barrier = comm->c_coll->coll_barrier;
+            m->prev_barrier_module = comm->c_coll->coll_barrier_module;
+            OBJ_RETAIN(m->prev_barrier_module);
+        }
+    }
     return ipmc_rs_module_enable(m->rs, (struct ipmc_module *) m, comm);
 }
 
@@ -77,6 +93,12 @@ static int ipmc_bcast(void *buf, int count, struct ompi_datatype_t *dt, int root
 {
     mca_coll_ipmc_module_t *m = (mca_coll_ipmc_module_t *) module;
     return ipmc_rs_bcast(m->rs, buf, count, dt, root, comm, (struct ipmc_module *) m);
+}
+
+static int ipmc_barrier(struct ompi_communicator_t *comm, mca_coll_base_module_t *module)
+{
+    mca_coll_ipmc_module_t *m = (mca_coll_ipmc_module_t *) module;
+    return ipmc_rs_barrier(m->rs, comm, (struct ipmc_module *) m);
 }
 
 /* ipmc serves the call and completes the request it made (Rust holds one
@@ -127,6 +149,10 @@ mca_coll_base_module_t *mca_coll_ipmc_comm_query(struct ompi_communicator_t *com
     m->super.coll_module_disable = ipmc_module_disable;
     m->super.coll_bcast = ipmc_bcast;
     m->super.coll_ibcast = ipmc_ibcast;
+    /* barrier_algorithm 1 leaves MPI_Barrier to the component ipmc replaces. */
+    if (1 != mca_coll_ipmc_params.barrier_algorithm) {
+        m->super.coll_barrier = ipmc_barrier;
+    }
     return &m->super;
 }
 

@@ -58,6 +58,13 @@ int ipmc_irecv_answer(int src, struct ompi_communicator_t *comm, struct ompi_req
     return MCA_PML_CALL(irecv(&none, 0, MPI_BYTE, src, MCA_COLL_BASE_TAG_BARRIER, comm, req));
 }
 
+int ipmc_isend_empty(int dst, struct ompi_communicator_t *comm, struct ompi_request_t **req)
+{
+    static char none;
+    return MCA_PML_CALL(isend(&none, 0, MPI_BYTE, dst, MCA_COLL_BASE_TAG_BARRIER,
+                              MCA_PML_BASE_SEND_STANDARD, comm, req));
+}
+
 int ipmc_wait_all_counts(size_t n, struct ompi_request_t **reqs, size_t *counts)
 {
     ompi_status_public_t *st = malloc(n * sizeof(*st));
@@ -210,6 +217,11 @@ int ipmc_comm_bcast(struct ompi_communicator_t *comm, void *buf, int count,
     return comm->c_coll->coll_bcast(buf, count, dt, root, comm, comm->c_coll->coll_bcast_module);
 }
 
+int ipmc_comm_barrier(struct ompi_communicator_t *comm)
+{
+    return comm->c_coll->coll_barrier(comm, comm->c_coll->coll_barrier_module);
+}
+
 size_t ipmc_dt_size(struct ompi_datatype_t *dt)
 {
     size_t size = 0;
@@ -272,6 +284,18 @@ int ipmc_prev_bcast(struct ipmc_module *module, void *buf, int count,
 {
     mca_coll_ipmc_module_t *m = (mca_coll_ipmc_module_t *) module;
     return m->prev_bcast(buf, count, dt, root, comm, m->prev_bcast_module);
+}
+
+int ipmc_prev_barrier(struct ipmc_module *module, struct ompi_communicator_t *comm)
+{
+    mca_coll_ipmc_module_t *m = (mca_coll_ipmc_module_t *) module;
+    return m->prev_barrier(comm, m->prev_barrier_module);
+}
+
+int ipmc_base_barrier_linear(struct ipmc_module *module, struct ompi_communicator_t *comm)
+{
+    mca_coll_ipmc_module_t *m = (mca_coll_ipmc_module_t *) module;
+    return ompi_coll_base_barrier_intra_basic_linear(comm, &m->super);
 }
 
 int ipmc_base_bcast_binomial(struct ipmc_module *module, void *buf, int count,

@@ -46,19 +46,24 @@ int ipmc_isend_bytes(const void *buf, size_t len, int dst, struct ompi_communica
                      struct ompi_request_t **req);
 int ipmc_irecv_bytes(void *buf, size_t len, int src, struct ompi_communicator_t *comm,
                      struct ompi_request_t **req);
-/* A measured broadcast's answers, which time it at its root: every other
-   rank sends the root an empty message after its part of the call, and the
-   root waits for them in the call for a bounded time only, then receives
-   the rest while it goes on (a rank may depend on what the root does after
-   the call). They carry the
-   barrier tag, not the bcast tag that every broadcast and ipmc's background
-   messages share, so that they never meet those; a blocking barrier's
-   messages cannot meet them either: collectives on a communicator are
-   called in one order, an answer is sent within the broadcast, before its
-   sender's next collective, and its receive is posted within the broadcast,
-   before the root's next one. */
+/* Empty messages with the barrier tag, not the bcast tag that every
+   broadcast and ipmc's background messages share, so that they never meet
+   those: a measured broadcast's answers, which time it at its root (every
+   other rank sends the root one after its part of the call; the root waits
+   for them in the call for a bounded time only, then receives the rest while
+   it goes on, since a rank may depend on what the root does after the call),
+   and ipmc's barrier's arrivals (each rank to its parent in the barrier's
+   tree, received within the call) and point-to-point releases (each parent
+   to its children; a rank that the release datagram freed receives its own
+   later, before its next barrier or when the communicator is freed). Nor do
+   they meet each other or a replaced barrier's messages: collectives on a
+   communicator are called in one order, each such message is sent within
+   its call, the kinds between two ranks differ by direction but for the
+   answers, and receives from one sender with one tag match its messages in
+   the order they were posted. */
 int ipmc_answer_root(int root, struct ompi_communicator_t *comm);
 int ipmc_irecv_answer(int src, struct ompi_communicator_t *comm, struct ompi_request_t **req);
+int ipmc_isend_empty(int dst, struct ompi_communicator_t *comm, struct ompi_request_t **req);
 /* Waits for and frees the requests (every entry is MPI_REQUEST_NULL
    afterwards), and stores in counts[i] the bytes request i received (for a
    send, what it sent). */
@@ -103,6 +108,14 @@ int ipmc_unpack(const void *in, size_t len, void *buf, int count, struct ompi_da
 /* The broadcast of the component that ipmc replaced on this communicator. */
 int ipmc_prev_bcast(struct ipmc_module *module, void *buf, int count,
                     struct ompi_datatype_t *dt, int root, struct ompi_communicator_t *comm);
+/* The barrier of the component that ipmc replaced on this communicator. */
+int ipmc_prev_barrier(struct ipmc_module *module, struct ompi_communicator_t *comm);
+/* Open MPI's linear barrier (ompi_coll_base_barrier_intra_basic_linear: every
+   rank to rank 0, then rank 0 to every rank), on ipmc's module: the one coll
+   tuned calls 1. */
+int ipmc_base_barrier_linear(struct ipmc_module *module, struct ompi_communicator_t *comm);
+/* A barrier on a part of two levels, with whatever serves it. */
+int ipmc_comm_barrier(struct ompi_communicator_t *comm);
 /* Open MPI's binomial tree from coll/base (ompi_coll_base_bcast_intra_binomial),
    on ipmc's module: the fixed algorithm that coll tuned calls 6. */
 int ipmc_base_bcast_binomial(struct ipmc_module *module, void *buf, int count,
@@ -171,6 +184,9 @@ int ipmc_rs_progress(void);
 void ipmc_rs_finish_all(void);
 int ipmc_rs_bcast(void *state, void *buf, int count, struct ompi_datatype_t *dt, int root,
                   struct ompi_communicator_t *comm, struct ipmc_module *module);
+
+/* One MPI_Barrier on a communicator whose barrier ipmc serves. */
+int ipmc_rs_barrier(void *state, struct ompi_communicator_t *comm, struct ipmc_module *module);
 
 /* What ipmc_rs_ibcast returns when the replaced component's nonblocking
    broadcast is to serve the call. */

@@ -651,3 +651,44 @@ fn two_threads_broadcast_at_once_on_one_group_and_port() {
         },
     );
 }
+
+/// The forging host against ipmc's barrier: a release forged from an
+/// earlier one (a replay into the next barrier) would let ranks leave
+/// before the others entered. With the default authentication every
+/// forgery is rejected and no rank leaves a barrier early.
+#[test]
+fn forged_releases_free_no_rank_early() {
+    timed("forged_releases_free_no_rank_early", || {
+        let cluster = Cluster::hosts(4);
+        let mut mca = forced(true);
+        mca.push(("coll_ipmc_barrier_algorithm", "2"));
+        let job = mpirun_line(
+            cluster.ranks(),
+            &mca,
+            "barrier_check",
+            &["--rounds", "400", "--late-us", "3000"],
+        );
+        let run = beside_injector(
+            &cluster,
+            &format!("--group {GROUP}:{PORT} --seed 13 --mode forge"),
+            &job,
+        );
+        assert!(
+            run.ok && run.output.contains("barrier_check: PASS"),
+            "{}",
+            run.output
+        );
+        let counts = injector_counts(&run.output);
+        println!("forged releases: injector {counts:?}");
+        assert!(num(&counts, "replayed") > 0, "{counts:?}");
+        let world: Vec<Line> = stats_lines(&run.output)
+            .into_iter()
+            .filter(|s| s["comm"] == "MPI_COMM_WORLD")
+            .collect();
+        assert_eq!(world.len(), 4, "{}", run.output);
+        for s in world.iter().filter(|s| s["rank"] != "0") {
+            assert!(num(s, "barrier_multicast") >= 400, "{s:?}");
+            assert!(num(s, "rej_auth") > 0, "forgeries not rejected: {s:?}");
+        }
+    });
+}

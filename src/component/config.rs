@@ -80,6 +80,9 @@ pub struct Config {
     pub print_statistics: bool,
     pub chain_segment_size: usize,
     pub bcast_algorithm: i32,
+    /// `coll_ipmc_barrier_algorithm`: 0 measured, 1 the replaced barrier,
+    /// 2 ipmc's multicast barrier.
+    pub barrier_algorithm: i32,
     pub verbose: i32,
     pub group_range: String,
     pub port_range: String,
@@ -130,6 +133,12 @@ impl DatagramPath {
     }
 }
 
+/// `coll_ipmc_barrier_algorithm`: measured, the replaced component's
+/// (ipmc then serves no barrier), ipmc's multicast barrier.
+pub const BARRIER_AUTO: i32 = 0;
+pub const BARRIER_REPLACED: i32 = 1;
+pub const BARRIER_MULTICAST: i32 = 2;
+
 /// The thesis's thresholds (§3.5), which apply when a user sets either.
 pub const THESIS_CROSSOVER_NODES: usize = 4;
 pub const THESIS_CROSSOVER_SIZE: usize = 1 << 20;
@@ -158,6 +167,7 @@ impl Default for Config {
             print_statistics: false,
             chain_segment_size: 65536,
             bcast_algorithm: 0,
+            barrier_algorithm: 0,
             verbose: 0,
             group_range: crate::group::groups::DEFAULT_GROUPS.into(),
             port_range: "5000-32767".into(),
@@ -230,8 +240,8 @@ impl Config {
         let text = format!(
             "ipmc {} datagram {} setup {} priority={} crossover_nodes={} crossover_size={} fragment_size={} \
              root_wait_time={} use_crc_checking={} authenticate={} chain_segment_size={} \
-             bcast_algorithm={} group_range={} port_range={} ttl={} ranks_are_nodes={} \
-             tune_calls={}",
+             bcast_algorithm={} barrier_algorithm={} group_range={} port_range={} ttl={} \
+             ranks_are_nodes={} tune_calls={}",
             env!("CARGO_PKG_VERSION"),
             crate::protocol::datagram::VERSION,
             crate::group::setup::VERSION,
@@ -244,6 +254,7 @@ impl Config {
             self.authenticate,
             self.chain_segment_size,
             self.bcast_algorithm,
+            self.barrier_algorithm,
             self.group_range,
             self.port_range,
             self.ttl,
@@ -300,7 +311,19 @@ impl Config {
     /// Whether some call on a communicator of `nodes` nodes may multicast:
     /// then it needs a group.
     pub fn may_multicast(&self, nodes: usize) -> bool {
-        (0..usize::BITS).any(|k| self.choose(1 << k, nodes) == Algorithm::Multicast)
+        self.barrier_algorithm == BARRIER_MULTICAST
+            || (0..usize::BITS).any(|k| self.choose(1 << k, nodes) == Algorithm::Multicast)
+    }
+
+    /// Whether the automatic choice measures ipmc's barrier against the
+    /// replaced one (where the broadcasts are measured too).
+    pub fn tunes_barrier(&self) -> bool {
+        self.barrier_algorithm == BARRIER_AUTO && self.tunes()
+    }
+
+    /// Whether ipmc's multicast barrier is forced.
+    pub fn forces_barrier(&self) -> bool {
+        self.barrier_algorithm == BARRIER_MULTICAST
     }
 }
 
@@ -440,6 +463,14 @@ mod tests {
                 ..Config::default()
             },
             Config {
+                barrier_algorithm: 2,
+                ..Config::default()
+            },
+            Config {
+                ranks_are_nodes: true,
+                ..Config::default()
+            },
+            Config {
                 group_range: "239.1.0.0/16".into(),
                 ..Config::default()
             },
@@ -504,6 +535,7 @@ mod tests {
             print_statistics,
             chain_segment_size,
             bcast_algorithm,
+            barrier_algorithm,
             verbose,
             group_range,
             port_range,
@@ -532,6 +564,7 @@ mod tests {
             ("print_statistics", print_statistics.to_string()),
             ("chain_segment_size", chain_segment_size.to_string()),
             ("bcast_algorithm", bcast_algorithm.to_string()),
+            ("barrier_algorithm", barrier_algorithm.to_string()),
             ("verbose", verbose.to_string()),
             ("group_range", quoted(group_range)),
             ("port_range", quoted(port_range)),

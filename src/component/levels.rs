@@ -147,6 +147,17 @@ impl Levels {
         Ok(())
     }
 
+    /// One barrier over the two levels: each node's (every rank of a node
+    /// arrived), the leaders' (every node arrived), each node's again (its
+    /// leader left the leaders' barrier).
+    pub fn barrier(&self) -> Result<(), i32> {
+        self.node.barrier()?;
+        if let Some(leaders) = self.leaders {
+            leaders.barrier()?;
+        }
+        self.node.barrier()
+    }
+
     /// Frees both levels' communicators.
     pub fn free(self) {
         if let Some(leaders) = self.leaders {

@@ -7,8 +7,8 @@ use std::time::{Duration, Instant};
 use log::{debug, info, warn};
 
 use crate::algorithms::nonblocking::Shape;
-use crate::algorithms::transport::{Transport, OMPI_ERROR};
-use crate::algorithms::{chain, linear};
+use crate::algorithms::transport::{P2pResult, Transport, OMPI_ERROR};
+use crate::algorithms::{barrier, chain, linear};
 use crate::component::config::{Algorithm, Config};
 use crate::component::levels::{Layout, Levels};
 use crate::component::nodes::Nodes;
@@ -16,7 +16,7 @@ use crate::component::stats::Stats;
 use crate::component::tuning::{self, Due, Sample, Tuner};
 use crate::driver::background::{Background, Ibcast, Joining, Open};
 use crate::driver::multicast::{Driver, Ranks};
-use crate::ffi::ompi::{self, Answers, BcastCall, Comm, PmlTransport, Request};
+use crate::ffi::ompi::{self, Answers, BarrierCall, BcastCall, Comm, PmlTransport, Request};
 use crate::ffi::os;
 use crate::group::setup::{self, Announce};
 use crate::net::interfaces::{self, IfList};
@@ -293,7 +293,7 @@ impl Module {
             let table = tuning::table(&self.tuner);
             if !table.is_empty() {
                 ompi::print_line(&format!(
-                    "ipmc: the broadcasts of communicator {} ({} nodes, at most {} ranks on one) \
+                    "ipmc: the broadcasts and barriers of communicator {} ({} nodes, at most {} ranks on one) \
                      as measured and agreed:{table}",
                     comm.name(),
                     self.nodes.count,
@@ -416,7 +416,144 @@ impl Module {
             }
         }
         if self.tunes() {
-            self.vote_if_due(call.comm(), bytes)?;
+            self.vote_if_due(call.comm(), tuning::class_of(bytes))?;
+        }
+        Ok(())
+    }
+
+    /// One `MPI_Barrier` on this communicator; the error is an Open MPI code.
+    /// The automatic choice measures it as a class of its own
+    /// ([`tuning::BARRIER`]): each rank times its own calls, from entry to
+    /// release, and the slowest rank's best decides.
+    pub fn barrier(&mut self, call: &BarrierCall) -> Result<(), i32> {
+        let entered = Instant::now();
+        self.moved = false;
+        let comm = call.comm();
+        if !self.broken && matches!(self.levels, TwoLevels::Pending(_)) {
+            self.moved = true;
+            self.split_levels(comm)?;
+        }
+        if !self.broken {
+            self.finish_joining(comm)?;
+            self.collect_answers(false)?;
+            if self.tuner.awaits_votes() {
+                self.settle_votes(comm);
+            }
+        }
+        let (alg, sample) = self.plan_barrier(comm)?;
+        // The release is a multicast broadcast, which may begin while the
+        // broadcasts before it still run their chains; the arrivals and the
+        // replaced barrier have a tag of their own.
+        if alg == Algorithm::Multicast && !self.background.holds_only_multicast() {
+            self.background.finish().map_err(|e| e.0)?;
+        }
+        debug!(
+            "rank {} cid {}: barrier with {}",
+            self.rank,
+            self.cid,
+            alg.name()
+        );
+        self.moved = true;
+        match alg {
+            Algorithm::Multicast => self.run_barrier(comm)?,
+            Algorithm::Linear => call.linear()?,
+            Algorithm::TwoLevel => match &self.levels {
+                TwoLevels::Ready(levels) => levels.barrier()?,
+                _ => return Err(OMPI_ERROR),
+            },
+            _ => call.previous()?,
+        }
+        self.stats.barriers.record(alg);
+        if let Some(sample) = sample {
+            self.tuner.record(sample, Some(entered.elapsed()), None);
+        }
+        if !self.broken && self.cfg.tunes_barrier() && self.votes_here() {
+            self.vote_if_due(comm, tuning::BARRIER)?;
+        }
+        Ok(())
+    }
+
+    /// The barrier of this call, and what to measure of it.
+    fn plan_barrier(&mut self, comm: Comm) -> Result<(Algorithm, Option<Sample>), i32> {
+        if self.broken {
+            return Ok((Algorithm::Previous, None));
+        }
+        if self.cfg.tunes_barrier() && self.votes_here() {
+            if let Some(plan) = self.tuner.plan_barrier() {
+                return Ok(self.servable(plan));
+            }
+            // This call takes the decision of a vote that has not ended here.
+            self.background.finish().map_err(|e| e.0)?;
+            self.settle_votes(comm);
+            if let Some(plan) = self.tuner.plan_barrier() {
+                return Ok(self.servable(plan));
+            }
+        }
+        let alg = if !self.cfg.forces_barrier() {
+            Algorithm::Previous
+        } else if self.over_levels() {
+            Algorithm::TwoLevel
+        } else {
+            Algorithm::Multicast
+        };
+        Ok(self.servable((alg, None)))
+    }
+
+    /// A barrier's plan, or the replaced barrier where ipmc's cannot run
+    /// (no group agreed: every rank knows it alike).
+    fn servable(&self, plan: (Algorithm, Option<Sample>)) -> (Algorithm, Option<Sample>) {
+        match plan {
+            (Algorithm::Multicast, s) if !matches!(self.multicast, Multicast::Ready) => {
+                (Algorithm::Previous, s)
+            }
+            plan => plan,
+        }
+    }
+
+    /// ipmc's barrier ([`barrier`]): the arrivals up the tree to rank 0, then
+    /// the release, by one datagram from rank 0 and point-to-point down the
+    /// tree. A rank that the datagram released sends its children their
+    /// point-to-point release at once and receives its own later, in the
+    /// background: each comes once its sender was released, which waits for
+    /// no rank.
+    fn run_barrier(&mut self, comm: Comm) -> Result<(), i32> {
+        let (parent, children) = barrier::tree(self.rank, self.size);
+        let p2p = |r: P2pResult<Answers>| r.map_err(|e| e.0);
+        let mut release = match parent {
+            Some(parent) => Some(p2p(Answers::from_ranks(comm, [parent]))?),
+            None => None,
+        };
+        p2p(Answers::from_ranks(comm, children.clone()).and_then(|mut a| a.wait().map(|()| a)))?;
+        if let Some(parent) = parent {
+            comm.send_arrival(parent)?;
+        }
+        let at = Ranks {
+            rank: self.rank,
+            size: self.size,
+            root: 0,
+        };
+        let by_datagram = self
+            .background
+            .release(
+                at,
+                || release.as_mut().map_or(Ok(true), Answers::test),
+                &mut self.stats.datagrams,
+            )
+            .map_err(|e| e.0)?;
+        let mut pending = p2p(Answers::send_to(comm, children))?;
+        if let Some(release) = release {
+            pending.extend(release);
+        }
+        if !pending.is_empty() {
+            self.background.complete_later(comm, pending);
+        }
+        if parent.is_some() {
+            let b = &mut self.stats.barriers;
+            if by_datagram {
+                b.released_multicast += 1;
+            } else {
+                b.released_p2p += 1;
+            }
         }
         Ok(())
     }
@@ -435,7 +572,7 @@ impl Module {
                 return Ok(plan);
             }
             // This call takes the decision of a vote that has not ended here.
-            self.vote_if_due(comm, bytes)?;
+            self.vote_if_due(comm, tuning::class_of(bytes))?;
             self.background.finish().map_err(|e| e.0)?;
             self.settle_votes(comm);
             if let Some(plan) = self.tuner.plan(bytes) {
@@ -505,21 +642,22 @@ impl Module {
         Ok(())
     }
 
-    /// After a call of `bytes` bytes: this rank's part of its class's vote
-    /// goes to the background when it is due, after the call's own work,
-    /// once this rank's answers as a root are in.
-    fn vote_if_due(&mut self, comm: Comm, bytes: usize) -> Result<(), i32> {
-        let mut due = self.tuner.due(bytes);
+    /// After a call of class `class` (a size class, or the barrier's): this
+    /// rank's part of its class's vote goes to the background when it is
+    /// due, after the call's own work, once this rank's answers as a root
+    /// are in.
+    fn vote_if_due(&mut self, comm: Comm, class: usize) -> Result<(), i32> {
+        let mut due = self.tuner.due_of(class);
         if due == Due::Answers {
             self.collect_answers(true)?;
-            due = self.tuner.due(bytes);
+            due = self.tuner.due_of(class);
         }
         if let Due::Vote(class, mine) = due {
             debug!(
-                "rank {} cid {}: broadcasts of up to {} bytes measured here: {mine:?}",
+                "rank {} cid {}: {} measured here: {mine:?}",
                 self.rank,
                 self.cid,
-                tuning::class_max(class)
+                tuning::class_name(class)
             );
             if self.votes_here() {
                 self.background.vote(comm, class, mine);
@@ -539,10 +677,10 @@ impl Module {
         for (class, result) in self.background.take_votes() {
             let d = self.tuner.settle(class, &result);
             debug!(
-                "rank {} cid {}: broadcasts of up to {} bytes: {} ({:?})",
+                "rank {} cid {}: {}: {} ({:?})",
                 self.rank,
                 self.cid,
-                tuning::class_max(class),
+                tuning::class_name(class),
                 d.alg.name(),
                 d.times_us
             );
@@ -597,7 +735,7 @@ impl Module {
             self.finish_joining(call.comm())?;
             // The class's decision is read only where every rank takes it.
             if self.tunes() && self.tuner.must_await_vote(bytes) {
-                self.vote_if_due(call.comm(), bytes)?;
+                self.vote_if_due(call.comm(), tuning::class_of(bytes))?;
                 self.background.finish().map_err(|e| e.0)?;
             }
             if self.tuner.awaits_votes() {

@@ -91,6 +91,7 @@ pub struct Stats {
     pub nonblocking: u64,
     tallies: [Tally; Algorithm::ALL.len()],
     pub datagrams: Datagrams,
+    pub barriers: Barriers,
     /// How the multicast setup ended: `none` (not tried), `ok`, `failed`.
     pub setup: &'static str,
 }
@@ -102,8 +103,40 @@ impl Default for Stats {
             nonblocking: 0,
             tallies: Default::default(),
             datagrams: Datagrams::default(),
+            barriers: Barriers::default(),
             setup: "none",
         }
+    }
+}
+
+/// The barriers (`MPI_Barrier`) ipmc served on a communicator.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct Barriers {
+    /// By ipmc's multicast barrier, Open MPI's linear one, the replaced
+    /// component's, two levels.
+    pub multicast: u64,
+    pub linear: u64,
+    pub previous: u64,
+    pub two_level: u64,
+    /// Multicast barriers that released this rank by their datagram, and
+    /// point-to-point (the datagram lost or late); rank 0 releases itself.
+    pub released_multicast: u64,
+    pub released_p2p: u64,
+}
+
+impl Barriers {
+    /// Counts a barrier that `alg` carried out (one of the four above).
+    pub fn record(&mut self, alg: Algorithm) {
+        match alg {
+            Algorithm::Multicast => self.multicast += 1,
+            Algorithm::Linear => self.linear += 1,
+            Algorithm::TwoLevel => self.two_level += 1,
+            _ => self.previous += 1,
+        }
+    }
+
+    pub fn total(&self) -> u64 {
+        self.multicast + self.linear + self.previous + self.two_level
     }
 }
 
@@ -159,6 +192,19 @@ impl Stats {
             line,
             " mcast_bytes={} chain_bytes={}",
             d.bytes_multicast, d.bytes_chain
+        );
+        let b = &self.barriers;
+        let _ = write!(
+            line,
+            " barriers={} barrier_multicast={} barrier_linear={} barrier_previous={} \
+             barrier_two_level={} released_mcast={} released_p2p={}",
+            b.total(),
+            b.multicast,
+            b.linear,
+            b.previous,
+            b.two_level,
+            b.released_multicast,
+            b.released_p2p
         );
         let _ = write!(line, " comm=\"{comm_name}\"");
         line
@@ -314,6 +360,40 @@ impl Stats {
                 d.bytes_chain,
             ),
         ]);
+        let b = &self.barriers;
+        v.extend([
+            counter("barriers", "Barriers (MPI_Barrier) ipmc served", b.total()),
+            counter(
+                "multicast_barriers",
+                "Barriers by ipmc's: arrivals to rank 0, a multicast release",
+                b.multicast,
+            ),
+            counter(
+                "linear_barriers",
+                "Barriers by Open MPI's linear barrier (coll/base)",
+                b.linear,
+            ),
+            counter(
+                "previous_barriers",
+                "Barriers handed to the barrier ipmc replaced",
+                b.previous,
+            ),
+            counter(
+                "two_level_barriers",
+                "Barriers over two levels: each node's, the node leaders', each node's",
+                b.two_level,
+            ),
+            counter(
+                "barrier_releases_by_multicast",
+                "Multicast barriers that released this rank by their datagram",
+                b.released_multicast,
+            ),
+            counter(
+                "barrier_releases_by_p2p",
+                "Multicast barriers that released this rank point-to-point (datagram lost or late)",
+                b.released_p2p,
+            ),
+        ]);
         v
     }
 }
@@ -356,7 +436,8 @@ mod tests {
              multicast=0:0B previous=0:0B binomial=0:0B binary=0:0B two_level=0:0B setup=none sent=0 send_full=0 send_failed=0 recv=0 \
              injected=0 own=0 useful=0 dup=0 root_own=0 rej_comm=0 rej_stale=0 rej_future=0 \
              rej_length=0 rej_magic=0 rej_crc=0 rej_auth=0 mcast_bytes=0 chain_bytes=0 \
-             comm=\"MPI_COMM_WORLD\""
+             barriers=0 barrier_multicast=0 barrier_linear=0 barrier_previous=0 \
+             barrier_two_level=0 released_mcast=0 released_p2p=0 comm=\"MPI_COMM_WORLD\""
         );
     }
 
@@ -387,7 +468,15 @@ mod tests {
             if ["rank", "size", "nodes", "cid", "comm"].contains(&key) {
                 continue;
             }
-            let found = names.contains(key) || names.contains(format!("{key}_bcasts").as_str());
+            let barrier = |k: &str| match k.strip_prefix("barrier_") {
+                Some(alg) => format!("{alg}_barriers"),
+                None => k
+                    .replace("released_mcast", "barrier_releases_by_multicast")
+                    .replace("released_p2p", "barrier_releases_by_p2p"),
+            };
+            let found = names.contains(key)
+                || names.contains(format!("{key}_bcasts").as_str())
+                || names.contains(barrier(key).as_str());
             assert!(found, "no variable for {key}");
         }
         assert!(vars.iter().all(|p| !p.description.is_empty()));

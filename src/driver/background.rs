@@ -352,7 +352,9 @@ impl Job {
 /// MPI's own, and the last one given back frees the communicator, whose
 /// module then takes this slot's lock.
 struct Awaited {
-    ticket: u64,
+    /// `None`: messages that only need to complete (a barrier's
+    /// point-to-point releases), not timed.
+    ticket: Option<u64>,
     started: Instant,
     answers: Answers,
     comm: Comm,
@@ -429,7 +431,9 @@ impl Slot {
         while i < self.awaited.len() {
             if self.awaited[i].answers.arrived()? {
                 let a = self.awaited.swap_remove(i);
-                self.answered.push((a.ticket, a.started.elapsed()));
+                if let Some(ticket) = a.ticket {
+                    self.answered.push((ticket, a.started.elapsed()));
+                }
                 self.forget(a, ended);
             } else {
                 i += 1;
@@ -443,10 +447,10 @@ impl Slot {
         self.look_answers(ended)?;
         while let Some(mut a) = self.awaited.pop() {
             let waited = a.answers.wait();
-            let done = (a.ticket, a.started.elapsed());
+            let done = a.ticket.map(|t| (t, a.started.elapsed()));
             self.forget(a, ended);
             waited?;
-            self.answered.push(done);
+            self.answered.extend(done);
         }
         Ok(())
     }
@@ -701,6 +705,44 @@ impl Background {
         result
     }
 
+    /// The release of ipmc's barrier ([`crate::algorithms::barrier`]) on
+    /// this rank, once every rank arrived: the root (rank 0) multicasts its
+    /// one-byte message; every other rank waits until its datagram came
+    /// (`Ok(true)`) or `by_p2p` finds that the point-to-point release did
+    /// (`Ok(false)`). Only stage 1 runs: the point-to-point releases are the
+    /// guarantee, so nothing goes along the chain. All other work finishes
+    /// first.
+    pub fn release(
+        &mut self,
+        at: Ranks,
+        mut by_p2p: impl FnMut() -> P2pResult<bool>,
+        stats: &mut Datagrams,
+    ) -> P2pResult<bool> {
+        self.finish()?;
+        let mut slot = self.slot();
+        let d = slot.driver.as_mut().expect(MULTICAST_READY);
+        let start = Instant::now();
+        let byte = [0u8; crate::algorithms::barrier::RELEASE_LEN];
+        let mut b = d.begin(at, byte.len(), Some(&byte), Duration::ZERO, stats);
+        if at.rank == at.root {
+            std::thread::sleep(b.stage1_start().unwrap_or_default());
+            while !b.stage1_done() {
+                d.stage1(&mut b, start.elapsed(), stats);
+            }
+            return Ok(true);
+        }
+        loop {
+            d.stage1(&mut b, start.elapsed(), stats);
+            if b.is_complete() {
+                return Ok(true);
+            }
+            // The progress engine may run here; it leaves a locked slot be.
+            if by_p2p()? {
+                return Ok(false);
+            }
+        }
+    }
+
     /// Whether the work in the background is blocking multicast broadcasts'
     /// chains and votes only, which a multicast broadcast may begin
     /// alongside.
@@ -765,12 +807,27 @@ impl Background {
         comm.retain();
         RUNNING.fetch_add(1, Ordering::Relaxed);
         slot.awaited.push(Awaited {
-            ticket,
+            ticket: Some(ticket),
             started,
             answers,
             comm,
         });
         Ok(ticket)
+    }
+
+    /// Leaves empty messages of a call on `comm` that has returned (a
+    /// barrier's point-to-point releases) to the background, which
+    /// completes them: a pending request holds its communicator, which
+    /// could otherwise never be freed.
+    pub fn complete_later(&mut self, comm: Comm, msgs: Answers) {
+        comm.retain();
+        RUNNING.fetch_add(1, Ordering::Relaxed);
+        self.slot().awaited.push(Awaited {
+            ticket: None,
+            started: Instant::now(),
+            answers: msgs,
+            comm,
+        });
     }
 
     /// The measured calls whose answers all arrived since the last call

@@ -11,7 +11,7 @@ use std::panic::{self, AssertUnwindSafe, UnwindSafe};
 use std::ptr;
 use std::sync::atomic::{AtomicBool, Ordering};
 
-use super::ompi::{print_line, BcastCall, Comm, Request};
+use super::ompi::{print_line, BarrierCall, BcastCall, Comm, Request};
 use super::sys::{self, ipmc_module, ompi_communicator_t, ompi_datatype_t, ompi_request_t};
 use super::{c_line, OMPI_ERROR, OMPI_ERR_NOT_AVAILABLE, OMPI_SUCCESS};
 use crate::component::config::{Config, DatagramPath};
@@ -146,6 +146,7 @@ impl From<&sys::ipmc_config_t> for Config {
             print_statistics: c.print_statistics,
             chain_segment_size: c.chain_segment_size,
             bcast_algorithm: c.bcast_algorithm,
+            barrier_algorithm: c.barrier_algorithm,
             verbose: c.verbose,
             group_range: c_string(c.group_range),
             port_range: c_string(c.port_range),
@@ -467,18 +468,13 @@ pub unsafe extern "C" fn ipmc_rs_bcast(
         comm: Comm(comm),
         module,
     };
-    let code = |result: Result<(), i32>| match result {
-        Ok(()) => OMPI_SUCCESS,
-        Err(rc) if rc != OMPI_SUCCESS => rc,
-        Err(_) => OMPI_ERROR,
-    };
     // Unwind safety: after a panic the module is poisoned (its multicast
     // state is never used again), and the call is handed over whole or fails.
     // SAFETY: see the function's contract; MPI forbids concurrent collectives
     // on one communicator, so this is the only reference to the state.
     let first = caught(AssertUnwindSafe(|| unsafe { &mut *state }.bcast(&mut call)));
     let panic = match first {
-        Ok(result) => return code(result),
+        Ok(result) => return status(result),
         Err(panic) => panic,
     };
     // SAFETY: as above; the reference of the panicked closure is gone.
@@ -497,7 +493,7 @@ pub unsafe extern "C" fn ipmc_rs_bcast(
         guard(
             what,
             OMPI_ERROR,
-            AssertUnwindSafe(|| code(module.bcast(&mut call))),
+            AssertUnwindSafe(|| status(module.bcast(&mut call))),
         )
     } else {
         // Peers may hold some of this call's messages, which the replaced
@@ -509,6 +505,70 @@ pub unsafe extern "C" fn ipmc_rs_bcast(
                 "in MPI_Bcast on {name} after its messages began to move, so the call fails \
                  (OMPI_ERROR) and the broadcast of the component it replaced serves every \
                  later one there"
+            ),
+            &panic,
+        );
+        OMPI_ERROR
+    }
+}
+
+/// The Open MPI code of a collective call's result (an error is never
+/// `OMPI_SUCCESS`).
+fn status(result: Result<(), i32>) -> c_int {
+    match result {
+        Ok(()) => OMPI_SUCCESS,
+        Err(rc) if rc != OMPI_SUCCESS => rc,
+        Err(_) => OMPI_ERROR,
+    }
+}
+
+/// One `MPI_Barrier` on a communicator whose barrier ipmc serves.
+///
+/// # Safety
+/// `state` as for [`ipmc_rs_module_enable`]; `comm` is the call's
+/// communicator, whose barrier ipmc's module `module` serves.
+#[no_mangle]
+pub unsafe extern "C" fn ipmc_rs_barrier(
+    state: *mut c_void,
+    comm: *mut ompi_communicator_t,
+    module: *mut ipmc_module,
+) -> c_int {
+    let state = state.cast::<Module>();
+    let call = BarrierCall {
+        comm: Comm(comm),
+        module,
+    };
+    // Unwind safety: as in `ipmc_rs_bcast`.
+    // SAFETY: see the function's contract; MPI forbids concurrent collectives
+    // on one communicator, so this is the only reference to the state.
+    let first = caught(AssertUnwindSafe(|| unsafe { &mut *state }.barrier(&call)));
+    let panic = match first {
+        Ok(result) => return status(result),
+        Err(panic) => panic,
+    };
+    // SAFETY: as above; the reference of the panicked closure is gone.
+    let module = unsafe { &mut *state };
+    let name = call.comm().name();
+    if module.poison() {
+        report(
+            &format!(
+                "in MPI_Barrier on {name} before any of its messages moved, and the barrier of \
+                 the component it replaced serves this call and every later one there"
+            ),
+            &panic,
+        );
+        let what = "in MPI_Barrier's fallback, and the call fails";
+        guard(
+            what,
+            OMPI_ERROR,
+            AssertUnwindSafe(|| status(module.barrier(&call))),
+        )
+    } else {
+        report(
+            &format!(
+                "in MPI_Barrier on {name} after its messages began to move, so the call fails \
+                 (OMPI_ERROR) and the component it replaced serves every later barrier and \
+                 broadcast there"
             ),
             &panic,
         );

@@ -1,6 +1,6 @@
 //! Calls into Open MPI, through the glue: a communicator ([`Comm`]), the
-//! arguments of one `MPI_Bcast` ([`BcastCall`]) and what an `MPI_Ibcast`
-//! keeps ([`UserMessage`], [`Request`]), point-to-point messages on
+//! arguments of one `MPI_Bcast` ([`BcastCall`]) or `MPI_Barrier`
+//! ([`BarrierCall`]) and what an `MPI_Ibcast` keeps ([`UserMessage`], [`Request`]), point-to-point messages on
 //! the PML ([`PmlTransport`], [`Messages`]), the component's output, and the
 //! registration with the progress engine.
 
@@ -564,18 +564,30 @@ pub fn register_progress() {
     });
 }
 
-/// The answers that time a measured broadcast at its root (see
-/// `ipmc_glue.h`): an empty message from every other rank.
+/// Empty messages with the barrier tag (see `ipmc_glue.h`): the answers
+/// that time a measured broadcast at its root (one from every other rank),
+/// and a barrier's arrivals and point-to-point releases.
 pub struct Answers {
     /// The pending receives; null once complete.
     reqs: Vec<*mut ompi_request_t>,
 }
 
 impl Answers {
+    /// No message.
+    pub fn none() -> Self {
+        Answers { reqs: Vec::new() }
+    }
+
     /// Posts the receives of the answers to a call of `root` on `comm`.
     pub fn expect(comm: Comm, root: usize) -> P2pResult<Self> {
-        let mut answers = Answers { reqs: Vec::new() };
-        for src in (0..comm.size()).filter(|&r| r != root) {
+        Self::from_ranks(comm, (0..comm.size()).filter(|&r| r != root))
+    }
+
+    /// Posts the receives of an empty message with the barrier tag from
+    /// each of `ranks` (a barrier's arrivals).
+    pub fn from_ranks(comm: Comm, ranks: impl IntoIterator<Item = usize>) -> P2pResult<Self> {
+        let mut answers = Self::none();
+        for src in ranks {
             let src = c_int::try_from(src).expect("ranks fit in an int");
             let mut req = ptr::null_mut();
             // SAFETY: the communicator is live; the glue receives no byte
@@ -584,6 +596,31 @@ impl Answers {
             answers.reqs.push(req);
         }
         Ok(answers)
+    }
+
+    /// Starts sending an empty message to each of `ranks`.
+    pub fn send_to(comm: Comm, ranks: impl IntoIterator<Item = usize>) -> P2pResult<Self> {
+        let mut sends = Self::none();
+        for dst in ranks {
+            let dst = c_int::try_from(dst).expect("ranks fit in an int");
+            let mut req = ptr::null_mut();
+            // SAFETY: the communicator is live; the message is empty; `req`
+            // is a valid out-pointer.
+            ok(unsafe { sys::ipmc_isend_empty(dst, comm.0, &mut req) }).map_err(P2pError)?;
+            sends.reqs.push(req);
+        }
+        Ok(sends)
+    }
+
+    /// Whether no message is pending.
+    pub fn is_empty(&self) -> bool {
+        self.reqs.iter().all(|r| r.is_null())
+    }
+
+    /// Adds the messages of `other`, those still pending.
+    pub fn extend(&mut self, mut other: Answers) {
+        let reqs = std::mem::take(&mut other.reqs);
+        self.reqs.extend(reqs.into_iter().filter(|r| !r.is_null()));
     }
 
     /// Whether every answer arrived, driving Open MPI's progress engine
@@ -629,6 +666,7 @@ impl Answers {
                 return Err(P2pError(rc));
             }
         }
+        self.reqs.clear();
         Ok(())
     }
 }
@@ -883,5 +921,48 @@ impl Comm {
     pub fn has_local_peer(self) -> bool {
         // SAFETY: as in `rank`.
         unsafe { sys::ipmc_comm_has_local_peer(self.0) != 0 }
+    }
+
+    /// A barrier on a part made by [`Comm::split`], by whatever serves
+    /// barriers there.
+    pub fn barrier(self) -> Result<(), i32> {
+        // SAFETY: as in `rank`; every member of the part enters the same
+        // barrier (the caller's levels say so).
+        ok(unsafe { sys::ipmc_comm_barrier(self.0) })
+    }
+
+    /// Sends `dst` an arrival of ipmc's barrier: an empty message with the
+    /// barrier tag (see `ipmc_glue.h`).
+    pub fn send_arrival(self, dst: usize) -> Result<(), i32> {
+        let dst = c_int::try_from(dst).map_err(|_| super::OMPI_ERROR)?;
+        // SAFETY: as in `rank`; the message is empty.
+        ok(unsafe { sys::ipmc_answer_root(dst, self.0) })
+    }
+}
+
+/// The arguments of one `MPI_Barrier` call.
+pub struct BarrierCall {
+    pub(super) comm: Comm,
+    pub(super) module: *mut ipmc_module,
+}
+
+impl BarrierCall {
+    pub fn comm(&self) -> Comm {
+        self.comm
+    }
+
+    /// Hands the call to the barrier ipmc replaced.
+    pub fn previous(&self) -> Result<(), i32> {
+        // SAFETY: the module is ipmc's, whose saved barrier was retained in
+        // `module_enable` (the glue serves barriers only where it saved
+        // one); the communicator is the call's.
+        ok(unsafe { sys::ipmc_prev_barrier(self.module, self.comm.0) })
+    }
+
+    /// Runs the call as Open MPI's linear barrier (coll/base) on ipmc's module.
+    pub fn linear(&self) -> Result<(), i32> {
+        // SAFETY: the module is ipmc's and the communicator the call's; the
+        // linear barrier keeps nothing in the module.
+        ok(unsafe { sys::ipmc_base_barrier_linear(self.module, self.comm.0) })
     }
 }

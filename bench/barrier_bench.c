@@ -1,0 +1,86 @@
+/*
+ * Barrier benchmark: the time of one MPI_Barrier, as OSU's osu_barrier
+ * measures it, per rank.
+ *
+ *   barrier_bench [--rounds R] [--batch B] [--warmup W]
+ *
+ * After W barriers that go unrecorded (default 64: ipmc's automatic choice
+ * measures its first 16 barriers, then decides during the next 16), each of
+ * R rounds (default 200) times B back-to-back barriers (default 10) on every
+ * rank and records the time divided by B; back to back, every rank enters a
+ * barrier as soon as the one before released it, so the time is one
+ * barrier's: the arrivals and the release. The rounds begin with a barrier
+ * of their own, untimed.
+ *
+ * Output on rank 0, CSV in the form of bcast_bench's (bytes is 0, target the
+ * rank): a header line, one line per rank with its median over the rounds
+ * (`kind=rank`), and a summary (`kind=summary`) with the largest and the
+ * smallest of those medians; simple_max_us is the slowest rank's mean.
+ */
+#include <mpi.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+static int compare(const void *a, const void *b)
+{
+    double x = *(const double *) a, y = *(const double *) b;
+    return (x > y) - (x < y);
+}
+
+int main(int argc, char **argv)
+{
+    int rounds = 200, batch = 10, warmup = 64;
+    MPI_Init(&argc, &argv);
+    for (int i = 1; i + 1 < argc; i += 2) {
+        int v = atoi(argv[i + 1]);
+        if (!strcmp(argv[i], "--rounds") && v > 0) {
+            rounds = v;
+        } else if (!strcmp(argv[i], "--batch") && v > 0) {
+            batch = v;
+        } else if (!strcmp(argv[i], "--warmup") && v >= 0) {
+            warmup = v;
+        } else {
+            fprintf(stderr, "barrier_bench: bad option %s %s\n", argv[i], argv[i + 1]);
+            MPI_Abort(MPI_COMM_WORLD, 2);
+        }
+    }
+    int rank, size;
+    MPI_Comm_rank(MPI_COMM_WORLD, &rank);
+    MPI_Comm_size(MPI_COMM_WORLD, &size);
+    for (int i = 0; i < warmup; ++i) {
+        MPI_Barrier(MPI_COMM_WORLD);
+    }
+    double *t = malloc(sizeof(double) * rounds), sum = 0;
+    for (int r = 0; r < rounds; ++r) {
+        MPI_Barrier(MPI_COMM_WORLD);
+        double start = MPI_Wtime();
+        for (int b = 0; b < batch; ++b) {
+            MPI_Barrier(MPI_COMM_WORLD);
+        }
+        t[r] = (MPI_Wtime() - start) / batch;
+        sum += t[r];
+    }
+    qsort(t, rounds, sizeof(double), compare);
+    double mine[2] = {t[rounds / 2], sum / rounds};
+    double *all = rank == 0 ? malloc(sizeof(double) * 2 * size) : NULL;
+    MPI_Gather(mine, 2, MPI_DOUBLE, all, 2, MPI_DOUBLE, 0, MPI_COMM_WORLD);
+    if (rank == 0) {
+        double hi = 0, lo = 1e30, mean_hi = 0;
+        printf("kind,ranks,bytes,target,median_us,max_us,min_us,max_over_min,simple_max_us\n");
+        for (int r = 0; r < size; ++r) {
+            double median = all[2 * r], mean = all[2 * r + 1];
+            printf("rank,%d,0,%d,%.1f,,,,\n", size, r, median * 1e6);
+            hi = median > hi ? median : hi;
+            lo = median < lo ? median : lo;
+            mean_hi = mean > mean_hi ? mean : mean_hi;
+        }
+        printf("summary,%d,0,,,%.1f,%.1f,%.3f,%.1f\n", size, hi * 1e6, lo * 1e6, hi / lo,
+               mean_hi * 1e6);
+        fflush(stdout);
+    }
+    free(t);
+    free(all);
+    MPI_Finalize();
+    return 0;
+}
