@@ -4,8 +4,9 @@
  *
  *   barrier_bench [--rounds R] [--batch B] [--warmup W]
  *
- * After W barriers that go unrecorded (default 64: ipmc's automatic choice
- * measures its first 16 barriers, then decides during the next 16), each of
+ * After W barriers that go unrecorded (default 100: ipmc's automatic choice
+ * measures its first 24 barriers and decides during the next 16; over two
+ * levels it measures once the leaders decided, from the 41st), each of
  * R rounds (default 200) times B back-to-back barriers (default 10) on every
  * rank and records the time divided by B; back to back, every rank enters a
  * barrier as soon as the one before released it, so the time is one
@@ -30,7 +31,7 @@ static int compare(const void *a, const void *b)
 
 int main(int argc, char **argv)
 {
-    int rounds = 200, batch = 10, warmup = 64;
+    int rounds = 200, batch = 10, warmup = 100;
     MPI_Init(&argc, &argv);
     for (int i = 1; i + 1 < argc; i += 2) {
         int v = atoi(argv[i + 1]);
