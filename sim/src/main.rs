@@ -19,6 +19,7 @@ usage: simulate --nodes N --size BYTES [--loss PCT] [--burst LEN] [--rate MBITS]
                 [--fragment BYTES] [--flow-window BYTES|off]
                 [--calls N] [--per-rank]
                 [--ranks-per-node R] [--node-hop-us US] [--node-copy-gbs GB]
+       simulate --collective barrier --nodes N [network options] [--peer NAME]...
 
 Simulates one broadcast of BYTES (suffixes K, M: KiB, MiB) from rank R
 (default 0) to N nodes, one rank each, on one switch, every rank waiting when
@@ -48,6 +49,12 @@ one leader per node (N nodes), each of which then gives the message to its
 node's other ranks through shared memory, modelled as a pipelined tree of
 hops of --node-hop-us (default 12) copying --node-copy-gbs GB/s (default
 6.6; docs/simulator.md).
+
+--collective barrier simulates one MPI_Barrier instead, every rank entering
+at once: ipmc's (arrivals to rank 0 up a tree of 16 children per rank, one
+release datagram through the component's driver, point-to-point releases down
+a binary tree) against models of tuned's linear and Bruck barriers (--peer
+barrier-linear, barrier-bruck); T is when the last rank left it.
 
   simulate validate RESULTS.csv [--preset clic] [network options]
 sets each point of a scripts/compare run the simulator has a model of
@@ -89,6 +96,7 @@ fn parse(argv: &[String]) -> Result<Option<Args>, String> {
     let mut flow_window = None;
     let mut per_rank = false;
     let mut node = ipmc_sim::node::Node::default();
+    let mut barrier = false;
     let mut it = argv.iter();
     while let Some(flag) = it.next() {
         if flag == "--help" || flag == "-h" {
@@ -108,6 +116,11 @@ fn parse(argv: &[String]) -> Result<Option<Args>, String> {
         };
         match flag.as_str() {
             "--nodes" => nodes = Some(bytes(&value)?),
+            "--collective" => match value.as_str() {
+                "bcast" => barrier = false,
+                "barrier" => barrier = true,
+                _ => return Err(format!("--collective: bcast or barrier, not {value}")),
+            },
             "--size" => size = Some(bytes(&value)?),
             "--preset" => {
                 net = match value.as_str() {
@@ -124,7 +137,7 @@ fn parse(argv: &[String]) -> Result<Option<Args>, String> {
                     "none" => {}
                     name => list.push(
                         Algorithm::from_name(name)
-                            .filter(|a| !matches!(a, Algorithm::Ipmc | Algorithm::IpmcFirst))
+                            .filter(|a| !a.is_ipmc())
                             .ok_or_else(|| format!("--peer: unknown {name}"))?,
                     ),
                 }
@@ -163,7 +176,12 @@ fn parse(argv: &[String]) -> Result<Option<Args>, String> {
     // Presets first, then what was given on top of them.
     let loss_pct = set_network(&mut net, &set)?;
     let nodes = nodes.ok_or("--nodes is required")?;
-    let size = size.ok_or("--size is required")?;
+    // A barrier moves no message: one byte stands for its release.
+    let size = if barrier {
+        size.unwrap_or(1)
+    } else {
+        size.ok_or("--size is required")?
+    };
     if nodes < 2 || root >= nodes {
         return Err("--nodes must be 2 or more, and --root less than it".into());
     }
@@ -188,7 +206,22 @@ fn parse(argv: &[String]) -> Result<Option<Args>, String> {
     if let Some(w) = flow_window {
         scenario.ipmc.flow_window = w;
     }
-    let peers = peers.unwrap_or_else(|| default_peers(nodes));
+    let peers = match (barrier, peers) {
+        (_, Some(p)) if p.iter().any(|a| a.is_barrier() != barrier) => {
+            return Err(
+                "--peer: a broadcast's peers for a broadcast, a barrier's for a barrier".into(),
+            )
+        }
+        (_, Some(p)) => p,
+        (true, None) => Algorithm::BARRIER_PEERS.to_vec(),
+        (false, None) => default_peers(nodes),
+    };
+    if barrier {
+        if node.ranks > 1 || calls > 1 {
+            return Err("--collective barrier: one rank per node, one call".into());
+        }
+        scenario.algorithm = Algorithm::BarrierIpmc;
+    }
     Ok(Some(Args {
         scenario,
         only,

@@ -10,6 +10,7 @@ use ipmc::component::config::Config;
 use ipmc::group::setup;
 use ipmc::protocol::datagram::Key;
 
+use crate::barrier::{self, IpmcBarrier};
 use crate::engine::{Engine, Outcome};
 use crate::network::Network;
 use crate::node::Node;
@@ -30,6 +31,11 @@ pub enum Algorithm {
     Binomial,
     Pipeline,
     ScatterAllgather,
+    /// `MPI_Barrier` ([`crate::barrier`]): ipmc's, with the component's
+    /// trees and driver, and models of tuned's linear and Bruck barriers.
+    BarrierIpmc,
+    BarrierLinear,
+    BarrierBruck,
 }
 
 impl Algorithm {
@@ -38,6 +44,7 @@ impl Algorithm {
         Algorithm::Pipeline,
         Algorithm::ScatterAllgather,
     ];
+    pub const BARRIER_PEERS: [Algorithm; 2] = [Algorithm::BarrierLinear, Algorithm::BarrierBruck];
 
     pub fn name(self) -> &'static str {
         match self {
@@ -46,14 +53,39 @@ impl Algorithm {
             Algorithm::Binomial => "binomial",
             Algorithm::Pipeline => "pipeline",
             Algorithm::ScatterAllgather => "scatter-allgather",
+            Algorithm::BarrierIpmc => "barrier-ipmc",
+            Algorithm::BarrierLinear => "barrier-linear",
+            Algorithm::BarrierBruck => "barrier-bruck",
         }
     }
 
     pub fn from_name(name: &str) -> Option<Self> {
-        [Algorithm::Ipmc, Algorithm::IpmcFirst]
-            .into_iter()
-            .chain(Self::PEERS)
-            .find(|a| a.name() == name)
+        [
+            Algorithm::Ipmc,
+            Algorithm::IpmcFirst,
+            Algorithm::BarrierIpmc,
+        ]
+        .into_iter()
+        .chain(Self::PEERS)
+        .chain(Self::BARRIER_PEERS)
+        .find(|a| a.name() == name)
+    }
+
+    /// ipmc's own algorithms, which the simulator runs with the component's
+    /// code (the others are models).
+    pub fn is_ipmc(self) -> bool {
+        matches!(
+            self,
+            Algorithm::Ipmc | Algorithm::IpmcFirst | Algorithm::BarrierIpmc
+        )
+    }
+
+    /// Whether it is a barrier.
+    pub fn is_barrier(self) -> bool {
+        matches!(
+            self,
+            Algorithm::BarrierIpmc | Algorithm::BarrierLinear | Algorithm::BarrierBruck
+        )
     }
 }
 
@@ -121,6 +153,12 @@ impl Scenario {
         let mut rng = ChaCha8Rng::seed_from_u64(self.seed);
         let mut engine = Engine::new(self.net.clone(), rng.next_u64());
         let multicast = matches!(self.algorithm, Algorithm::Ipmc | Algorithm::IpmcFirst);
+        if self.algorithm.is_barrier() && (self.node.ranks > 1 || self.calls.len() > 1) {
+            return Err("a barrier is modelled with one rank per node, one call".into());
+        }
+        if self.algorithm == Algorithm::BarrierIpmc {
+            engine.protect(self.ipmc.auth, 1);
+        }
         let calls = match &self.calls[..] {
             [] => vec![(self.root, self.size)],
             calls => calls.to_vec(),
@@ -186,6 +224,11 @@ impl Scenario {
                     &io,
                     programs::scatter_allgather(vrank, n, self.size, real),
                 )),
+                Algorithm::BarrierIpmc => {
+                    Box::new(IpmcBarrier::new(&io, rank, n, self.ipmc, comm_id))
+                }
+                Algorithm::BarrierLinear => Box::new(Schedule::new(&io, barrier::linear(rank, n))),
+                Algorithm::BarrierBruck => Box::new(Schedule::new(&io, barrier::bruck(rank, n))),
             };
             let program = match self.skew_ns {
                 0 => program,

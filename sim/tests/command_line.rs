@@ -93,3 +93,25 @@ fn ranks_per_node_add_the_nodes_shared_memory_step() {
     ]);
     assert_eq!(out.status.code(), Some(2), "{out:?}");
 }
+
+#[test]
+fn a_barrier_needs_no_size_and_takes_barrier_peers_only() {
+    let out = simulate(&["--collective", "barrier", "--nodes", "16"]);
+    assert!(out.status.success(), "{out:?}");
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    for alg in ["barrier-ipmc", "barrier-linear", "barrier-bruck"] {
+        assert!(stdout.contains(&format!("algorithm={alg} ")), "{stdout}");
+    }
+    assert!(completion_us(&out) > 0.0);
+    let out = simulate(&[
+        "--collective",
+        "barrier",
+        "--nodes",
+        "16",
+        "--peer",
+        "binomial",
+    ]);
+    assert_eq!(out.status.code(), Some(2), "{out:?}");
+    let out = simulate(&["--nodes", "16", "--size", "1K", "--peer", "barrier-linear"]);
+    assert_eq!(out.status.code(), Some(2), "{out:?}");
+}

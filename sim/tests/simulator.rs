@@ -403,3 +403,49 @@ fn a_connection_holds_at_most_its_share_of_the_link_queue() {
     assert!(t[2] < whole / 3, "the short message took {} ns", t[2]);
     assert!(t[1] > whole, "the long message took {} ns", t[1]);
 }
+
+/// ipmc's barrier on the simulated cluster: its trees and the component's
+/// driver release every rank; one datagram on a clean network, and with
+/// every datagram lost the point-to-point releases alone (slower, never
+/// stuck). Without host costs, one level of arrivals (17 ranks) costs two
+/// hops of an empty message and the release one datagram's hop.
+#[test]
+fn the_barrier_releases_every_rank_by_datagram_or_point_to_point() {
+    for (nodes, loss) in [(17, 0.0), (300, 0.0), (300, 0.5), (300, 1.0)] {
+        let net = Network {
+            loss,
+            ..wire_only()
+        };
+        let s = scenario(nodes, 1, net, Algorithm::BarrierIpmc);
+        let out = s.run().unwrap();
+        assert_eq!(out.returned_ns.len(), nodes);
+        assert_eq!(out.counters.datagrams_sent, 1, "{nodes} nodes, loss {loss}");
+        // 2 (p - 1) empty messages: arrivals and releases.
+        assert_eq!(
+            out.counters.messages_sent,
+            2 * (nodes as u64 - 1),
+            "{nodes} nodes, loss {loss}"
+        );
+        if loss == 1.0 {
+            assert_eq!(out.counters.datagrams_delivered, 0);
+        }
+    }
+    let clean = scenario(300, 1, wire_only(), Algorithm::BarrierIpmc)
+        .run()
+        .unwrap();
+    let lossy = scenario(
+        300,
+        1,
+        Network {
+            loss: 1.0,
+            ..wire_only()
+        },
+        Algorithm::BarrierIpmc,
+    )
+    .run()
+    .unwrap();
+    assert!(
+        lossy.completion_max_ns() > clean.completion_max_ns(),
+        "a binary tree of point-to-point releases is deeper than one datagram"
+    );
+}

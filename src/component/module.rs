@@ -510,21 +510,24 @@ impl Module {
         }
     }
 
-    /// ipmc's barrier ([`barrier`]): the arrivals up the tree to rank 0, then
-    /// the release, by one datagram from rank 0 and point-to-point down the
-    /// tree. A rank that the datagram released sends its children their
+    /// ipmc's barrier ([`barrier`]): the arrivals up their tree to rank 0,
+    /// then the release, by one datagram from rank 0 and point-to-point down
+    /// the releases' tree. A rank that the datagram released sends its children their
     /// point-to-point release at once and receives its own later, in the
     /// background: each comes once its sender was released, which waits for
     /// no rank.
     fn run_barrier(&mut self, comm: Comm) -> Result<(), i32> {
-        let (parent, children) = barrier::tree(self.rank, self.size);
         let p2p = |r: P2pResult<Answers>| r.map_err(|e| e.0);
-        let mut release = match parent {
+        let (up, below) = barrier::arrivals(self.rank, self.size);
+        let (from, to) = barrier::releases(self.rank, self.size);
+        let mut release = match from {
             Some(parent) => Some(p2p(Answers::from_ranks(comm, [parent]))?),
             None => None,
         };
-        p2p(Answers::from_ranks(comm, children.clone()).and_then(|mut a| a.wait().map(|()| a)))?;
-        if let Some(parent) = parent {
+        p2p(Answers::from_ranks(comm, below))?
+            .wait()
+            .map_err(|e| e.0)?;
+        if let Some(parent) = up {
             comm.send_arrival(parent)?;
         }
         let at = Ranks {
@@ -540,14 +543,14 @@ impl Module {
                 &mut self.stats.datagrams,
             )
             .map_err(|e| e.0)?;
-        let mut pending = p2p(Answers::send_to(comm, children))?;
+        let mut pending = p2p(Answers::send_to(comm, to))?;
         if let Some(release) = release {
             pending.extend(release);
         }
         if !pending.is_empty() {
             self.background.complete_later(comm, pending);
         }
-        if parent.is_some() {
+        if from.is_some() {
             let b = &mut self.stats.barriers;
             if by_datagram {
                 b.released_multicast += 1;

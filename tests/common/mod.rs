@@ -459,11 +459,13 @@ impl Cluster {
             shell_join(&job_words(mca, wrapper, program, args))
         );
         let mut run = self.run_script(&format!("exec {job}"));
-        // PRRTE (Open MPI 5.0) forwards a process's output in pieces of 256
-        // bytes and may splice another process's line into a longer one
-        // (ipmc's statistics lines are): such a run is run again.
+        // mpirun forwards a process's output in pieces (PRRTE, Open MPI 5.0:
+        // of 256 bytes; ORTE, 4.1, too, seen cutting a statistics line after
+        // 290 bytes when many processes print at once) and may splice
+        // another process's line into a longer one (ipmc's statistics lines
+        // are): such a run is run again.
         for _ in 1..SPLICED_RUNS {
-            if !(openmpi5() && spliced(&run.output)) {
+            if !spliced(&run.output) {
                 break;
             }
             println!("output lines spliced by mpirun; running the job again");

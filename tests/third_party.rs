@@ -1,0 +1,79 @@
+//! Other people's tests with ipmc serving them: mpi4py's own test suite of
+//! collectives and communicators (`scripts/mpi4py-tests`), run by Debian's
+//! python3-mpi4py on 4 emulated hosts with ipmc's multicast forced for every
+//! broadcast and barrier. A program that works with Open MPI's own
+//! collectives must work with ipmc's.
+
+mod common;
+
+use std::process::Command;
+
+use common::{num, openmpi_prefix, repo, stats_lines, tally, Cluster};
+
+/// mpi4py's test modules that run collectives and make communicators.
+const MODULES: [&str; 6] = [
+    "test_cco_buf",
+    "test_cco_obj",
+    "test_cco_vec",
+    "test_cco_nb_buf",
+    "test_comm",
+    "test_comm_topo",
+];
+
+#[test]
+fn mpi4py_collective_tests_pass_with_ipmc_serving_them() {
+    if openmpi_prefix().is_some() {
+        // Debian's python3-mpi4py is built for Debian's Open MPI (4.1).
+        println!("skipped: Debian's mpi4py runs with Debian's Open MPI only");
+        return;
+    }
+    let out = Command::new(repo().join("scripts/mpi4py-tests"))
+        .output()
+        .expect("cannot run scripts/mpi4py-tests");
+    assert!(
+        out.status.success(),
+        "scripts/mpi4py-tests failed:\n{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let tree = String::from_utf8_lossy(&out.stdout).trim().to_string();
+    let runner = format!("{tree}/test/runtests.py");
+    let mut args = vec![runner.as_str(), "--no-builddir", "-q"];
+    for m in MODULES {
+        args.extend(["-i", m]);
+    }
+    let cluster = Cluster::hosts(4);
+    let run = cluster.mpirun(
+        &[
+            ("coll_ipmc_bcast_algorithm", "3"),
+            ("coll_ipmc_barrier_algorithm", "2"),
+            ("coll_ipmc_print_statistics", "1"),
+        ],
+        "/usr/bin/python3",
+        &args,
+    );
+    let summary: Vec<&str> = run
+        .output
+        .lines()
+        .filter(|l| l.starts_with("Ran ") || *l == "OK" || l.starts_with("FAILED"))
+        .collect();
+    println!("{summary:?}");
+    assert!(run.ok, "mpi4py's tests failed:\n{}", run.output);
+    assert_eq!(
+        summary.iter().filter(|l| **l == "OK").count(),
+        4,
+        "every rank's suite passes:\n{}",
+        run.output
+    );
+    // ipmc served them: every rank multicast broadcasts and barriers on
+    // MPI_COMM_WORLD.
+    let world: Vec<_> = stats_lines(&run.output)
+        .into_iter()
+        .filter(|s| s["comm"] == "MPI_COMM_WORLD")
+        .collect();
+    assert_eq!(world.len(), 4, "{}", run.output);
+    for s in &world {
+        assert_eq!(s["setup"], "ok", "{s:?}");
+        assert!(tally(s, "multicast").0 > 100, "{s:?}");
+        assert!(num(s, "barrier_multicast") > 100, "{s:?}");
+    }
+}
