@@ -39,6 +39,9 @@ typedef struct mca_coll_ipmc_module_t {
     /* The barrier ipmc replaced (NULL: ipmc serves no barrier). */
     mca_coll_base_module_barrier_fn_t prev_barrier;
     mca_coll_base_module_t *prev_barrier_module;
+    /* The allgather ipmc replaced (NULL: ipmc serves no allgather). */
+    mca_coll_base_module_allgather_fn_t prev_allgather;
+    mca_coll_base_module_t *prev_allgather_module;
 } mca_coll_ipmc_module_t;
 OBJ_CLASS_DECLARATION(mca_coll_ipmc_module_t);
 

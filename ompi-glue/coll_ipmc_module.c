@@ -18,6 +18,8 @@ static void ipmc_module_construct(mca_coll_ipmc_module_t *m)
     m->prev_ibcast_module = NULL;
     m->prev_barrier = NULL;
     m->prev_barrier_module = NULL;
+    m->prev_allgather = NULL;
+    m->prev_allgather_module = NULL;
 }
 
 static void ipmc_module_destruct(mca_coll_ipmc_module_t *m)
@@ -37,6 +39,10 @@ static void ipmc_module_destruct(mca_coll_ipmc_module_t *m)
     if (NULL != m->prev_barrier_module) {
         OBJ_RELEASE(m->prev_barrier_module);
         m->prev_barrier_module = NULL;
+    }
+    if (NULL != m->prev_allgather_module) {
+        OBJ_RELEASE(m->prev_allgather_module);
+        m->prev_allgather_module = NULL;
     }
 }
 
@@ -76,6 +82,15 @@ static int ipmc_module_enable(mca_coll_base_module_t *module, struct ompi_commun
             OBJ_RETAIN(m->prev_barrier_module);
         }
     }
+    if (NULL != m->super.coll_allgather) {
+        if (NULL == comm->c_coll->coll_allgather || NULL == comm->c_coll->coll_allgather_module) {
+            m->super.coll_allgather = NULL;
+        } else {
+            m->prev_allgather = comm->c_coll->coll_allgather;
+            m->prev_allgather_module = comm->c_coll->coll_allgather_module;
+            OBJ_RETAIN(m->prev_allgather_module);
+        }
+    }
     return ipmc_rs_module_enable(m->rs, (struct ipmc_module *) m, comm);
 }
 
@@ -99,6 +114,16 @@ static int ipmc_barrier(struct ompi_communicator_t *comm, mca_coll_base_module_t
 {
     mca_coll_ipmc_module_t *m = (mca_coll_ipmc_module_t *) module;
     return ipmc_rs_barrier(m->rs, comm, (struct ipmc_module *) m);
+}
+
+static int ipmc_allgather(const void *sbuf, int scount, struct ompi_datatype_t *sdtype, void *rbuf,
+                          int rcount, struct ompi_datatype_t *rdtype,
+                          struct ompi_communicator_t *comm, mca_coll_base_module_t *module)
+{
+    mca_coll_ipmc_module_t *m = (mca_coll_ipmc_module_t *) module;
+    ipmc_allgather_args_t args = {MPI_IN_PLACE == sbuf ? NULL : sbuf, scount, sdtype,
+                                  rbuf, rcount, rdtype};
+    return ipmc_rs_allgather(m->rs, &args, comm, (struct ipmc_module *) m);
 }
 
 /* ipmc serves the call and completes the request it made (Rust holds one
@@ -152,6 +177,10 @@ mca_coll_base_module_t *mca_coll_ipmc_comm_query(struct ompi_communicator_t *com
     /* barrier_algorithm 1 leaves MPI_Barrier to the component ipmc replaces. */
     if (1 != mca_coll_ipmc_params.barrier_algorithm) {
         m->super.coll_barrier = ipmc_barrier;
+    }
+    /* allgather_algorithm 1 leaves MPI_Allgather likewise. */
+    if (1 != mca_coll_ipmc_params.allgather_algorithm) {
+        m->super.coll_allgather = ipmc_allgather;
     }
     return &m->super;
 }

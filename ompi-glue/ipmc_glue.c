@@ -286,6 +286,31 @@ int ipmc_prev_bcast(struct ipmc_module *module, void *buf, int count,
     return m->prev_bcast(buf, count, dt, root, comm, m->prev_bcast_module);
 }
 
+int ipmc_prev_allgather(struct ipmc_module *module, const ipmc_allgather_args_t *args,
+                        struct ompi_communicator_t *comm)
+{
+    mca_coll_ipmc_module_t *m = (mca_coll_ipmc_module_t *) module;
+    const void *sbuf = NULL == args->sbuf ? MPI_IN_PLACE : args->sbuf;
+    return m->prev_allgather(sbuf, args->scount, args->sdtype, args->rbuf, args->rcount,
+                             args->rdtype, comm, m->prev_allgather_module);
+}
+
+int ipmc_base_allgather_ring(struct ipmc_module *module, const ipmc_allgather_args_t *args,
+                             struct ompi_communicator_t *comm)
+{
+    mca_coll_ipmc_module_t *m = (mca_coll_ipmc_module_t *) module;
+    const void *sbuf = NULL == args->sbuf ? MPI_IN_PLACE : args->sbuf;
+    return ompi_coll_base_allgather_intra_ring(sbuf, args->scount, args->sdtype, args->rbuf,
+                                               args->rcount, args->rdtype, comm, &m->super);
+}
+
+void *ipmc_allgather_block(const ipmc_allgather_args_t *args, int i)
+{
+    ptrdiff_t lb = 0, extent = 0;
+    (void) ompi_datatype_get_extent(args->rdtype, &lb, &extent);
+    return (char *) args->rbuf + (ptrdiff_t) i * args->rcount * extent;
+}
+
 int ipmc_prev_barrier(struct ipmc_module *module, struct ompi_communicator_t *comm)
 {
     mca_coll_ipmc_module_t *m = (mca_coll_ipmc_module_t *) module;

@@ -108,6 +108,26 @@ int ipmc_unpack(const void *in, size_t len, void *buf, int count, struct ompi_da
 /* The broadcast of the component that ipmc replaced on this communicator. */
 int ipmc_prev_bcast(struct ipmc_module *module, void *buf, int count,
                     struct ompi_datatype_t *dt, int root, struct ompi_communicator_t *comm);
+/* The arguments of one MPI_Allgather; sbuf is NULL for MPI_IN_PLACE (this
+   rank's block is already in rbuf). */
+typedef struct ipmc_allgather_args {
+    const void *sbuf;
+    int scount;
+    struct ompi_datatype_t *sdtype;
+    void *rbuf;
+    int rcount;
+    struct ompi_datatype_t *rdtype;
+} ipmc_allgather_args_t;
+/* The allgather of the component that ipmc replaced on this communicator. */
+int ipmc_prev_allgather(struct ipmc_module *module, const ipmc_allgather_args_t *args,
+                        struct ompi_communicator_t *comm);
+/* Open MPI's ring allgather (ompi_coll_base_allgather_intra_ring, tuned's
+   algorithm 4), on ipmc's module. */
+int ipmc_base_allgather_ring(struct ipmc_module *module, const ipmc_allgather_args_t *args,
+                             struct ompi_communicator_t *comm);
+/* Where block i of an allgather's receive buffer starts (i times rcount
+   extents of rdtype from rbuf). */
+void *ipmc_allgather_block(const ipmc_allgather_args_t *args, int i);
 /* The barrier of the component that ipmc replaced on this communicator. */
 int ipmc_prev_barrier(struct ipmc_module *module, struct ompi_communicator_t *comm);
 /* Open MPI's linear barrier (ompi_coll_base_barrier_intra_basic_linear: every
@@ -185,6 +205,9 @@ void ipmc_rs_finish_all(void);
 int ipmc_rs_bcast(void *state, void *buf, int count, struct ompi_datatype_t *dt, int root,
                   struct ompi_communicator_t *comm, struct ipmc_module *module);
 
+/* One MPI_Allgather on a communicator whose allgather ipmc serves. */
+int ipmc_rs_allgather(void *state, const ipmc_allgather_args_t *args,
+                      struct ompi_communicator_t *comm, struct ipmc_module *module);
 /* One MPI_Barrier on a communicator whose barrier ipmc serves. */
 int ipmc_rs_barrier(void *state, struct ompi_communicator_t *comm, struct ipmc_module *module);
 

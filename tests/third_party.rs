@@ -1,7 +1,7 @@
 //! Other people's tests with ipmc serving them: mpi4py's own test suite of
 //! collectives and communicators (`scripts/mpi4py-tests`), run by Debian's
 //! python3-mpi4py on 4 emulated hosts with ipmc's multicast forced for every
-//! broadcast and barrier. A program that works with Open MPI's own
+//! broadcast, barrier and allgather. A program that works with Open MPI's own
 //! collectives must work with ipmc's.
 
 mod common;
@@ -46,6 +46,7 @@ fn mpi4py_collective_tests_pass_with_ipmc_serving_them() {
         &[
             ("coll_ipmc_bcast_algorithm", "3"),
             ("coll_ipmc_barrier_algorithm", "2"),
+            ("coll_ipmc_allgather_algorithm", "2"),
             ("coll_ipmc_print_statistics", "1"),
         ],
         "/usr/bin/python3",
@@ -75,5 +76,6 @@ fn mpi4py_collective_tests_pass_with_ipmc_serving_them() {
         assert_eq!(s["setup"], "ok", "{s:?}");
         assert!(tally(s, "multicast").0 > 100, "{s:?}");
         assert!(num(s, "barrier_multicast") > 100, "{s:?}");
+        assert!(tally(s, "allgather_multicast").0 > 10, "{s:?}");
     }
 }

@@ -83,6 +83,9 @@ pub struct Config {
     /// `coll_ipmc_barrier_algorithm`: 0 measured, 1 the replaced barrier,
     /// 2 ipmc's multicast barrier.
     pub barrier_algorithm: i32,
+    /// `coll_ipmc_allgather_algorithm`: 0 measured, 1 the replaced
+    /// allgather, 2 ipmc's multicast allgather.
+    pub allgather_algorithm: i32,
     pub verbose: i32,
     pub group_range: String,
     pub port_range: String,
@@ -133,11 +136,12 @@ impl DatagramPath {
     }
 }
 
-/// `coll_ipmc_barrier_algorithm`: measured, the replaced component's
-/// (ipmc then serves no barrier), ipmc's multicast barrier.
-pub const BARRIER_AUTO: i32 = 0;
-pub const BARRIER_REPLACED: i32 = 1;
-pub const BARRIER_MULTICAST: i32 = 2;
+/// `coll_ipmc_barrier_algorithm` and `coll_ipmc_allgather_algorithm`:
+/// measured, the replaced component's (ipmc then serves no such call),
+/// ipmc's multicast one.
+pub const CHOICE_MEASURED: i32 = 0;
+pub const CHOICE_REPLACED: i32 = 1;
+pub const CHOICE_MULTICAST: i32 = 2;
 
 /// The thesis's thresholds (§3.5), which apply when a user sets either.
 pub const THESIS_CROSSOVER_NODES: usize = 4;
@@ -168,6 +172,7 @@ impl Default for Config {
             chain_segment_size: 65536,
             bcast_algorithm: 0,
             barrier_algorithm: 0,
+            allgather_algorithm: 0,
             verbose: 0,
             group_range: crate::group::groups::DEFAULT_GROUPS.into(),
             port_range: "5000-32767".into(),
@@ -240,8 +245,8 @@ impl Config {
         let text = format!(
             "ipmc {} datagram {} setup {} priority={} crossover_nodes={} crossover_size={} fragment_size={} \
              root_wait_time={} use_crc_checking={} authenticate={} chain_segment_size={} \
-             bcast_algorithm={} barrier_algorithm={} group_range={} port_range={} ttl={} \
-             ranks_are_nodes={} tune_calls={}",
+             bcast_algorithm={} barrier_algorithm={} allgather_algorithm={} group_range={} \
+             port_range={} ttl={} ranks_are_nodes={} tune_calls={}",
             env!("CARGO_PKG_VERSION"),
             crate::protocol::datagram::VERSION,
             crate::group::setup::VERSION,
@@ -255,6 +260,7 @@ impl Config {
             self.chain_segment_size,
             self.bcast_algorithm,
             self.barrier_algorithm,
+            self.allgather_algorithm,
             self.group_range,
             self.port_range,
             self.ttl,
@@ -311,19 +317,30 @@ impl Config {
     /// Whether some call on a communicator of `nodes` nodes may multicast:
     /// then it needs a group.
     pub fn may_multicast(&self, nodes: usize) -> bool {
-        self.barrier_algorithm == BARRIER_MULTICAST
+        self.barrier_algorithm == CHOICE_MULTICAST
+            || self.allgather_algorithm == CHOICE_MULTICAST
             || (0..usize::BITS).any(|k| self.choose(1 << k, nodes) == Algorithm::Multicast)
     }
 
     /// Whether the automatic choice measures ipmc's barrier against the
     /// replaced one (where the broadcasts are measured too).
     pub fn tunes_barrier(&self) -> bool {
-        self.barrier_algorithm == BARRIER_AUTO && self.tunes()
+        self.barrier_algorithm == CHOICE_MEASURED && self.tunes()
     }
 
     /// Whether ipmc's multicast barrier is forced.
     pub fn forces_barrier(&self) -> bool {
-        self.barrier_algorithm == BARRIER_MULTICAST
+        self.barrier_algorithm == CHOICE_MULTICAST
+    }
+
+    /// As [`Config::tunes_barrier`], for `MPI_Allgather`.
+    pub fn tunes_allgather(&self) -> bool {
+        self.allgather_algorithm == CHOICE_MEASURED && self.tunes()
+    }
+
+    /// Whether ipmc's multicast allgather is forced.
+    pub fn forces_allgather(&self) -> bool {
+        self.allgather_algorithm == CHOICE_MULTICAST
     }
 }
 
@@ -467,6 +484,10 @@ mod tests {
                 ..Config::default()
             },
             Config {
+                allgather_algorithm: 1,
+                ..Config::default()
+            },
+            Config {
                 ranks_are_nodes: true,
                 ..Config::default()
             },
@@ -536,6 +557,7 @@ mod tests {
             chain_segment_size,
             bcast_algorithm,
             barrier_algorithm,
+            allgather_algorithm,
             verbose,
             group_range,
             port_range,
@@ -565,6 +587,7 @@ mod tests {
             ("chain_segment_size", chain_segment_size.to_string()),
             ("bcast_algorithm", bcast_algorithm.to_string()),
             ("barrier_algorithm", barrier_algorithm.to_string()),
+            ("allgather_algorithm", allgather_algorithm.to_string()),
             ("verbose", verbose.to_string()),
             ("group_range", quoted(group_range)),
             ("port_range", quoted(port_range)),

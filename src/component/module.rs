@@ -16,7 +16,9 @@ use crate::component::stats::Stats;
 use crate::component::tuning::{self, Due, Sample, Tuner};
 use crate::driver::background::{Background, Ibcast, Joining, Open};
 use crate::driver::multicast::{Driver, Ranks};
-use crate::ffi::ompi::{self, Answers, BarrierCall, BcastCall, Comm, PmlTransport, Request};
+use crate::ffi::ompi::{
+    self, AllgatherCall, Answers, BarrierCall, BcastCall, Comm, PmlTransport, Request,
+};
 use crate::ffi::os;
 use crate::group::setup::{self, Announce};
 use crate::net::interfaces::{self, IfList};
@@ -440,7 +442,15 @@ impl Module {
                 self.settle_votes(comm);
             }
         }
-        let (alg, sample) = self.plan_barrier(comm)?;
+        let fixed = if !self.cfg.forces_barrier() {
+            Algorithm::Previous
+        } else if self.over_levels() {
+            Algorithm::TwoLevel
+        } else {
+            Algorithm::Multicast
+        };
+        let tunes = self.cfg.tunes_barrier();
+        let (alg, sample) = self.plan_of(comm, tuning::BARRIER, tunes, fixed)?;
         // The release is a multicast broadcast, which may begin while the
         // broadcasts before it still run their chains; the arrivals and the
         // replaced barrier have a tag of their own.
@@ -467,39 +477,136 @@ impl Module {
         if let Some(sample) = sample {
             self.tuner.record(sample, Some(entered.elapsed()), None);
         }
-        if !self.broken && self.cfg.tunes_barrier() && self.votes_here() {
+        if !self.broken && tunes && self.votes_here() {
             self.vote_if_due(comm, tuning::BARRIER)?;
         }
         Ok(())
     }
 
-    /// The barrier of this call, and what to measure of it.
-    fn plan_barrier(&mut self, comm: Comm) -> Result<(Algorithm, Option<Sample>), i32> {
+    /// One `MPI_Allgather` on this communicator; the error is an Open MPI
+    /// code. Measured per block size as the barrier is; over two levels, or
+    /// where the group is not agreed, the replaced component serves it.
+    pub fn allgather(&mut self, call: &mut AllgatherCall) -> Result<(), i32> {
+        let entered = Instant::now();
+        self.moved = false;
+        let comm = call.comm();
+        let block = call.block_bytes();
+        if !self.broken {
+            self.finish_joining(comm)?;
+            self.collect_answers(false)?;
+            if self.tuner.awaits_votes() {
+                self.settle_votes(comm);
+            }
+        }
+        let class = tuning::allgather_class(block);
+        let one_level = matches!(self.levels, TwoLevels::No | TwoLevels::Failed);
+        let tunes = self.cfg.tunes_allgather() && one_level && block > 0;
+        let fixed = if self.cfg.forces_allgather() && one_level && block > 0 {
+            Algorithm::Multicast
+        } else {
+            Algorithm::Previous
+        };
+        let (alg, sample) = self.plan_of(comm, class, tunes, fixed)?;
+        if alg == Algorithm::Multicast && !self.background.holds_only_multicast() {
+            self.background.finish().map_err(|e| e.0)?;
+        }
+        debug!(
+            "rank {} cid {}: allgather of {block} bytes per rank with {}",
+            self.rank,
+            self.cid,
+            alg.name()
+        );
+        self.moved = true;
+        let tally = match alg {
+            Algorithm::Multicast => {
+                self.run_allgather(call, block)?;
+                &mut self.stats.allgather_multicast
+            }
+            Algorithm::Chain => {
+                call.ring()?;
+                &mut self.stats.allgather_ring
+            }
+            _ => {
+                call.previous()?;
+                &mut self.stats.allgather_previous
+            }
+        };
+        tally.calls += 1;
+        tally.bytes += (block * self.size) as u64;
+        if let Some(sample) = sample {
+            self.tuner.record(sample, Some(entered.elapsed()), None);
+        }
+        if !self.broken && tunes && self.votes_here() {
+            self.vote_if_due(comm, class)?;
+        }
+        Ok(())
+    }
+
+    /// The algorithm of a barrier or allgather of class `class`, and what to
+    /// measure of it: measured where `tunes` and the ranks can agree, else
+    /// `fixed`.
+    fn plan_of(
+        &mut self,
+        comm: Comm,
+        class: usize,
+        tunes: bool,
+        fixed: Algorithm,
+    ) -> Result<(Algorithm, Option<Sample>), i32> {
         if self.broken {
             return Ok((Algorithm::Previous, None));
         }
-        if self.cfg.tunes_barrier() && self.votes_here() {
-            if let Some(plan) = self.tuner.plan_barrier() {
+        if tunes && self.votes_here() {
+            if let Some(plan) = self.tuner.plan_class(class) {
                 return Ok(self.servable(plan));
             }
             // This call takes the decision of a vote that has not ended here.
             self.background.finish().map_err(|e| e.0)?;
             self.settle_votes(comm);
-            if let Some(plan) = self.tuner.plan_barrier() {
+            if let Some(plan) = self.tuner.plan_class(class) {
                 return Ok(self.servable(plan));
             }
         }
-        let alg = if !self.cfg.forces_barrier() {
-            Algorithm::Previous
-        } else if self.over_levels() {
-            Algorithm::TwoLevel
-        } else {
-            Algorithm::Multicast
-        };
-        Ok(self.servable((alg, None)))
+        Ok(self.servable((fixed, None)))
     }
 
-    /// A barrier's plan, or the replaced barrier where ipmc's cannot run
+    /// ipmc's allgather: every rank's block (of `block` bytes) multicast in
+    /// turn, rank 0's first, each a two-stage broadcast whose chain repairs
+    /// what multicast did not deliver; a rank returns from each broadcast
+    /// once it owns the block, so a root multicasts its block as soon as it
+    /// has the blocks before it.
+    fn run_allgather(&mut self, call: &mut AllgatherCall, block: usize) -> Result<(), i32> {
+        let comm = call.comm();
+        let mut data = vec![0u8; block];
+        for root in 0..self.size {
+            if root == self.rank {
+                call.own_block(self.rank, &mut data)?;
+            }
+            let at = Ranks {
+                rank: self.rank,
+                size: self.size,
+                root,
+            };
+            let before = self.bytes_by();
+            self.background
+                .bcast(
+                    comm,
+                    at,
+                    &mut data,
+                    self.cfg.background_limit,
+                    &mut self.stats.datagrams,
+                )
+                .map_err(|e| e.0)?;
+            // The blocks' bytes are no broadcast's.
+            let d = &mut self.stats.datagrams;
+            (d.bytes_multicast, d.bytes_chain) = before;
+            if root != self.rank || !call.in_place() {
+                call.put_block(root, &data)?;
+            }
+        }
+        Ok(())
+    }
+
+    /// A plan, or the replaced component where ipmc's multicast cannot run
     /// (no group agreed: every rank knows it alike).
     fn servable(&self, plan: (Algorithm, Option<Sample>)) -> (Algorithm, Option<Sample>) {
         match plan {

@@ -92,6 +92,11 @@ pub struct Stats {
     tallies: [Tally; Algorithm::ALL.len()],
     pub datagrams: Datagrams,
     pub barriers: Barriers,
+    /// Allgathers by ipmc's multicast allgather, by Open MPI's ring and by
+    /// the replaced one (bytes: every rank's block).
+    pub allgather_multicast: Tally,
+    pub allgather_ring: Tally,
+    pub allgather_previous: Tally,
     /// How the multicast setup ended: `none` (not tried), `ok`, `failed`.
     pub setup: &'static str,
 }
@@ -104,6 +109,9 @@ impl Default for Stats {
             tallies: Default::default(),
             datagrams: Datagrams::default(),
             barriers: Barriers::default(),
+            allgather_multicast: Tally::default(),
+            allgather_ring: Tally::default(),
+            allgather_previous: Tally::default(),
             setup: "none",
         }
     }
@@ -205,6 +213,23 @@ impl Stats {
             b.two_level,
             b.released_multicast,
             b.released_p2p
+        );
+        let (m, r, p) = (
+            self.allgather_multicast,
+            self.allgather_ring,
+            self.allgather_previous,
+        );
+        let _ = write!(
+            line,
+            " allgathers={} allgather_multicast={}:{}B allgather_ring={}:{}B \
+             allgather_previous={}:{}B",
+            m.calls + r.calls + p.calls,
+            m.calls,
+            m.bytes,
+            r.calls,
+            r.bytes,
+            p.calls,
+            p.bytes
         );
         let _ = write!(line, " comm=\"{comm_name}\"");
         line
@@ -394,6 +419,48 @@ impl Stats {
                 b.released_p2p,
             ),
         ]);
+        let (m, r, p) = (
+            self.allgather_multicast,
+            self.allgather_ring,
+            self.allgather_previous,
+        );
+        v.extend([
+            counter(
+                "allgathers",
+                "Allgathers (MPI_Allgather) ipmc served",
+                m.calls + r.calls + p.calls,
+            ),
+            counter(
+                "ring_allgathers",
+                "Allgathers by Open MPI's ring (coll/base)",
+                r.calls,
+            ),
+            counter(
+                "ring_allgather_bytes",
+                "Bytes gathered by Open MPI's ring",
+                r.bytes,
+            ),
+            counter(
+                "multicast_allgathers",
+                "Allgathers by ipmc's: every rank's block multicast in turn",
+                m.calls,
+            ),
+            counter(
+                "multicast_allgather_bytes",
+                "Bytes gathered (all ranks' blocks) by ipmc's allgather",
+                m.bytes,
+            ),
+            counter(
+                "previous_allgathers",
+                "Allgathers handed to the allgather ipmc replaced",
+                p.calls,
+            ),
+            counter(
+                "previous_allgather_bytes",
+                "Bytes gathered by the replaced allgather",
+                p.bytes,
+            ),
+        ]);
         v
     }
 }
@@ -437,7 +504,9 @@ mod tests {
              injected=0 own=0 useful=0 dup=0 root_own=0 rej_comm=0 rej_stale=0 rej_future=0 \
              rej_length=0 rej_magic=0 rej_crc=0 rej_auth=0 mcast_bytes=0 chain_bytes=0 \
              barriers=0 barrier_multicast=0 barrier_linear=0 barrier_previous=0 \
-             barrier_two_level=0 released_mcast=0 released_p2p=0 comm=\"MPI_COMM_WORLD\""
+             barrier_two_level=0 released_mcast=0 released_p2p=0 allgathers=0 \
+             allgather_multicast=0:0B allgather_ring=0:0B allgather_previous=0:0B \
+             comm=\"MPI_COMM_WORLD\""
         );
     }
 
@@ -468,8 +537,12 @@ mod tests {
             if ["rank", "size", "nodes", "cid", "comm"].contains(&key) {
                 continue;
             }
-            let barrier = |k: &str| match k.strip_prefix("barrier_") {
-                Some(alg) => format!("{alg}_barriers"),
+            let barrier = |k: &str| match k
+                .strip_prefix("barrier_")
+                .map(|a| (a, "barriers"))
+                .or_else(|| k.strip_prefix("allgather_").map(|a| (a, "allgathers")))
+            {
+                Some((alg, what)) => format!("{alg}_{what}"),
                 None => k
                     .replace("released_mcast", "barrier_releases_by_multicast")
                     .replace("released_p2p", "barrier_releases_by_p2p"),

@@ -11,7 +11,7 @@ use std::panic::{self, AssertUnwindSafe, UnwindSafe};
 use std::ptr;
 use std::sync::atomic::{AtomicBool, Ordering};
 
-use super::ompi::{print_line, BarrierCall, BcastCall, Comm, Request};
+use super::ompi::{print_line, AllgatherCall, BarrierCall, BcastCall, Comm, Request};
 use super::sys::{self, ipmc_module, ompi_communicator_t, ompi_datatype_t, ompi_request_t};
 use super::{c_line, OMPI_ERROR, OMPI_ERR_NOT_AVAILABLE, OMPI_SUCCESS};
 use crate::component::config::{Config, DatagramPath};
@@ -147,6 +147,7 @@ impl From<&sys::ipmc_config_t> for Config {
             chain_segment_size: c.chain_segment_size,
             bcast_algorithm: c.bcast_algorithm,
             barrier_algorithm: c.barrier_algorithm,
+            allgather_algorithm: c.allgather_algorithm,
             verbose: c.verbose,
             group_range: c_string(c.group_range),
             port_range: c_string(c.port_range),
@@ -444,7 +445,7 @@ pub unsafe extern "C" fn ipmc_rs_ibcast(
 }
 
 /// `coll_bcast`. After a panic, every later call on the communicator goes to
-/// the broadcast ipmc replaced (see [`Module::poison`]).
+/// the component ipmc replaced (see [`Module::poison`]).
 ///
 /// # Safety
 /// `state` as for [`ipmc_rs_module_enable`]; the other arguments are those of
@@ -459,7 +460,6 @@ pub unsafe extern "C" fn ipmc_rs_bcast(
     comm: *mut ompi_communicator_t,
     module: *mut ipmc_module,
 ) -> c_int {
-    let state = state.cast::<Module>();
     let mut call = BcastCall {
         buf,
         count,
@@ -468,47 +468,52 @@ pub unsafe extern "C" fn ipmc_rs_bcast(
         comm: Comm(comm),
         module,
     };
-    // Unwind safety: after a panic the module is poisoned (its multicast
-    // state is never used again), and the call is handed over whole or fails.
-    // SAFETY: see the function's contract; MPI forbids concurrent collectives
-    // on one communicator, so this is the only reference to the state.
-    let first = caught(AssertUnwindSafe(|| unsafe { &mut *state }.bcast(&mut call)));
-    let panic = match first {
-        Ok(result) => return status(result),
-        Err(panic) => panic,
+    // SAFETY: as the function's contract says.
+    unsafe { serve(state, "MPI_Bcast", Comm(comm), |m| m.bcast(&mut call)) }
+}
+
+/// `coll_barrier`, as [`ipmc_rs_bcast`].
+///
+/// # Safety
+/// `state` as for [`ipmc_rs_module_enable`]; `comm` is the call's
+/// communicator, whose barrier ipmc's module `module` serves.
+#[no_mangle]
+pub unsafe extern "C" fn ipmc_rs_barrier(
+    state: *mut c_void,
+    comm: *mut ompi_communicator_t,
+    module: *mut ipmc_module,
+) -> c_int {
+    let call = BarrierCall {
+        comm: Comm(comm),
+        module,
     };
-    // SAFETY: as above; the reference of the panicked closure is gone.
-    let module = unsafe { &mut *state };
-    if module.poison() {
-        let name = call.comm().name();
-        report(
-            &format!(
-                "in MPI_Bcast on {name} before any of its messages moved, and the broadcast \
-                 of the component it replaced serves this call and every later one there"
-            ),
-            &panic,
-        );
-        // A broken module goes straight to the replaced broadcast.
-        let what = "in MPI_Bcast's fallback, and the call fails";
-        guard(
-            what,
-            OMPI_ERROR,
-            AssertUnwindSafe(|| status(module.bcast(&mut call))),
-        )
-    } else {
-        // Peers may hold some of this call's messages, which the replaced
-        // broadcast's own (same tag) could meet: handing over could deliver
-        // wrong data silently, an error cannot.
-        let name = call.comm().name();
-        report(
-            &format!(
-                "in MPI_Bcast on {name} after its messages began to move, so the call fails \
-                 (OMPI_ERROR) and the broadcast of the component it replaced serves every \
-                 later one there"
-            ),
-            &panic,
-        );
-        OMPI_ERROR
+    // SAFETY: as the function's contract says.
+    unsafe { serve(state, "MPI_Barrier", Comm(comm), |m| m.barrier(&call)) }
+}
+
+/// `coll_allgather`, as [`ipmc_rs_bcast`].
+///
+/// # Safety
+/// `state` as for [`ipmc_rs_module_enable`]; `args` are those of a valid
+/// `MPI_Allgather` call on `comm`, which ipmc's module `module` serves, and
+/// live while it runs.
+#[no_mangle]
+pub unsafe extern "C" fn ipmc_rs_allgather(
+    state: *mut c_void,
+    args: *const sys::ipmc_allgather_args_t,
+    comm: *mut ompi_communicator_t,
+    module: *mut ipmc_module,
+) -> c_int {
+    let mut call = AllgatherCall {
+        args,
+        comm: Comm(comm),
+        module,
+    };
+    // SAFETY: as the function's contract says.
+    unsafe {
+        serve(state, "MPI_Allgather", Comm(comm), |m| {
+            m.allgather(&mut call)
+        })
     }
 }
 
@@ -522,53 +527,55 @@ fn status(result: Result<(), i32>) -> c_int {
     }
 }
 
-/// One `MPI_Barrier` on a communicator whose barrier ipmc serves.
+/// One collective call (`what`) on `comm`, served by `call` on the module.
+/// A panic in it poisons the module (its multicast state is never used
+/// again, see [`Module::poison`]): then the call is handed whole to the
+/// component ipmc replaced, if none of its messages moved (a peer could
+/// otherwise meet them in the replaced component's), or fails.
 ///
 /// # Safety
-/// `state` as for [`ipmc_rs_module_enable`]; `comm` is the call's
-/// communicator, whose barrier ipmc's module `module` serves.
-#[no_mangle]
-pub unsafe extern "C" fn ipmc_rs_barrier(
+/// `state` is the module's state of `comm` (see [`ipmc_rs_module_enable`]);
+/// MPI forbids concurrent collectives on one communicator, so this is the
+/// only reference to it.
+unsafe fn serve(
     state: *mut c_void,
-    comm: *mut ompi_communicator_t,
-    module: *mut ipmc_module,
+    what: &str,
+    comm: Comm,
+    mut call: impl FnMut(&mut Module) -> Result<(), i32>,
 ) -> c_int {
     let state = state.cast::<Module>();
-    let call = BarrierCall {
-        comm: Comm(comm),
-        module,
-    };
-    // Unwind safety: as in `ipmc_rs_bcast`.
-    // SAFETY: see the function's contract; MPI forbids concurrent collectives
-    // on one communicator, so this is the only reference to the state.
-    let first = caught(AssertUnwindSafe(|| unsafe { &mut *state }.barrier(&call)));
+    // Unwind safety: after a panic the module is poisoned and the call is
+    // handed over whole or fails.
+    // SAFETY: see the function's contract.
+    let first = caught(AssertUnwindSafe(|| call(unsafe { &mut *state })));
     let panic = match first {
         Ok(result) => return status(result),
         Err(panic) => panic,
     };
     // SAFETY: as above; the reference of the panicked closure is gone.
     let module = unsafe { &mut *state };
-    let name = call.comm().name();
+    let name = comm.name();
     if module.poison() {
         report(
             &format!(
-                "in MPI_Barrier on {name} before any of its messages moved, and the barrier of \
-                 the component it replaced serves this call and every later one there"
+                "in {what} on {name} before any of its messages moved, and the component it \
+                 replaced serves this call and every later one there"
             ),
             &panic,
         );
-        let what = "in MPI_Barrier's fallback, and the call fails";
         guard(
-            what,
+            &format!("in {what}'s fallback, and the call fails"),
             OMPI_ERROR,
-            AssertUnwindSafe(|| status(module.barrier(&call))),
+            AssertUnwindSafe(|| status(call(module))),
         )
     } else {
+        // Peers may hold some of this call's messages, which the replaced
+        // component's own (same tag) could meet: handing over could deliver
+        // wrong data silently, an error cannot.
         report(
             &format!(
-                "in MPI_Barrier on {name} after its messages began to move, so the call fails \
-                 (OMPI_ERROR) and the component it replaced serves every later barrier and \
-                 broadcast there"
+                "in {what} on {name} after its messages began to move, so the call fails \
+                 (OMPI_ERROR) and the component it replaced serves every later call there"
             ),
             &panic,
         );

@@ -1,6 +1,7 @@
 //! Calls into Open MPI, through the glue: a communicator ([`Comm`]), the
-//! arguments of one `MPI_Bcast` ([`BcastCall`]) or `MPI_Barrier`
-//! ([`BarrierCall`]) and what an `MPI_Ibcast` keeps ([`UserMessage`], [`Request`]), point-to-point messages on
+//! arguments of one `MPI_Bcast` ([`BcastCall`]), `MPI_Barrier`
+//! ([`BarrierCall`]) or `MPI_Allgather` ([`AllgatherCall`]) and what an
+//! `MPI_Ibcast` keeps ([`UserMessage`], [`Request`]), point-to-point messages on
 //! the PML ([`PmlTransport`], [`Messages`]), the component's output, and the
 //! registration with the progress engine.
 
@@ -937,6 +938,88 @@ impl Comm {
         let dst = c_int::try_from(dst).map_err(|_| super::OMPI_ERROR)?;
         // SAFETY: as in `rank`; the message is empty.
         ok(unsafe { sys::ipmc_answer_root(dst, self.0) })
+    }
+}
+
+/// The arguments of one `MPI_Allgather` call, as the glue collected them
+/// (`ipmc_allgather_args_t`).
+pub struct AllgatherCall {
+    pub(super) args: *const sys::ipmc_allgather_args_t,
+    pub(super) comm: Comm,
+    pub(super) module: *mut ipmc_module,
+}
+
+impl AllgatherCall {
+    pub fn comm(&self) -> Comm {
+        self.comm
+    }
+
+    fn args(&self) -> &sys::ipmc_allgather_args_t {
+        // SAFETY: the glue's arguments live on its stack for the whole call,
+        // which outlives `self`.
+        unsafe { &*self.args }
+    }
+
+    /// Block `i` of the receive buffer.
+    fn block(&self, i: usize) -> Layout {
+        let a = self.args();
+        let i = c_int::try_from(i).expect("ranks fit in an int");
+        Layout {
+            // SAFETY: `i` is a rank of the communicator, whose block MPI
+            // guarantees lies in the receive buffer.
+            buf: unsafe { sys::ipmc_allgather_block(self.args, i) },
+            count: a.rcount,
+            dt: a.rdtype,
+        }
+    }
+
+    /// Bytes of one rank's block (the packed size of `rcount` elements).
+    pub fn block_bytes(&self) -> usize {
+        // SAFETY: the receive datatype is the call's own, live while it runs.
+        unsafe { self.block(0).bytes() }
+    }
+
+    /// Whether this rank's block is already in place (`MPI_IN_PLACE`).
+    pub fn in_place(&self) -> bool {
+        self.args().sbuf.is_null()
+    }
+
+    /// Packs this rank's (`rank`) block into `out`, exactly a block long:
+    /// from the send buffer, or in place from the receive buffer.
+    pub fn own_block(&self, rank: usize, out: &mut [u8]) -> Result<(), i32> {
+        let a = self.args();
+        let layout = if self.in_place() {
+            self.block(rank)
+        } else {
+            Layout {
+                buf: a.sbuf.cast_mut(),
+                count: a.scount,
+                dt: a.sdtype,
+            }
+        };
+        // SAFETY: the buffer and datatype are the call's own; packing only
+        // reads the buffer (a send buffer is not written).
+        unsafe { layout.pack(out) }
+    }
+
+    /// Unpacks `packed`, a block long, into block `i` of the receive buffer.
+    pub fn put_block(&mut self, i: usize, packed: &[u8]) -> Result<(), i32> {
+        // SAFETY: the receive buffer is the user's, lent to the call.
+        unsafe { self.block(i).unpack(packed) }
+    }
+
+    /// Hands the call to the allgather ipmc replaced.
+    pub fn previous(&self) -> Result<(), i32> {
+        // SAFETY: the module is ipmc's, whose saved allgather was retained
+        // in `module_enable`; the arguments are the call's.
+        ok(unsafe { sys::ipmc_prev_allgather(self.module, self.args, self.comm.0) })
+    }
+
+    /// Runs the call as Open MPI's ring allgather (coll/base) on ipmc's module.
+    pub fn ring(&self) -> Result<(), i32> {
+        // SAFETY: the module is ipmc's and the arguments the call's; the
+        // ring keeps nothing in the module.
+        ok(unsafe { sys::ipmc_base_allgather_ring(self.module, self.args, self.comm.0) })
     }
 }
 

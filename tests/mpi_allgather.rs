@@ -1,0 +1,104 @@
+//! ipmc's `MPI_Allgather` on the emulated cluster
+//! (`tests/mpi/allgather_check.c`: every block on every rank, bytes, ints, a
+//! strided derived datatype, in place, sizes from 0 to 64 KiB): multicast
+//! forced, with 0, 50 and 100 % of the datagrams lost; the automatic choice
+//! alike on every rank; hosts of several ranks left to Open MPI.
+
+mod common;
+
+use common::{num, stats_lines, tally, Cluster, Line, Run};
+
+/// Runs `allgather_check` with `mca` and ipmc's statistics, asserts that it
+/// passed, and returns the run and `MPI_COMM_WORLD`'s statistics in rank
+/// order.
+fn checked(cluster: &Cluster, mca: &[(&str, &str)], args: &[&str]) -> (Run, Vec<Line>) {
+    let mut mca = mca.to_vec();
+    mca.push(("coll_ipmc_print_statistics", "1"));
+    let run = cluster.mpirun(&mca, "allgather_check", args);
+    assert!(
+        run.ok && run.output.contains("allgather_check: PASS"),
+        "allgather_check failed ({}):\n{}",
+        run.status,
+        run.output
+    );
+    let mut world: Vec<Line> = stats_lines(&run.output)
+        .into_iter()
+        .filter(|s| s["comm"] == "MPI_COMM_WORLD")
+        .collect();
+    world.sort_by_key(|s| num(s, "rank"));
+    assert_eq!(world.len(), cluster.ranks(), "{}", run.output);
+    (run, world)
+}
+
+/// The calls that move bytes: Open MPI returns from an allgather of no
+/// bytes before any component sees it.
+const CALLS: u64 = 48;
+
+#[test]
+fn the_multicast_allgather_delivers_every_block_whatever_is_lost() {
+    let cluster = Cluster::hosts(4);
+    for loss in ["0", "50", "100"] {
+        let (_, world) = checked(
+            &cluster,
+            &[
+                ("coll_ipmc_allgather_algorithm", "2"),
+                ("coll_ipmc_inject_loss", loss),
+            ],
+            &[],
+        );
+        for s in &world {
+            assert_eq!(tally(s, "allgather_multicast").0, CALLS, "{loss} %: {s:?}");
+            assert_eq!(num(s, "allgathers"), CALLS, "{loss} %: {s:?}");
+            // Every rank multicast its blocks.
+            assert!(num(s, "sent") >= CALLS, "{loss} %: {s:?}");
+            match loss {
+                "0" => assert!(num(s, "useful") > 0 && num(s, "injected") == 0, "{s:?}"),
+                "100" => assert_eq!(num(s, "useful"), 0, "{s:?}"),
+                _ => assert!(num(s, "useful") > 0 && num(s, "injected") > 0, "{s:?}"),
+            }
+            // The blocks are no broadcasts of the program's.
+            assert_eq!(num(s, "bcasts"), 0, "{s:?}");
+            assert_eq!(num(s, "mcast_bytes") + num(s, "chain_bytes"), 0, "{s:?}");
+        }
+    }
+}
+
+/// The automatic choice measures the allgathers of each block size against
+/// Open MPI's (its own choice and its ring), and every rank serves the same
+/// calls alike.
+#[test]
+fn the_automatic_choice_measures_allgathers_alike_on_every_rank() {
+    let cluster = Cluster::hosts(4);
+    // Enough calls of each block size for its measurements and vote.
+    let (run, world) = checked(&cluster, &[("coll_ipmc_verbose", "1")], &["--repeat", "40"]);
+    for s in &world {
+        for key in [
+            "allgather_multicast",
+            "allgather_ring",
+            "allgather_previous",
+        ] {
+            assert_eq!(s[key], world[0][key], "{key}: {world:?}");
+            assert!(tally(s, key).0 > 0, "measured: {s:?}");
+        }
+    }
+    assert!(
+        run.output.contains("  allgather of "),
+        "no allgather row in the decision table:\n{}",
+        run.output
+    );
+}
+
+/// Hosts of several ranks: the replaced component serves every allgather
+/// (its own knows the nodes), even with ipmc's forced.
+#[test]
+fn hosts_of_several_ranks_leave_allgather_to_open_mpi() {
+    let cluster = Cluster {
+        slots: 2,
+        ..Cluster::hosts(3)
+    };
+    let (_, world) = checked(&cluster, &[("coll_ipmc_allgather_algorithm", "2")], &[]);
+    for s in &world {
+        assert_eq!(tally(s, "allgather_previous").0, CALLS, "{s:?}");
+        assert_eq!(num(s, "sent") + num(s, "recv"), 0, "{s:?}");
+    }
+}
