@@ -66,8 +66,8 @@ fn pvars_count_the_multicast_broadcasts_of_their_communicator() {
         if ["rank", "size", "nodes", "cid", "comm"].contains(&key.as_str()) {
             continue;
         }
-        let plain = format!("coll_ipmc_{key}");
-        let calls = format!("coll_ipmc_{key}_bcasts");
+        let (value, calls, _) = variables(key);
+        let (plain, calls) = (format!("coll_ipmc_{value}"), format!("coll_ipmc_{calls}"));
         assert!(
             names.contains(&plain.as_str()) || names.contains(&calls.as_str()),
             "no variable for the statistic {key}: {names:?}"
@@ -108,11 +108,16 @@ fn pvars_count_the_multicast_broadcasts_of_their_communicator() {
                 "setup" => assert_eq!(value, "ok"),
                 _ => match value.split_once(':') {
                     Some((calls, b)) => {
-                        assert_eq!(pv(&format!("{key}_bcasts")).to_string(), calls, "{key}");
+                        let (_, count, bytes) = variables(key);
+                        assert_eq!(pv(&count).to_string(), calls, "{key}");
                         let b = b.trim_end_matches('B');
-                        assert_eq!(pv(&format!("{key}_bcast_bytes")).to_string(), b, "{key}");
+                        assert_eq!(pv(&bytes).to_string(), b, "{key}");
                     }
-                    None => assert_eq!(pv(key).to_string(), *value, "{key} on rank {rank}"),
+                    None => assert_eq!(
+                        pv(&variables(key).0).to_string(),
+                        *value,
+                        "{key} on rank {rank}"
+                    ),
                 },
             }
         }
@@ -123,5 +128,30 @@ fn pvars_count_the_multicast_broadcasts_of_their_communicator() {
             kv.sort();
             kv.join(" ")
         });
+    }
+}
+
+/// The MPI_T variables (without `coll_ipmc_`) of the text statistic `key`:
+/// the variable of a plain value, and of `ALG=N:BB` the calls' and the
+/// bytes' (broadcasts' `ALG_bcasts`; `barrier_ALG` and `allgather_ALG` are
+/// `ALG_barriers` and `ALG_allgathers`; `released_*` are
+/// `barrier_releases_by_*`).
+fn variables(key: &str) -> (String, String, String) {
+    match key.split_once('_') {
+        Some((what @ ("barrier" | "allgather"), alg)) => (
+            format!("{alg}_{what}s"),
+            format!("{alg}_{what}s"),
+            format!("{alg}_{what}_bytes"),
+        ),
+        Some(("released", how)) => {
+            let how = if how == "mcast" { "multicast" } else { how };
+            let name = format!("barrier_releases_by_{how}");
+            (name.clone(), name.clone(), name)
+        }
+        _ => (
+            key.to_string(),
+            format!("{key}_bcasts"),
+            format!("{key}_bcast_bytes"),
+        ),
     }
 }
