@@ -681,7 +681,7 @@ fn forged_releases_free_no_rank_early() {
         let counts = injector_counts(&run.output);
         println!("forged releases: injector {counts:?}");
         assert!(num(&counts, "replayed") > 0, "{counts:?}");
-        let world: Vec<Line> = stats_lines(&run.output)
+        let world: Vec<Line> = common::stats_with_collectives(&run.output)
             .into_iter()
             .filter(|s| s["comm"] == "MPI_COMM_WORLD")
             .collect();

@@ -9,7 +9,7 @@ mod common;
 
 use std::time::Instant;
 
-use common::{num, stats_lines, Cluster, Line, Run};
+use common::{num, stats_with_collectives, Cluster, Line, Run};
 
 /// Barriers per communicator of each job.
 const ROUNDS: &str = "150";
@@ -26,7 +26,7 @@ fn checked(cluster: &Cluster, mca: &[(&str, &str)], args: &[&str]) -> (Run, Vec<
         run.status,
         run.output
     );
-    let stats = stats_lines(&run.output);
+    let stats = stats_with_collectives(&run.output);
     (run, stats)
 }
 

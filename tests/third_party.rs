@@ -8,7 +8,7 @@ mod common;
 
 use std::process::Command;
 
-use common::{num, openmpi_prefix, repo, stats_lines, tally, Cluster};
+use common::{num, openmpi_prefix, repo, stats_with_collectives, tally, Cluster};
 
 /// mpi4py's test modules that run collectives and make communicators.
 const MODULES: [&str; 6] = [
@@ -67,7 +67,7 @@ fn mpi4py_collective_tests_pass_with_ipmc_serving_them() {
     );
     // ipmc served them: every rank multicast broadcasts and barriers on
     // MPI_COMM_WORLD.
-    let world: Vec<_> = stats_lines(&run.output)
+    let world: Vec<_> = stats_with_collectives(&run.output)
         .into_iter()
         .filter(|s| s["comm"] == "MPI_COMM_WORLD")
         .collect();

@@ -304,13 +304,17 @@ impl Module {
             }
         }
         if self.cfg.print_statistics && !self.reported {
-            ompi::print_line(&self.stats().report(
+            let (stats, name) = (self.stats(), comm.name());
+            ompi::print_line(&stats.report(
                 self.rank,
                 self.size,
                 self.nodes.count,
                 self.cid,
-                &comm.name(),
+                &name,
             ));
+            if let Some(line) = stats.collectives_report(self.rank, self.size, self.cid, &name) {
+                ompi::print_line(&line);
+            }
         }
         self.reported = true;
         // An agreement on the group holds a reference on the communicator:

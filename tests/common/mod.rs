@@ -498,12 +498,20 @@ const SPLICED_RUNS: usize = 8;
 /// Whether mpirun's merged output cut a statistics line and put another
 /// process's line inside it.
 fn spliced(output: &str) -> bool {
-    // Whole, a statistics line holds each of these once.
-    let keys = ["ipmc stats: ", " chain_bytes=", " comm=\""];
+    // Whole, a statistics line holds one of its two starts and its fields
+    // once, and ends with its communicator's name.
+    let starts = ["ipmc stats: ", "ipmc collectives: "];
+    let fields = [" chain_bytes=", " allgathers="];
     output
         .lines()
-        .filter(|l| l.contains(keys[0]) || l.contains(keys[1]))
-        .any(|l| keys.iter().any(|k| l.matches(k).count() != 1))
+        .filter(|l| starts.iter().chain(&fields).any(|k| l.contains(k)))
+        .any(|l| {
+            let count = |keys: &[&str]| keys.iter().map(|k| l.matches(k).count()).sum::<usize>();
+            count(&starts) != 1
+                || count(&fields) != 1
+                || l.matches(" comm=\"").count() != 1
+                || !l.ends_with('"')
+        })
 }
 
 /// Seconds one mpirun may take before it is killed.
@@ -548,6 +556,24 @@ pub fn stats_lines(output: &str) -> Vec<HashMap<String, String>> {
         .lines()
         .filter_map(|l| l.split_once("ipmc stats: ").map(|(_, s)| fields(s)))
         .collect()
+}
+
+/// ipmc's statistics lines with, where the communicator had barriers or
+/// allgathers, the fields of its `ipmc collectives:` line.
+pub fn stats_with_collectives(output: &str) -> Vec<HashMap<String, String>> {
+    let others: Vec<HashMap<String, String>> = output
+        .lines()
+        .filter_map(|l| l.split_once("ipmc collectives: ").map(|(_, s)| fields(s)))
+        .collect();
+    let key =
+        |s: &HashMap<String, String>| (s["comm"].clone(), s["rank"].clone(), s["cid"].clone());
+    let mut lines = stats_lines(output);
+    for s in &mut lines {
+        if let Some(o) = others.iter().find(|o| key(o) == key(s)) {
+            s.extend(o.clone());
+        }
+    }
+    lines
 }
 
 /// The test program's per-communicator report lines.
