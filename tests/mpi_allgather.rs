@@ -89,14 +89,22 @@ fn the_automatic_choice_measures_allgathers_alike_on_every_rank() {
 }
 
 /// Hosts of several ranks: the replaced component serves every allgather
-/// (its own knows the nodes), even with ipmc's forced.
+/// (its own knows the nodes), even with ipmc's forced. Without the strided
+/// send type: Open MPI 5.0.7's `han`, which serves there, delivers wrong
+/// bytes for it (on 3 emulated hosts of 2 ranks, `mpirun --mca coll ^ipmc
+/// allgather_check` fails at the first strided call; with `han` excluded
+/// too it passes).
 #[test]
 fn hosts_of_several_ranks_leave_allgather_to_open_mpi() {
     let cluster = Cluster {
         slots: 2,
         ..Cluster::hosts(3)
     };
-    let (_, world) = checked(&cluster, &[("coll_ipmc_allgather_algorithm", "2")], &[]);
+    let (_, world) = checked(
+        &cluster,
+        &[("coll_ipmc_allgather_algorithm", "2")],
+        &["--strided", "0"],
+    );
     for s in &world {
         // No `ipmc collectives:` line: ipmc's own served none.
         assert!(!s.contains_key("allgathers"), "{s:?}");
