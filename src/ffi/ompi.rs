@@ -103,6 +103,11 @@ impl Comm {
 /// The glue's tests of a request (`ipmc_test`, `ipmc_look`).
 type DoneTest = unsafe extern "C" fn(*mut *mut ompi_request_t, *mut c_int, *mut usize) -> c_int;
 
+/// The glue's start of an empty message with the barrier tag
+/// (`ipmc_irecv_answer`, `ipmc_isend_empty`).
+type EmptyMessage =
+    unsafe extern "C" fn(c_int, *mut ompi_communicator_t, *mut *mut ompi_request_t) -> c_int;
+
 /// A broadcast of the glue that takes an `MPI_Bcast` call as it came.
 type WholeBcast = unsafe extern "C" fn(
     *mut ipmc_module,
@@ -587,30 +592,31 @@ impl Answers {
     /// Posts the receives of an empty message with the barrier tag from
     /// each of `ranks` (a barrier's arrivals).
     pub fn from_ranks(comm: Comm, ranks: impl IntoIterator<Item = usize>) -> P2pResult<Self> {
-        let mut answers = Self::none();
-        for src in ranks {
-            let src = c_int::try_from(src).expect("ranks fit in an int");
-            let mut req = ptr::null_mut();
-            // SAFETY: the communicator is live; the glue receives no byte
-            // into a buffer of its own; `req` is a valid out-pointer.
-            ok(unsafe { sys::ipmc_irecv_answer(src, comm.0, &mut req) }).map_err(P2pError)?;
-            answers.reqs.push(req);
-        }
-        Ok(answers)
+        Self::start(comm, ranks, sys::ipmc_irecv_answer)
     }
 
     /// Starts sending an empty message to each of `ranks`.
     pub fn send_to(comm: Comm, ranks: impl IntoIterator<Item = usize>) -> P2pResult<Self> {
-        let mut sends = Self::none();
-        for dst in ranks {
-            let dst = c_int::try_from(dst).expect("ranks fit in an int");
+        Self::start(comm, ranks, sys::ipmc_isend_empty)
+    }
+
+    /// Starts an empty message with each of `ranks` by `post`, the glue's
+    /// receive or send of one.
+    fn start(
+        comm: Comm,
+        ranks: impl IntoIterator<Item = usize>,
+        post: EmptyMessage,
+    ) -> P2pResult<Self> {
+        let mut messages = Self::none();
+        for peer in ranks {
+            let peer = c_int::try_from(peer).expect("ranks fit in an int");
             let mut req = ptr::null_mut();
-            // SAFETY: the communicator is live; the message is empty; `req`
-            // is a valid out-pointer.
-            ok(unsafe { sys::ipmc_isend_empty(dst, comm.0, &mut req) }).map_err(P2pError)?;
-            sends.reqs.push(req);
+            // SAFETY: the communicator is live; the message is empty, no
+            // byte is read or written; `req` is a valid out-pointer.
+            ok(unsafe { post(peer, comm.0, &mut req) }).map_err(P2pError)?;
+            messages.reqs.push(req);
         }
-        Ok(sends)
+        Ok(messages)
     }
 
     /// Whether no message is pending.
