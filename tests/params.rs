@@ -17,7 +17,7 @@ fn ompi_info_lists_the_component() {
 fn ompi_info_shows_every_parameter_of_the_table() {
     let out = ompi_info(&["--param", "coll", "ipmc", "--level", "9", "--parsable"]);
     let rows = params();
-    for p in &rows {
+    for p in rows {
         let key = format!("mca:coll:ipmc:param:coll_ipmc_{}", p.name);
         let get = |field: &str| {
             let prefix = format!("{key}:{field}:");
@@ -26,13 +26,13 @@ fn ompi_info_shows_every_parameter_of_the_table() {
                 .unwrap_or_else(|| panic!("ompi_info shows no {field} for {}:\n{out}", p.name))
                 .to_string()
         };
-        let want_default = match (p.ty.as_str(), shown_default(p).as_str()) {
+        let want_default = match (p.ty, shown_default(p).as_str()) {
             ("BOOL", "true") => "true".to_string(),
             ("BOOL", "false") => "false".to_string(),
             (_, v) => v.to_string(),
         };
         assert_eq!(get("value"), want_default, "default of {}", p.name);
-        let ty = match p.ty.as_str() {
+        let ty = match p.ty {
             "INT" => "int",
             "SIZE" => "size_t",
             "BOOL" => "bool",
@@ -45,10 +45,10 @@ fn ompi_info_shows_every_parameter_of_the_table() {
         assert!(help.len() > 20, "help of {} says little: {help}", p.name);
         assert_eq!(
             help.ends_with(". Must be the same on every rank"),
-            p.scope == "ALL_EQ",
-            "help of {} (scope {}): {help}",
+            p.shared,
+            "help of {} (shared {}): {help}",
             p.name,
-            p.scope
+            p.shared
         );
         if p.ty != "BOOL" && p.ty != "STRING" {
             let range = format!("(allowed: {} to {})", p.min, p.max);
@@ -122,12 +122,12 @@ fn readme_documents_every_parameter_with_its_default() {
             .find(|l| l.starts_with(&format!("| `coll_ipmc_{}` |", p.name)))
             .unwrap_or_else(|| panic!("README has no table row for coll_ipmc_{}", p.name));
         let cells: Vec<&str> = row.split('|').map(str::trim).collect();
-        let want = match shown_default(&p).as_str() {
+        let want = match shown_default(p).as_str() {
             "" => "(empty)".to_string(),
             v => format!("`{v}`"),
         };
         assert_eq!(cells[2], want, "README default of coll_ipmc_{}", p.name);
-        let same = if p.scope == "ALL_EQ" { "yes" } else { "" };
+        let same = if p.shared { "yes" } else { "" };
         assert_eq!(
             cells[5], same,
             "README: same on every rank, coll_ipmc_{}",

@@ -132,7 +132,7 @@ impl Scenario {
                 // that IP does not fragment.
                 fragment_size: setup::fitting_fragment(cfg.fragment_size, MTU, false, auth),
                 auth,
-                root_wait: Duration::from_micros(cfg.root_wait_time_us),
+                root_wait: Duration::from_micros(cfg.root_wait_time as u64),
                 background_limit: cfg.background_limit,
                 flow_window: cfg.flow_window,
             },

@@ -52,7 +52,7 @@ impl Algorithm {
     }
 
     /// The algorithm that `coll_ipmc_bcast_algorithm` forces, if any.
-    fn forced(code: i32) -> Option<Algorithm> {
+    fn forced(code: usize) -> Option<Algorithm> {
         match code {
             1 => Some(Algorithm::Linear),
             2 => Some(Algorithm::Chain),
@@ -65,48 +65,24 @@ impl Algorithm {
     }
 }
 
-/// The parameters a communicator's module works with, copied when the module
-/// is created so that later changes of the MCA storage cannot split ranks.
-#[derive(Clone, Debug, PartialEq, Eq)]
-pub struct Config {
-    pub priority: i32,
-    pub crossover_nodes: usize,
-    pub crossover_size: usize,
-    pub fragment_size: usize,
-    pub root_wait_time_us: u64,
-    pub use_crc_checking: bool,
-    /// `coll_ipmc_authenticate`: 0 off, 1 tag, 2 tag and encryption.
-    pub authenticate: i32,
-    pub print_statistics: bool,
-    pub chain_segment_size: usize,
-    pub bcast_algorithm: i32,
-    /// `coll_ipmc_barrier_algorithm`: 0 measured, 1 the replaced barrier,
-    /// 2 ipmc's multicast barrier.
-    pub barrier_algorithm: i32,
-    /// `coll_ipmc_allgather_algorithm`: 0 measured, 1 the replaced
-    /// allgather, 2 ipmc's multicast allgather.
-    pub allgather_algorithm: i32,
-    pub verbose: i32,
-    pub group_range: String,
-    pub port_range: String,
-    pub if_include: String,
-    pub if_exclude: String,
-    pub ttl: u32,
-    pub rcvbuf: usize,
-    /// `coll_ipmc_flow_window`: bytes the root may run ahead of its slowest
-    /// receiver; 0 sized from the receive buffers.
-    pub flow_window: usize,
-    pub inject_loss_percent: u32,
-    pub inject_seed: u64,
-    pub ranks_are_nodes: bool,
-    pub background_limit: usize,
-    /// `coll_ipmc_tune_calls`: calls per candidate when measuring a size
-    /// class's algorithm; 0 keeps the automatic rule unmeasured.
-    pub tune_calls: usize,
-    /// `coll_ipmc_inject_timing`, for tests.
-    pub inject_timing: bool,
-    /// `coll_ipmc_datagram_io`: how datagrams pass to and from the kernel.
-    pub datagram_io: DatagramPath,
+include!(concat!(env!("OUT_DIR"), "/params.rs"));
+
+/// One row of the parameter table, `mca-params/ipmc_params.def` (see its
+/// header), as the build read it.
+#[derive(Clone, Copy, Debug)]
+pub struct Param {
+    pub name: &'static str,
+    /// `INT`, `SIZE`, `BOOL` or `STRING`.
+    pub ty: &'static str,
+    /// As the table writes it (a string in quotes).
+    pub default: &'static str,
+    pub min: &'static str,
+    pub max: &'static str,
+    /// `ompi_info --level`: 1-3 user, 4-6 tuner, 7-9 developer.
+    pub level: u32,
+    /// Scope `ALL_EQ`: every rank must see the same value.
+    pub shared: bool,
+    pub help: &'static str,
 }
 
 /// How multicast datagrams pass between ipmc and the kernel
@@ -124,10 +100,10 @@ pub enum DatagramPath {
     Batched,
 }
 
-impl DatagramPath {
-    /// The parameter's value, 0 to 3.
-    pub fn from_param(v: i32) -> Self {
-        match v {
+impl Config {
+    /// `coll_ipmc_datagram_io` (0 to 3).
+    pub fn datagram_path(&self) -> DatagramPath {
+        match self.datagram_io {
             1 => DatagramPath::Offload,
             2 => DatagramPath::Single,
             3 => DatagramPath::Batched,
@@ -139,9 +115,9 @@ impl DatagramPath {
 /// `coll_ipmc_barrier_algorithm` and `coll_ipmc_allgather_algorithm`:
 /// measured, the replaced component's (ipmc then serves no such call),
 /// ipmc's multicast one.
-pub const CHOICE_MEASURED: i32 = 0;
-pub const CHOICE_REPLACED: i32 = 1;
-pub const CHOICE_MULTICAST: i32 = 2;
+pub const CHOICE_MEASURED: usize = 0;
+pub const CHOICE_REPLACED: usize = 1;
+pub const CHOICE_MULTICAST: usize = 2;
 
 /// The thesis's thresholds (§3.5), which apply when a user sets either.
 pub const THESIS_CROSSOVER_NODES: usize = 4;
@@ -155,42 +131,6 @@ pub const AUTO_SMALL: usize = 2048;
 pub const AUTO_NODES: usize = 3;
 /// the fragmented chain above this size, multicast in between.
 pub const AUTO_LARGE: usize = 16 << 20;
-
-impl Default for Config {
-    /// The defaults of the parameter table (`mca-params/ipmc_params.def`),
-    /// which a test holds these to.
-    fn default() -> Self {
-        Config {
-            priority: 40,
-            crossover_nodes: 0,
-            crossover_size: 0,
-            fragment_size: 4096,
-            root_wait_time_us: 0,
-            use_crc_checking: true,
-            authenticate: 1,
-            print_statistics: false,
-            chain_segment_size: 65536,
-            bcast_algorithm: 0,
-            barrier_algorithm: 0,
-            allgather_algorithm: 0,
-            verbose: 0,
-            group_range: crate::group::groups::DEFAULT_GROUPS.into(),
-            port_range: "5000-32767".into(),
-            if_include: String::new(),
-            if_exclude: String::new(),
-            ttl: 1,
-            rcvbuf: 4 << 20,
-            flow_window: 0,
-            inject_loss_percent: 0,
-            inject_seed: 1,
-            ranks_are_nodes: false,
-            background_limit: 16 << 20,
-            tune_calls: 2,
-            inject_timing: false,
-            datagram_io: DatagramPath::Auto,
-        }
-    }
-}
 
 impl Config {
     /// Checks the values whose syntax the parameter table cannot express;
@@ -243,29 +183,11 @@ impl Config {
     /// does not run here" in the modex.
     pub fn digest(&self) -> u64 {
         let text = format!(
-            "ipmc {} datagram {} setup {} priority={} crossover_nodes={} crossover_size={} fragment_size={} \
-             root_wait_time={} use_crc_checking={} authenticate={} chain_segment_size={} \
-             bcast_algorithm={} barrier_algorithm={} allgather_algorithm={} group_range={} \
-             port_range={} ttl={} ranks_are_nodes={} tune_calls={}",
+            "ipmc {} datagram {} setup {} {}",
             env!("CARGO_PKG_VERSION"),
             crate::protocol::datagram::VERSION,
             crate::group::setup::VERSION,
-            self.priority,
-            self.crossover_nodes,
-            self.crossover_size,
-            self.fragment_size,
-            self.root_wait_time_us,
-            self.use_crc_checking,
-            self.authenticate,
-            self.chain_segment_size,
-            self.bcast_algorithm,
-            self.barrier_algorithm,
-            self.allgather_algorithm,
-            self.group_range,
-            self.port_range,
-            self.ttl,
-            self.ranks_are_nodes,
-            self.tune_calls
+            self.shared_values()
         );
         // FNV-1a: stable across builds and processes, unlike std's hasher.
         let h = text.bytes().fold(0xcbf2_9ce4_8422_2325u64, |h, b| {
@@ -438,7 +360,7 @@ mod tests {
             print_statistics: true,
             if_include: "eth1".into(),
             rcvbuf: 1,
-            inject_loss_percent: 3,
+            inject_loss: 3,
             ..Config::default()
         };
         assert_eq!(local.digest(), base.digest(), "local parameters may differ");
@@ -460,7 +382,7 @@ mod tests {
                 ..Config::default()
             },
             Config {
-                root_wait_time_us: 1,
+                root_wait_time: 1,
                 ..Config::default()
             },
             Config {
@@ -513,122 +435,35 @@ mod tests {
         }
     }
 
-    /// One row of `mca-params/ipmc_params.def`: name, type, default, min, max.
-    struct Row<'a> {
-        name: &'a str,
-        ty: &'a str,
-        default: &'a str,
-        min: &'a str,
-        max: &'a str,
-    }
-
-    fn table() -> Vec<Row<'static>> {
-        include_str!("../../mca-params/ipmc_params.def")
-            .lines()
-            .filter_map(|l| l.strip_prefix("IPMC_PARAM("))
-            .map(|row| {
-                // The help string, last, may contain commas.
-                let f: Vec<&str> = row.splitn(8, ',').map(str::trim).collect();
-                assert_eq!(f.len(), 8, "malformed row: {row}");
-                Row {
-                    name: f[0],
-                    ty: f[1],
-                    default: f[2],
-                    min: f[3],
-                    max: f[4],
-                }
-            })
-            .collect()
-    }
-
-    /// `Config::default()` as the table would write it: every field under
-    /// the name of its parameter, its value in the table's notation.
-    fn defaults_by_parameter() -> Vec<(&'static str, String)> {
-        // Exhaustive: a new field does not compile until it is listed here.
-        let Config {
-            priority,
-            crossover_nodes,
-            crossover_size,
-            fragment_size,
-            root_wait_time_us,
-            use_crc_checking,
-            authenticate,
-            print_statistics,
-            chain_segment_size,
-            bcast_algorithm,
-            barrier_algorithm,
-            allgather_algorithm,
-            verbose,
-            group_range,
-            port_range,
-            if_include,
-            if_exclude,
-            ttl,
-            rcvbuf,
-            flow_window,
-            inject_loss_percent,
-            inject_seed,
-            ranks_are_nodes,
-            background_limit,
-            tune_calls,
-            inject_timing,
-            datagram_io,
-        } = Config::default();
-        let quoted = |s: String| format!("\"{s}\"");
-        vec![
-            ("priority", priority.to_string()),
-            ("crossover_nodes", crossover_nodes.to_string()),
-            ("crossover_size", crossover_size.to_string()),
-            ("fragment_size", fragment_size.to_string()),
-            ("root_wait_time", root_wait_time_us.to_string()),
-            ("use_crc_checking", use_crc_checking.to_string()),
-            ("authenticate", authenticate.to_string()),
-            ("print_statistics", print_statistics.to_string()),
-            ("chain_segment_size", chain_segment_size.to_string()),
-            ("bcast_algorithm", bcast_algorithm.to_string()),
-            ("barrier_algorithm", barrier_algorithm.to_string()),
-            ("allgather_algorithm", allgather_algorithm.to_string()),
-            ("verbose", verbose.to_string()),
-            ("group_range", quoted(group_range)),
-            ("port_range", quoted(port_range)),
-            ("if_include", quoted(if_include)),
-            ("if_exclude", quoted(if_exclude)),
-            ("ttl", ttl.to_string()),
-            ("rcvbuf", rcvbuf.to_string()),
-            ("flow_window", flow_window.to_string()),
-            ("inject_loss", inject_loss_percent.to_string()),
-            ("inject_seed", inject_seed.to_string()),
-            ("ranks_are_nodes", ranks_are_nodes.to_string()),
-            ("background_limit", background_limit.to_string()),
-            ("tune_calls", tune_calls.to_string()),
-            ("inject_timing", inject_timing.to_string()),
-            ("datagram_io", (datagram_io as i32).to_string()),
-        ]
-    }
-
     #[test]
-    fn defaults_are_the_parameter_tables() {
-        let rows = table();
-        let ours = defaults_by_parameter();
-        for row in &rows {
-            let (_, value) = ours
-                .iter()
-                .find(|(name, _)| *name == row.name)
-                .unwrap_or_else(|| panic!("no Config field for parameter {}", row.name));
-            assert_eq!(*value, row.default, "default of {}", row.name);
-        }
-        for (name, _) in &ours {
-            assert_eq!(
-                rows.iter().filter(|r| r.name == *name).count(),
-                1,
-                "parameter {name} is not in the table exactly once"
+    fn the_generated_config_follows_the_table() {
+        // The build generates `Config` from the table; what it cannot check
+        // by construction: the shared list is the ALL_EQ rows, and every
+        // default reads back as the table wrote it.
+        let shared: Vec<&str> = PARAMS.iter().filter(|p| p.shared).map(|p| p.name).collect();
+        let values = Config::default().shared_values();
+        let names: Vec<&str> = values
+            .split(' ')
+            .map(|kv| kv.split('=').next().unwrap())
+            .collect();
+        assert_eq!(names, shared);
+        for p in PARAMS.iter().filter(|p| p.shared) {
+            assert!(
+                values.contains(&format!("{}={}", p.name, p.default)),
+                "{} default {} in {values}",
+                p.name,
+                p.default
             );
         }
+        assert_eq!(
+            Config::default().group_range,
+            crate::group::groups::DEFAULT_GROUPS
+        );
     }
 
     #[test]
     fn table_defaults_lie_in_their_ranges() {
-        for row in table() {
+        for row in PARAMS {
             match row.ty {
                 "INT" | "SIZE" => {
                     let num = |s: &str| {
@@ -669,6 +504,98 @@ mod tests {
                 other => panic!("{}: unknown type {other}", row.name),
             }
         }
+    }
+
+    /// The text of value `v` in a help that lists values as "0 ..., 1 ...".
+    fn option(help: &'static str, v: usize) -> &'static str {
+        let start = [format!(": {v} "), format!(", {v} ")]
+            .iter()
+            .find_map(|p| help.find(p.as_str()).map(|i| i + p.len()))
+            .unwrap_or_else(|| panic!("no value {v} in {help:?}"));
+        let rest = &help[start..];
+        &rest[..rest.find(&format!(", {} ", v + 1)).unwrap_or(rest.len())]
+    }
+
+    fn help(name: &str) -> &'static str {
+        PARAMS.iter().find(|p| p.name == name).unwrap().help
+    }
+
+    #[test]
+    fn help_texts_say_what_the_code_does() {
+        use crate::group::setup::auth_of;
+        use crate::protocol::datagram::{Auth, Key};
+        for p in PARAMS {
+            let sentences = p.help.matches(". ").count() + 1;
+            assert!(sentences <= 2, "{}: {sentences} sentences", p.name);
+            assert!(
+                !p.help.ends_with('.'),
+                "{}: Open MPI appends the period",
+                p.name
+            );
+        }
+        // Each `authenticate` value names the primitives it may use.
+        let key = Key([1; crate::protocol::datagram::KEY_LEN]);
+        for (v, also) in [(0, None), (1, Some(Auth::Gmac(key))), (2, None)] {
+            let cfg = Config {
+                authenticate: v,
+                ..Config::default()
+            };
+            for auth in std::iter::once(auth_of(&cfg, key)).chain(also) {
+                let primitive = auth
+                    .describe()
+                    .split(' ')
+                    .find(|w| w.contains("BLAKE3") || w.contains("AES") || w.contains("CRC"));
+                let text = option(help("authenticate"), v);
+                match primitive {
+                    Some(word) => assert!(text.contains(word), "{v}: {word} in {text:?}"),
+                    None => assert!(text.contains("none"), "{v}: {text:?}"),
+                }
+            }
+        }
+        // The forced broadcast algorithms, by the names ipmc logs them under.
+        for code in 1..=6 {
+            let name = match Algorithm::forced(code).unwrap() {
+                Algorithm::Previous => "replaced",
+                Algorithm::Chain => "chain",
+                a => a.name(),
+            };
+            let text = option(help("bcast_algorithm"), code);
+            assert!(text.contains(name), "{code}: {name} in {text:?}");
+        }
+        for param in ["barrier_algorithm", "allgather_algorithm"] {
+            assert!(option(help(param), CHOICE_MEASURED).contains("measuring"));
+            assert!(option(help(param), CHOICE_REPLACED).contains("replaced"));
+            assert!(option(help(param), CHOICE_MULTICAST).contains("multicast"));
+        }
+        for (v, path, word) in [
+            (1, DatagramPath::Offload, "offload"),
+            (2, DatagramPath::Single, "one per system call"),
+            (3, DatagramPath::Batched, "sendmmsg"),
+        ] {
+            let cfg = Config {
+                datagram_io: v,
+                ..Config::default()
+            };
+            assert_eq!(cfg.datagram_path(), path);
+            assert!(option(help("datagram_io"), v).contains(word), "{v}");
+        }
+        // The levels of `verbose` are those the logger uses.
+        let verbose = help("verbose");
+        for (level, word) in [
+            (log::Level::Warn, "warnings"),
+            (log::Level::Info, "setup"),
+            (log::Level::Debug, "algorithm"),
+            (log::Level::Trace, "trace"),
+        ] {
+            let at = crate::component::logging::verbosity_of(level);
+            let text = verbose
+                .split(", ")
+                .find(|t| t.starts_with(&format!("{at} ")))
+                .unwrap_or_else(|| panic!("no level {at} in {verbose:?}"));
+            assert!(text.contains(word), "{level}: {word} in {text:?}");
+        }
+        // What the defaults' help says of other components.
+        assert!(Config::default().priority > 30, "above tuned's priority");
     }
 
     #[test]

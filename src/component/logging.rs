@@ -16,7 +16,7 @@ pub fn verbosity_of(level: Level) -> i32 {
     }
 }
 
-fn filter_for(verbose: i32) -> LevelFilter {
+fn filter_for(verbose: usize) -> LevelFilter {
     [
         (Level::Trace, LevelFilter::Trace),
         (Level::Debug, LevelFilter::Debug),
@@ -24,7 +24,7 @@ fn filter_for(verbose: i32) -> LevelFilter {
         (Level::Warn, LevelFilter::Warn),
     ]
     .into_iter()
-    .find(|(level, _)| verbose >= verbosity_of(*level))
+    .find(|(level, _)| verbose >= verbosity_of(*level) as usize)
     .map_or(LevelFilter::Off, |(_, filter)| filter)
 }
 
@@ -50,7 +50,7 @@ impl Log for OmpiLogger {
 static LOGGER: OmpiLogger = OmpiLogger;
 
 /// Installs the logger (once per process) with the verbosity of `coll_ipmc_verbose`.
-pub fn init(verbose: i32) {
+pub fn init(verbose: usize) {
     // A second call finds the logger installed already; only the level changes.
     let _ = log::set_logger(&LOGGER);
     log::set_max_level(filter_for(verbose));

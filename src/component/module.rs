@@ -1089,15 +1089,16 @@ impl Module {
                         socket.path()
                     ));
                 }
-                let seed = cfg.inject_seed ^ ((self.rank as u64) << 32) ^ u64::from(self.cid);
+                let seed =
+                    cfg.inject_seed as u64 ^ ((self.rank as u64) << 32) ^ u64::from(self.cid);
                 Some(Driver::new(
                     socket,
                     a.comm_id,
                     a.fragment_size as usize,
                     a.auth,
-                    Duration::from_micros(cfg.root_wait_time_us),
+                    Duration::from_micros(cfg.root_wait_time as u64),
                     a.window,
-                    (cfg.inject_loss_percent, seed),
+                    (cfg.inject_loss as u32, seed),
                 ))
             }
             (joined, _, _) => {
@@ -1164,10 +1165,10 @@ fn open_socket(cfg: &Config, loopback: bool, a: &Announce) -> Result<McastSocket
         iface.addr = IpAddr::V6(ipv6_source(&iface, group)?);
     }
     let opts = mcast_socket::Options {
-        ttl: cfg.ttl,
+        ttl: cfg.ttl as u32,
         loopback,
         rcvbuf: cfg.rcvbuf,
-        path: cfg.datagram_io,
+        path: cfg.datagram_path(),
         datagram_len: a.fragment_size as usize + datagram::Protection::new(a.auth).overhead(),
     };
     McastSocket::open(a.group, &iface, opts)

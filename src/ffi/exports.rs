@@ -14,7 +14,7 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use super::ompi::{print_line, AllgatherCall, BarrierCall, BcastCall, Comm, Request};
 use super::sys::{self, ipmc_module, ompi_communicator_t, ompi_datatype_t, ompi_request_t};
 use super::{c_line, OMPI_ERROR, OMPI_ERR_NOT_AVAILABLE, OMPI_SUCCESS};
-use crate::component::config::{Config, DatagramPath};
+use crate::component::config::Config;
 use crate::component::levels::{self, Layout};
 use crate::component::logging;
 use crate::component::module::{
@@ -133,39 +133,7 @@ fn guard<T>(what: &str, fallback: T, f: impl FnOnce() -> T + UnwindSafe) -> T {
     })
 }
 
-impl From<&sys::ipmc_config_t> for Config {
-    fn from(c: &sys::ipmc_config_t) -> Self {
-        Config {
-            priority: c.priority,
-            crossover_nodes: usize::try_from(c.crossover_nodes).unwrap_or(0),
-            crossover_size: c.crossover_size,
-            fragment_size: c.fragment_size,
-            root_wait_time_us: u64::try_from(c.root_wait_time).unwrap_or(0),
-            use_crc_checking: c.use_crc_checking,
-            authenticate: c.authenticate,
-            print_statistics: c.print_statistics,
-            chain_segment_size: c.chain_segment_size,
-            bcast_algorithm: c.bcast_algorithm,
-            barrier_algorithm: c.barrier_algorithm,
-            allgather_algorithm: c.allgather_algorithm,
-            verbose: c.verbose,
-            group_range: c_string(c.group_range),
-            port_range: c_string(c.port_range),
-            if_include: c_string(c.if_include),
-            if_exclude: c_string(c.if_exclude),
-            ttl: u32::try_from(c.ttl).unwrap_or(1),
-            rcvbuf: c.rcvbuf,
-            flow_window: c.flow_window,
-            inject_loss_percent: u32::try_from(c.inject_loss).unwrap_or(0),
-            inject_seed: u64::try_from(c.inject_seed).unwrap_or(0),
-            background_limit: c.background_limit,
-            ranks_are_nodes: c.ranks_are_nodes,
-            tune_calls: usize::try_from(c.tune_calls).unwrap_or(0),
-            inject_timing: c.inject_timing,
-            datagram_io: DatagramPath::from_param(c.datagram_io),
-        }
-    }
-}
+include!(concat!(env!("OUT_DIR"), "/params_from_c.rs"));
 
 /// A string parameter's value; the MCA base stores an unset string as NULL.
 fn c_string(p: *const std::ffi::c_char) -> String {

@@ -56,8 +56,8 @@ pub struct Announce {
     pub fragment_size: u64,
     /// The datagrams' protection, with the communicator's secret key.
     pub auth: Auth,
-    /// The other parameters every rank must share (see [`fingerprint`]).
-    pub fingerprint: u64,
+    /// Rank 0's [`Config::digest`] of the parameters every rank must share.
+    pub digest: u64,
     /// Flow control's window, in datagrams (0: none; [`flow_window`]).
     pub window: u32,
 }
@@ -103,7 +103,7 @@ impl Announce {
             comm_id: groups::draw_comm_id(&mut rng),
             fragment_size: cfg.fragment_size as u64,
             auth: auth_of(cfg, Key(key)),
-            fingerprint: fingerprint(cfg),
+            digest: cfg.digest(),
             window: 0,
         })
     }
@@ -132,7 +132,7 @@ impl Announce {
             Auth::Gmac(k) => (4, k),
         };
         out.push(mode);
-        out.extend_from_slice(&self.fingerprint.to_be_bytes());
+        out.extend_from_slice(&self.digest.to_be_bytes());
         out.extend_from_slice(&key.0);
         out.extend_from_slice(&self.window.to_be_bytes());
         debug_assert_eq!(out.len(), ANNOUNCE_LEN);
@@ -165,38 +165,27 @@ impl Announce {
                     _ => return None,
                 }
             },
-            fingerprint: u64_at(37),
+            digest: u64_at(37),
             window: u32::from_be_bytes(b[45 + KEY_LEN..].try_into().expect("4 bytes")),
         })
     }
 
     /// Why this rank cannot take part with its own parameters, if it cannot.
+    /// `comm_query` compared the digests every rank published at `MPI_Init`;
+    /// this catches a shared parameter changed since (through MPI_T).
     pub fn mismatch(&self, cfg: &Config) -> Option<String> {
-        // The same protection with rank 0's key: only the mode is compared.
-        // (A tag is BLAKE3's or GMAC's, as rank 0 chose for all.)
-        let (key, auth) = match self.auth {
-            Auth::Tag(k) | Auth::Encrypt(k) => (k, self.auth),
-            Auth::Gmac(k) => (k, Auth::Tag(k)),
-            Auth::Off { .. } => (Key([0; KEY_LEN]), self.auth),
-        };
-        // Rank 0 may announce less than the parameter: what fits every MTU.
-        let fragment_ok = (1..=cfg.fragment_size as u64).contains(&self.fragment_size);
-        if !fragment_ok || auth != auth_of(cfg, key) {
-            Some(format!(
-                "coll_ipmc_fragment_size, coll_ipmc_authenticate or coll_ipmc_use_crc_checking \
-                 differ from rank 0's ({}, {} and {} here; rank 0: {}, {:?})",
-                cfg.fragment_size,
-                cfg.authenticate,
-                cfg.use_crc_checking,
-                self.fragment_size,
-                self.auth
-            ))
-        } else if self.fingerprint != fingerprint(cfg) {
+        if self.digest != cfg.digest() {
             Some(
-                "the parameters that choose the algorithm (crossover_nodes, crossover_size, \
-                 bcast_algorithm, chain_segment_size) differ from rank 0's"
+                "ipmc's parameters that every rank must share (scope ALL_EQ in ompi_info) \
+                 differ from rank 0's: changed since MPI_Init on some ranks?"
                     .into(),
             )
+        } else if !(1..=cfg.fragment_size as u64).contains(&self.fragment_size) {
+            // Rank 0 may announce less than the parameter (what fits every MTU).
+            Some(format!(
+                "rank 0 announced fragments of {} bytes, beyond coll_ipmc_fragment_size {}",
+                self.fragment_size, cfg.fragment_size
+            ))
         } else {
             None
         }
@@ -269,21 +258,6 @@ pub fn auth_of(cfg: &Config, key: Key) -> Auth {
         1 => Auth::Tag(key),
         _ => Auth::Encrypt(key),
     }
-}
-
-/// A digest of the parameters that decide each call's algorithm, which
-/// must be equal on every rank or ranks would choose differently.
-fn fingerprint(cfg: &Config) -> u64 {
-    [
-        cfg.crossover_nodes as u64,
-        cfg.crossover_size as u64,
-        cfg.bcast_algorithm as u64,
-        cfg.chain_segment_size as u64,
-    ]
-    .iter()
-    .fold(0xcbf2_9ce4_8422_2325, |h, v| {
-        (h ^ v).wrapping_mul(0x0100_0000_01b3)
-    })
 }
 
 /// Whether every rank joined the group: the agreement's verdict, the same
@@ -1055,7 +1029,7 @@ mod tests {
                 comm_id: 0xdead_beef_0123_4567,
                 fragment_size: 4096,
                 auth: Auth::Tag(Key([7; KEY_LEN])),
-                fingerprint: 99,
+                digest: 99,
                 window: 1234,
             };
             assert_eq!(Announce::decode(&a.encode()), Some(a));
@@ -1190,18 +1164,31 @@ mod tests {
             fragment_size: 1024,
             ..Config::default()
         };
-        assert!(a.mismatch(&other).unwrap().contains("fragment_size"));
+        assert!(a.mismatch(&other).unwrap().contains("differ from rank 0's"));
         let other = Config {
             crossover_nodes: 9,
             ..Config::default()
         };
-        assert!(a.mismatch(&other).unwrap().contains("crossover_nodes"));
+        assert!(a.mismatch(&other).is_some());
+        let local = Config {
+            verbose: 7,
+            ..Config::default()
+        };
+        assert_eq!(a.mismatch(&local), None, "local parameters may differ");
+        let beyond = Announce {
+            fragment_size: cfg.fragment_size as u64 + 1,
+            ..a
+        };
+        assert!(beyond
+            .mismatch(&cfg)
+            .unwrap()
+            .contains("announced fragments"));
         for authenticate in [0, 2] {
             let other = Config {
                 authenticate,
                 ..Config::default()
             };
-            assert!(a.mismatch(&other).unwrap().contains("authenticate"));
+            assert!(a.mismatch(&other).is_some());
         }
         let Auth::Tag(key) = a.auth else {
             panic!("authentication is on by default: {:?}", a.auth)

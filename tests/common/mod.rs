@@ -9,42 +9,15 @@ use std::path::{Path, PathBuf};
 use std::process::Command;
 use std::sync::{Mutex, MutexGuard, OnceLock};
 
-/// One row of `mca-params/ipmc_params.def`.
-#[derive(Debug, Clone)]
-pub struct Param {
-    pub name: String,
-    pub ty: String,
-    pub default: String,
-    pub min: String,
-    pub max: String,
-    pub level: u32,
-    pub scope: String,
-}
+pub use ipmc::component::config::Param;
 
 pub fn repo() -> &'static Path {
     Path::new(env!("CARGO_MANIFEST_DIR"))
 }
 
-/// The rows of the parameter table.
-pub fn params() -> Vec<Param> {
-    let text = std::fs::read_to_string(repo().join("mca-params/ipmc_params.def")).unwrap();
-    let rows: Vec<Param> = text
-        .lines()
-        .filter_map(|l| l.strip_prefix("IPMC_PARAM("))
-        .map(|row| {
-            let f: Vec<&str> = row.splitn(8, ',').map(str::trim).collect();
-            assert_eq!(f.len(), 8, "malformed row: {row}");
-            Param {
-                name: f[0].into(),
-                ty: f[1].into(),
-                default: f[2].into(),
-                min: f[3].into(),
-                max: f[4].into(),
-                level: f[5].parse().unwrap(),
-                scope: f[6].into(),
-            }
-        })
-        .collect();
+/// The rows of the parameter table, as the build read them.
+pub fn params() -> &'static [Param] {
+    let rows = ipmc::component::config::PARAMS;
     assert!(
         rows.len() >= 7,
         "the table has the thesis's seven parameters at least"
