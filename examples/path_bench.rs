@@ -20,12 +20,12 @@ use std::net::{SocketAddr, TcpListener, TcpStream};
 use std::process::ExitCode;
 use std::time::{Duration, Instant};
 
-use ipmc::component::config::DatagramPath;
-use ipmc::driver::io::DatagramIo;
-use ipmc::ffi::os::{interface_addresses, interface_mtu, thread_cpu_time};
+use ipmc::base::io::DatagramIo;
+use ipmc::base::params::DatagramPath;
 use ipmc::group::setup::fitting_fragment;
 use ipmc::net::interfaces::{choose, IfList};
 use ipmc::net::mcast_socket::{McastSocket, Options};
+use ipmc::platform::os::{interface_addresses, interface_mtu, thread_cpu_time};
 use ipmc::protocol::datagram::{self, Auth, Header, Key, Protection, KEY_LEN};
 
 /// The flags this program takes, each with a value.

@@ -27,8 +27,8 @@ use std::process::ExitCode;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant};
 
-use ipmc::ffi::os::interface_addresses;
 use ipmc::net::interfaces::{choose, Chosen, IfList};
+use ipmc::platform::os::interface_addresses;
 use ipmc::protocol::datagram::{
     encode, header, Auth, Header, Key, Protection, HEADER_LEN, KEY_LEN,
 };

@@ -8,11 +8,11 @@ use std::net::SocketAddr;
 use std::process::Command;
 use std::time::{Duration, Instant};
 
-use ipmc::component::config::DatagramPath;
-use ipmc::driver::io::DatagramIo;
-use ipmc::ffi::os::interface_addresses;
+use ipmc::base::io::DatagramIo;
+use ipmc::base::params::DatagramPath;
 use ipmc::net::interfaces::{choose, IfList};
 use ipmc::net::mcast_socket::{McastSocket, Options};
+use ipmc::platform::os::interface_addresses;
 
 const INSIDE: &str = "IPMC_SOCKET_TEST_INSIDE_NETNS";
 

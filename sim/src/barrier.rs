@@ -8,7 +8,7 @@ use std::rc::Rc;
 use std::time::Duration;
 
 use ipmc::algorithms::barrier::{self, RELEASE_LEN};
-use ipmc::component::stats::Datagrams;
+use ipmc::base::counters::Datagrams;
 use ipmc::driver::multicast::{Driver, Ranks};
 use ipmc::protocol::two_stage::Broadcast;
 

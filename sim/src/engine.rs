@@ -8,7 +8,7 @@ use std::rc::Rc;
 use rand_chacha::rand_core::{RngCore, SeedableRng};
 use rand_chacha::ChaCha8Rng;
 
-use ipmc::component::stats::Datagrams;
+use ipmc::base::counters::Datagrams;
 use ipmc::protocol::datagram::{self, Auth, Protection};
 
 use crate::network::{self, Network};

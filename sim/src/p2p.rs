@@ -7,8 +7,8 @@ use std::cell::RefCell;
 use std::collections::{HashMap, VecDeque};
 use std::rc::Rc;
 
-use ipmc::algorithms::transport::P2pResult;
-use ipmc::driver::io::{MessageIo, Wait};
+use ipmc::base::io::{MessageIo, Wait};
+use ipmc::base::transport::P2pResult;
 
 /// A message handed to the network: its index in the engine's table.
 pub type NetMsg = u32;

@@ -5,10 +5,10 @@ use std::cell::RefCell;
 use std::rc::Rc;
 use std::time::Duration;
 
-use ipmc::component::config::Config;
-use ipmc::component::stats::Datagrams;
+use ipmc::base::counters::Datagrams;
+use ipmc::base::io::Wait;
+use ipmc::base::params::Config;
 use ipmc::driver::background::AHEAD_LIMIT;
-use ipmc::driver::io::Wait;
 use ipmc::driver::multicast::{Driver, Ranks, Run};
 use ipmc::group::setup::{self, Agreement, Facts, Joined};
 use ipmc::protocol::datagram::{Auth, Protection};

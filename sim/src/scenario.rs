@@ -6,7 +6,7 @@ use std::time::Duration;
 use rand_chacha::rand_core::{RngCore, SeedableRng};
 use rand_chacha::ChaCha8Rng;
 
-use ipmc::component::config::Config;
+use ipmc::base::params::Config;
 use ipmc::group::setup;
 use ipmc::protocol::datagram::Key;
 

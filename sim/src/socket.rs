@@ -5,7 +5,7 @@ use std::cell::RefCell;
 use std::collections::VecDeque;
 use std::rc::Rc;
 
-use ipmc::driver::io::DatagramIo;
+use ipmc::base::io::DatagramIo;
 
 /// What the network and the rank share of a socket.
 #[derive(Default)]

@@ -19,7 +19,7 @@ fn run(s: &Scenario) -> Outcome {
 }
 
 /// The non-root ranks' counters.
-fn receivers(s: &Scenario, out: &Outcome) -> Vec<ipmc::component::stats::Datagrams> {
+fn receivers(s: &Scenario, out: &Outcome) -> Vec<ipmc::base::counters::Datagrams> {
     (0..s.nodes)
         .filter(|&r| r != s.root)
         .map(|r| out.datagrams[r])

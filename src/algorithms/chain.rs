@@ -6,7 +6,7 @@
 use std::collections::VecDeque;
 use std::ops::Range;
 
-use crate::algorithms::transport::{P2pResult, ReqId, Transport};
+use crate::base::transport::{P2pResult, ReqId, Transport};
 
 /// Receives a rank keeps posted ahead of the segment it waits for, as Open
 /// MPI's generic pipeline does (`coll_base_bcast.c`): the next segment

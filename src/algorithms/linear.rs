@@ -2,7 +2,7 @@
 //! non-blocking send to every other rank and waits for all of them, so a late
 //! rank delays only itself.
 
-use crate::algorithms::transport::{P2pResult, Transport};
+use crate::base::transport::{P2pResult, Transport};
 
 /// Broadcasts the transport's buffer from `root` to every rank.
 pub fn bcast<T: Transport>(t: &mut T, root: usize) -> P2pResult<()> {

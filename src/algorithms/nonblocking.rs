@@ -15,8 +15,8 @@ use std::collections::VecDeque;
 use std::ops::Range;
 
 use crate::algorithms::chain::neighbours;
-use crate::algorithms::transport::{P2pError, P2pResult, MPI_ERR_TRUNCATE};
-use crate::driver::io::{MessageIo, Wait};
+use crate::base::io::{MessageIo, Wait};
+use crate::base::transport::{P2pError, P2pResult, MPI_ERR_TRUNCATE};
 
 /// Which point-to-point broadcast.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]

@@ -1,5 +1,7 @@
-//! The MCA parameters as the Rust core sees them, and the choice of algorithm.
+//! What the MCA parameters ([`crate::base::params`]) choose: the algorithm of
+//! a call before any measurement, and whether ipmc serves it at all.
 
+use crate::base::params::Config;
 use crate::group::groups::{GroupRanges, PortRange};
 use crate::net::interfaces::IfList;
 
@@ -61,53 +63,6 @@ impl Algorithm {
             5 => Some(Algorithm::Binomial),
             6 => Some(Algorithm::Binary),
             _ => None,
-        }
-    }
-}
-
-include!(concat!(env!("OUT_DIR"), "/params.rs"));
-
-/// One row of the parameter table, `mca-params/ipmc_params.def` (see its
-/// header), as the build read it.
-#[derive(Clone, Copy, Debug)]
-pub struct Param {
-    pub name: &'static str,
-    /// `INT`, `SIZE`, `BOOL` or `STRING`.
-    pub ty: &'static str,
-    /// As the table writes it (a string in quotes).
-    pub default: &'static str,
-    pub min: &'static str,
-    pub max: &'static str,
-    /// `ompi_info --level`: 1-3 user, 4-6 tuner, 7-9 developer.
-    pub level: u32,
-    /// Scope `ALL_EQ`: every rank must see the same value.
-    pub shared: bool,
-    pub help: &'static str,
-}
-
-/// How multicast datagrams pass between ipmc and the kernel
-/// (`coll_ipmc_datagram_io`).
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
-pub enum DatagramPath {
-    /// The fastest way this kernel offers.
-    #[default]
-    Auto,
-    /// Many per system call: UDP segmentation and receive offload.
-    Offload,
-    /// One per system call.
-    Single,
-    /// Many per system call without offload: `sendmmsg` and `recvmmsg`.
-    Batched,
-}
-
-impl Config {
-    /// `coll_ipmc_datagram_io` (0 to 3).
-    pub fn datagram_path(&self) -> DatagramPath {
-        match self.datagram_io {
-            1 => DatagramPath::Offload,
-            2 => DatagramPath::Single,
-            3 => DatagramPath::Batched,
-            _ => DatagramPath::Auto,
         }
     }
 }
@@ -175,25 +130,20 @@ impl Config {
         )
     }
 
-    /// A digest of every parameter that must be equal on all ranks of a
-    /// communicator (scope `ALL_EQ` in the table): whether ipmc is selected
-    /// (the priority, compared with other components' on each rank), what
-    /// goes on the wire, which algorithm serves a call, how the group is
-    /// drawn; and of the datagram format. Never 0, which stands for "ipmc
-    /// does not run here" in the modex.
-    pub fn digest(&self) -> u64 {
+    /// What this process publishes in the modex where ipmc runs: the
+    /// [`Config::digest`] of the shared parameters with the versions of
+    /// ipmc and of its formats on the wire, so that processes that could not
+    /// work together see it before any communicator is set up. Never 0,
+    /// which stands for "ipmc does not run here".
+    pub fn published_digest(&self) -> u64 {
         let text = format!(
             "ipmc {} datagram {} setup {} {}",
             env!("CARGO_PKG_VERSION"),
             crate::protocol::datagram::VERSION,
             crate::group::setup::VERSION,
-            self.shared_values()
+            self.digest()
         );
-        // FNV-1a: stable across builds and processes, unlike std's hasher.
-        let h = text.bytes().fold(0xcbf2_9ce4_8422_2325u64, |h, b| {
-            (h ^ u64::from(b)).wrapping_mul(0x0100_0000_01b3)
-        });
-        h.max(1)
+        crate::base::params::fnv1a(text.as_bytes()).max(1)
     }
 
     /// Whether ipmc chooses by itself: neither threshold of the thesis is
@@ -269,6 +219,7 @@ impl Config {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::base::params::{DatagramPath, PARAMS};
 
     #[test]
     fn dispatch_follows_the_thesis() {
@@ -459,51 +410,6 @@ mod tests {
             Config::default().group_range,
             crate::group::groups::DEFAULT_GROUPS
         );
-    }
-
-    #[test]
-    fn table_defaults_lie_in_their_ranges() {
-        for row in PARAMS {
-            match row.ty {
-                "INT" | "SIZE" => {
-                    let num = |s: &str| {
-                        s.parse::<i128>()
-                            .unwrap_or_else(|e| panic!("{}: {s:?}: {e}", row.name))
-                    };
-                    let (default, min, max) = (num(row.default), num(row.min), num(row.max));
-                    assert!(
-                        min <= default && default <= max,
-                        "default of {} outside {min}..={max}",
-                        row.name
-                    );
-                    if row.ty == "SIZE" {
-                        assert!(min >= 0, "{}: a size is not negative", row.name);
-                    } else {
-                        // INT parameters are C `int`s.
-                        assert!(
-                            i32::try_from(min).is_ok() && i32::try_from(max).is_ok(),
-                            "{}: range beyond an int",
-                            row.name
-                        );
-                    }
-                }
-                "BOOL" => assert!(
-                    matches!(row.default, "true" | "false"),
-                    "{}: {}",
-                    row.name,
-                    row.default
-                ),
-                "STRING" => assert!(
-                    row.default.len() >= 2
-                        && row.default.starts_with('"')
-                        && row.default.ends_with('"'),
-                    "{}: {}",
-                    row.name,
-                    row.default
-                ),
-                other => panic!("{}: unknown type {other}", row.name),
-            }
-        }
     }
 
     /// The text of value `v` in a help that lists values as "0 ..., 1 ...".

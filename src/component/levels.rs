@@ -11,8 +11,8 @@
 
 use std::cell::Cell;
 
-use crate::algorithms::transport::OMPI_ERROR;
-use crate::ffi::ompi::{BcastCall, Comm};
+use crate::base::transport::OMPI_ERROR;
+use crate::platform::ompi::{BcastCall, Comm};
 
 thread_local! {
     /// Whether this thread is splitting off a node's part: Open MPI selects

@@ -4,7 +4,7 @@
 
 use log::{Level, LevelFilter, Log, Metadata, Record};
 
-use crate::ffi::ompi;
+use crate::platform::ompi;
 
 /// The `coll_ipmc_verbose` level at which a message of `level` is shown.
 pub fn verbosity_of(level: Level) -> i32 {

@@ -1,5 +1,6 @@
-//! The Open MPI component: its parameters, counters and logging, and the
-//! per-communicator module that dispatches each broadcast.
+//! The Open MPI component: what its parameters choose, the measured choice,
+//! its counters and logging, and the per-communicator module that
+//! dispatches each call.
 
 pub mod config;
 pub mod levels;

@@ -7,22 +7,23 @@ use std::time::{Duration, Instant};
 use log::{debug, info, warn};
 
 use crate::algorithms::nonblocking::Shape;
-use crate::algorithms::transport::{P2pResult, Transport, OMPI_ERROR};
 use crate::algorithms::{barrier, chain, linear};
-use crate::component::config::{Algorithm, Config};
+use crate::base::params::Config;
+use crate::base::transport::{P2pResult, Transport, OMPI_ERROR};
+use crate::component::config::Algorithm;
 use crate::component::levels::{Layout, Levels};
 use crate::component::nodes::Nodes;
 use crate::component::stats::Stats;
 use crate::component::tuning::{self, Due, Sample, Tuner};
 use crate::driver::background::{Background, Ibcast, Joining, Open};
 use crate::driver::multicast::{Driver, Ranks};
-use crate::ffi::ompi::{
-    self, AllgatherCall, Answers, BarrierCall, BcastCall, Comm, PmlTransport, Request,
-};
-use crate::ffi::os;
 use crate::group::setup::{self, Announce};
 use crate::net::interfaces::{self, IfList};
 use crate::net::mcast_socket::{self, McastSocket, OpenError};
+use crate::platform::ompi::{
+    self, AllgatherCall, Answers, BarrierCall, BcastCall, Comm, PmlTransport, Request,
+};
+use crate::platform::os;
 use crate::protocol::datagram;
 
 /// A size class whose measured multicast got this share (per mille) of
@@ -58,7 +59,7 @@ pub fn decline_node_local(cfg: &Config, nodes: &Nodes) -> Option<&'static str> {
 /// One member's ipmc configuration, as it published it in the modex.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Published {
-    /// ipmc runs there with parameters of this digest ([`Config::digest`]).
+    /// ipmc runs there with parameters of this digest ([`Config::published_digest`]).
     Digest(u64),
     /// ipmc is installed but will not run there (priority -1, or a
     /// parameter out of range or invalid).

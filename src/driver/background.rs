@@ -43,16 +43,16 @@ use std::time::{Duration, Instant};
 use log::{debug, warn};
 
 use crate::algorithms::nonblocking::{Shape, Steps};
-use crate::algorithms::transport::{P2pError, P2pResult};
-use crate::component::config::Config;
-use crate::component::stats::Datagrams;
-use crate::driver::io::Wait;
+use crate::base::counters::Datagrams;
+use crate::base::io::Wait;
+use crate::base::params::Config;
+use crate::base::transport::{P2pError, P2pResult};
 use crate::driver::multicast::{Driver, Ranks, Run};
-use crate::ffi::ompi;
-use crate::ffi::ompi::{Answers, Comm, Messages, Request, UserMessage};
 use crate::group::setup::{Agreed, Agreement, Announce, Facts};
 use crate::group::vote::Vote;
 use crate::net::mcast_socket::{McastSocket, OpenError};
+use crate::platform::ompi;
+use crate::platform::ompi::{Answers, Comm, Messages, Request, UserMessage};
 use crate::protocol::two_stage::Broadcast;
 
 /// A broadcast's chain over Open MPI.

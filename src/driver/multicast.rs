@@ -1,7 +1,7 @@
 //! The driver of the two-stage broadcast: runs the protocol core
 //! ([`crate::protocol::two_stage`]) over a communicator's multicast group and
 //! point-to-point messages for the chain. It is written against the I/O of
-//! [`crate::driver::io`] and told the time at every step, so the same driver runs
+//! [`crate::base::io`] and told the time at every step, so the same driver runs
 //! over real sockets and Open MPI (the broadcasts of
 //! [`crate::driver::background::Background`]) and inside a simulated network (which calls [`Driver::step`] whenever
 //! something happens to a rank).
@@ -13,10 +13,10 @@ use log::{debug, warn};
 use rand_chacha::rand_core::{RngCore, SeedableRng};
 use rand_chacha::ChaCha8Rng;
 
-use crate::algorithms::transport::{P2pError, P2pResult, OMPI_ERROR};
-use crate::component::stats::Datagrams;
-use crate::driver::io::{DatagramIo, MessageIo, Place, Wait};
-use crate::ffi::ompi::{Comm, Messages};
+use crate::base::counters::Datagrams;
+use crate::base::io::{DatagramIo, MessageIo, Place, Wait};
+use crate::base::transport::{P2pError, P2pResult, OMPI_ERROR};
+use crate::platform::ompi::{Comm, Messages};
 use crate::protocol::datagram::{self, Auth};
 use crate::protocol::flow;
 use crate::protocol::two_stage::{Broadcast, Params, Verdict};

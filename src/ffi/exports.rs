@@ -11,10 +11,8 @@ use std::panic::{self, AssertUnwindSafe, UnwindSafe};
 use std::ptr;
 use std::sync::atomic::{AtomicBool, Ordering};
 
-use super::ompi::{print_line, AllgatherCall, BarrierCall, BcastCall, Comm, Request};
-use super::sys::{self, ipmc_module, ompi_communicator_t, ompi_datatype_t, ompi_request_t};
-use super::{c_line, OMPI_ERROR, OMPI_ERR_NOT_AVAILABLE, OMPI_SUCCESS};
-use crate::component::config::Config;
+use crate::base::params::Config;
+use crate::base::transport::OMPI_ERROR;
 use crate::component::levels::{self, Layout};
 use crate::component::logging;
 use crate::component::module::{
@@ -22,6 +20,11 @@ use crate::component::module::{
 };
 use crate::component::nodes::Nodes;
 use crate::component::stats::{PvarClass, Stats};
+use crate::platform::ompi::{print_line, AllgatherCall, BarrierCall, BcastCall, Comm, Request};
+use crate::platform::sys::{
+    self, ipmc_module, ompi_communicator_t, ompi_datatype_t, ompi_request_t,
+};
+use crate::platform::{c_line, OMPI_ERR_NOT_AVAILABLE, OMPI_SUCCESS};
 
 /// Fails to compile unless `ours` has exactly the type of the C header's `theirs`.
 macro_rules! same_signature {
@@ -274,7 +277,7 @@ pub unsafe extern "C" fn ipmc_rs_config_digest(cfg: *const sys::ipmc_config_t) -
         if cfg.priority < 0 || cfg.validate().is_err() {
             0
         } else {
-            cfg.digest()
+            cfg.published_digest()
         }
     })
 }

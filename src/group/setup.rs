@@ -15,9 +15,9 @@
 
 use std::net::{IpAddr, Ipv6Addr, SocketAddr};
 
-use crate::algorithms::transport::P2pResult;
-use crate::component::config::Config;
-use crate::driver::io::{complete_in_order, MessageIo, Wait};
+use crate::base::io::{complete_in_order, MessageIo, Wait};
+use crate::base::params::Config;
+use crate::base::transport::P2pResult;
 use crate::group::groups::{self, GroupRanges, PortRange};
 use crate::net::mcast_socket::OpenError;
 use crate::protocol::datagram::{self, Auth, Key, KEY_LEN};
@@ -95,7 +95,7 @@ impl Announce {
         let mut rng = groups::generator(crate::group::entropy::collect());
         let mut key = [0u8; KEY_LEN];
         if cfg.authenticate != 0 {
-            crate::ffi::os::os_random(&mut key)
+            crate::platform::os::os_random(&mut key)
                 .map_err(|e| format!("cannot draw a secret key (getrandom): {e}"))?;
         }
         Ok(Announce {

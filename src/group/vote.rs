@@ -6,8 +6,8 @@
 //! again. Only point-to-point messages of the communicator, in steps
 //! ([`Vote::poll`] never waits), so that it runs in the background.
 
-use crate::algorithms::transport::P2pResult;
-use crate::driver::io::{complete_in_order, MessageIo, Wait};
+use crate::base::io::{complete_in_order, MessageIo, Wait};
+use crate::base::transport::P2pResult;
 use crate::group::setup;
 
 /// Where one rank's vote stands.

@@ -17,11 +17,11 @@ use std::collections::BTreeMap;
 use std::fmt;
 use std::net::{IpAddr, Ipv6Addr};
 
-use crate::ffi::os::IfAddr;
+use crate::platform::os::IfAddr;
 
 /// The MTU of interface `name`, if the kernel tells it.
 pub fn mtu(name: &str) -> Option<u32> {
-    crate::ffi::os::interface_mtu(name).ok()
+    crate::platform::os::interface_mtu(name).ok()
 }
 
 /// An `if_include` list naming the loopback interface by its addresses, for

@@ -19,10 +19,10 @@ use std::os::fd::AsRawFd;
 
 use socket2::{Domain, InterfaceIndexOrAddress, Protocol, Socket, Type};
 
-use crate::component::config::DatagramPath;
-use crate::driver::io::{send_one_by_one, Place};
-use crate::ffi::os;
+use crate::base::io::{send_one_by_one, Place};
+use crate::base::params::DatagramPath;
 use crate::net::interfaces::Chosen;
+use crate::platform::os;
 
 /// Most datagrams the kernel cuts one send into (`UDP_MAX_SEGMENTS`).
 const MAX_SEGMENTS: usize = 64;
@@ -325,7 +325,7 @@ fn bind_address(group: SocketAddr, iface: &Chosen) -> SocketAddr {
     }
 }
 
-impl crate::driver::io::DatagramIo for McastSocket {
+impl crate::base::io::DatagramIo for McastSocket {
     fn send(&mut self, datagram: &[u8]) -> io::Result<bool> {
         McastSocket::send(self, datagram)
     }

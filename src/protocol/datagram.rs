@@ -553,11 +553,11 @@ mod tests {
                 let (mut enc, mut dec) = (Duration::ZERO, Duration::ZERO);
                 for i in 0..n {
                     let h = Header { fragment: i, ..H };
-                    let t0 = crate::ffi::os::thread_cpu_time();
+                    let t0 = crate::platform::os::thread_cpu_time();
                     encode(&h, &payload, &prot, &mut out);
-                    let t1 = crate::ffi::os::thread_cpu_time();
+                    let t1 = crate::platform::os::thread_cpu_time();
                     decode(&mut out, &prot).expect("intact");
-                    dec += crate::ffi::os::thread_cpu_time() - t1;
+                    dec += crate::platform::os::thread_cpu_time() - t1;
                     enc += t1 - t0;
                 }
                 let rate = |t: Duration| (n as usize * len) as f64 / t.as_secs_f64() / 1e9;

@@ -8,8 +8,8 @@ use std::sync::mpsc::{channel, Receiver, Sender};
 use std::thread;
 use std::time::Duration;
 
-use crate::algorithms::transport::{P2pResult, ReqId, Transport};
-use crate::driver::io::{MessageIo, Wait};
+use crate::base::io::{MessageIo, Wait};
+use crate::base::transport::{P2pResult, ReqId, Transport};
 
 enum Req {
     Done,

@@ -9,7 +9,7 @@ use std::path::{Path, PathBuf};
 use std::process::Command;
 use std::sync::{Mutex, MutexGuard, OnceLock};
 
-pub use ipmc::component::config::Param;
+pub use ipmc::base::params::Param;
 
 pub fn repo() -> &'static Path {
     Path::new(env!("CARGO_MANIFEST_DIR"))
@@ -17,7 +17,7 @@ pub fn repo() -> &'static Path {
 
 /// The rows of the parameter table, as the build read them.
 pub fn params() -> &'static [Param] {
-    let rows = ipmc::component::config::PARAMS;
+    let rows = ipmc::base::params::PARAMS;
     assert!(
         rows.len() >= 7,
         "the table has the thesis's seven parameters at least"

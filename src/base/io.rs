@@ -6,7 +6,7 @@
 use std::fmt;
 use std::ops::Range;
 
-use crate::algorithms::transport::P2pResult;
+use crate::base::transport::P2pResult;
 
 /// A communicator's multicast group as one non-blocking datagram socket.
 pub trait DatagramIo {

@@ -12,8 +12,8 @@ use std::ptr;
 
 use super::sys::{self, ipmc_module, ompi_communicator_t, ompi_datatype_t, ompi_request_t};
 use super::{c_line, OMPI_SUCCESS};
-use crate::algorithms::transport::{P2pError, P2pResult, ReqId, Transport, MPI_ERR_TRUNCATE};
-use crate::driver::io::{MessageIo, Wait};
+use crate::base::io::{MessageIo, Wait};
+use crate::base::transport::{P2pError, P2pResult, ReqId, Transport, MPI_ERR_TRUNCATE};
 
 /// A line at a verbosity level of the component's output stream.
 pub fn log_line(level: i32, line: &str) {
@@ -40,7 +40,7 @@ pub fn print_line(line: &str) {
 /// A communicator handle, valid for as long as Open MPI's call that handed it
 /// to ipmc runs.
 #[derive(Clone, Copy)]
-pub struct Comm(pub(super) *mut ompi_communicator_t);
+pub struct Comm(pub(crate) *mut ompi_communicator_t);
 
 // SAFETY: the handle is an address; Open MPI lets any thread use a
 // communicator, and ipmc uses one in background work only under the lock
@@ -121,12 +121,12 @@ type WholeBcast = unsafe extern "C" fn(
 /// The arguments of one `MPI_Bcast` call.
 pub struct BcastCall {
     // Set by `ipmc_rs_bcast` from C's arguments.
-    pub(super) buf: *mut c_void,
-    pub(super) count: c_int,
-    pub(super) dt: *mut ompi_datatype_t,
-    pub(super) root: c_int,
-    pub(super) comm: Comm,
-    pub(super) module: *mut ipmc_module,
+    pub(crate) buf: *mut c_void,
+    pub(crate) count: c_int,
+    pub(crate) dt: *mut ompi_datatype_t,
+    pub(crate) root: c_int,
+    pub(crate) comm: Comm,
+    pub(crate) module: *mut ipmc_module,
 }
 
 impl BcastCall {
@@ -201,7 +201,7 @@ impl BcastCall {
     /// (one level of the communicator, [`Comm::split`]), by whatever serves
     /// broadcasts there.
     pub fn on_part(&mut self, part: Comm, root: usize) -> Result<(), i32> {
-        let root = c_int::try_from(root).map_err(|_| super::OMPI_ERROR)?;
+        let root = c_int::try_from(root).map_err(|_| crate::base::transport::OMPI_ERROR)?;
         // SAFETY: the message is the call's own, live while it runs; `part`
         // is a live communicator this rank belongs to, whose members enter
         // the same broadcast (the caller's levels say so).
@@ -363,7 +363,7 @@ impl Request {
     /// # Safety
     /// `req` comes from `ipmc_request_new`, and ipmc's reference on it is
     /// handed to the new `Request`.
-    pub(super) unsafe fn from_raw(req: *mut ompi_request_t) -> Self {
+    pub(crate) unsafe fn from_raw(req: *mut ompi_request_t) -> Self {
         Request(req)
     }
 
@@ -372,7 +372,7 @@ impl Request {
         let code = match result {
             Ok(()) => OMPI_SUCCESS,
             Err(rc) if rc != OMPI_SUCCESS => rc,
-            Err(_) => super::OMPI_ERROR,
+            Err(_) => crate::base::transport::OMPI_ERROR,
         };
         let req = std::mem::replace(&mut self.0, ptr::null_mut());
         // SAFETY: ipmc's reference on a live request, given back once.
@@ -384,7 +384,7 @@ impl Drop for Request {
     fn drop(&mut self) {
         if !self.0.is_null() {
             // SAFETY: as in `complete`.
-            unsafe { sys::ipmc_request_complete(self.0, super::OMPI_ERROR) }
+            unsafe { sys::ipmc_request_complete(self.0, crate::base::transport::OMPI_ERROR) }
         }
     }
 }
@@ -892,7 +892,7 @@ impl Comm {
     /// part (`color` `None`).
     pub fn split(self, color: Option<u32>, key: usize, name: &str) -> Result<Option<Comm>, i32> {
         let color = color.map_or(-1, |c| c_int::try_from(c).unwrap_or(c_int::MAX));
-        let key = c_int::try_from(key).map_err(|_| super::OMPI_ERROR)?;
+        let key = c_int::try_from(key).map_err(|_| crate::base::transport::OMPI_ERROR)?;
         let name = c_line(name);
         let mut part = ptr::null_mut();
         // SAFETY: `self` is a live communicator; `name` is NUL-terminated
@@ -941,7 +941,7 @@ impl Comm {
     /// Sends `dst` an arrival of ipmc's barrier: an empty message with the
     /// barrier tag (see `ipmc_glue.h`).
     pub fn send_arrival(self, dst: usize) -> Result<(), i32> {
-        let dst = c_int::try_from(dst).map_err(|_| super::OMPI_ERROR)?;
+        let dst = c_int::try_from(dst).map_err(|_| crate::base::transport::OMPI_ERROR)?;
         // SAFETY: as in `rank`; the message is empty.
         ok(unsafe { sys::ipmc_answer_root(dst, self.0) })
     }
@@ -950,9 +950,9 @@ impl Comm {
 /// The arguments of one `MPI_Allgather` call, as the glue collected them
 /// (`ipmc_allgather_args_t`).
 pub struct AllgatherCall {
-    pub(super) args: *const sys::ipmc_allgather_args_t,
-    pub(super) comm: Comm,
-    pub(super) module: *mut ipmc_module,
+    pub(crate) args: *const sys::ipmc_allgather_args_t,
+    pub(crate) comm: Comm,
+    pub(crate) module: *mut ipmc_module,
 }
 
 impl AllgatherCall {
@@ -1031,8 +1031,8 @@ impl AllgatherCall {
 
 /// The arguments of one `MPI_Barrier` call.
 pub struct BarrierCall {
-    pub(super) comm: Comm,
-    pub(super) module: *mut ipmc_module,
+    pub(crate) comm: Comm,
+    pub(crate) module: *mut ipmc_module,
 }
 
 impl BarrierCall {

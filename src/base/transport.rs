@@ -2,7 +2,7 @@
 //!
 //! A transport owns one message buffer; algorithms name parts of it by byte
 //! range. Open MPI's PML implements it in production
-//! ([`crate::ffi::ompi::PmlTransport`]); the tests run the same algorithms
+//! ([`crate::platform::ompi::PmlTransport`]); the tests run the same algorithms
 //! over an in-memory network.
 
 use std::fmt;
