@@ -7,8 +7,8 @@ use std::cell::RefCell;
 use std::collections::{HashMap, VecDeque};
 use std::rc::Rc;
 
+use ipmc::base::error::Result;
 use ipmc::base::io::{MessageIo, Wait};
-use ipmc::base::transport::P2pResult;
 
 /// A message handed to the network: its index in the engine's table.
 pub type NetMsg = u32;
@@ -183,16 +183,16 @@ pub struct SimMessages(pub Rc<RefCell<P2pState>>);
 impl MessageIo for SimMessages {
     type Id = usize;
 
-    fn send(&mut self, peer: usize, data: Vec<u8>) -> P2pResult<usize> {
+    fn send(&mut self, peer: usize, data: Vec<u8>) -> Result<usize> {
         let len = data.len();
         Ok(self.0.borrow_mut().send(peer, len, data))
     }
 
-    fn recv(&mut self, peer: usize, _capacity: usize) -> P2pResult<usize> {
+    fn recv(&mut self, peer: usize, _capacity: usize) -> Result<usize> {
         Ok(self.0.borrow_mut().recv(peer))
     }
 
-    fn test(&mut self, id: usize, _wait: Wait) -> P2pResult<Option<Vec<u8>>> {
+    fn test(&mut self, id: usize, _wait: Wait) -> Result<Option<Vec<u8>>> {
         Ok(self.0.borrow_mut().test(id).map(|(_, data)| data))
     }
 }

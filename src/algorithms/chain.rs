@@ -6,7 +6,8 @@
 use std::collections::VecDeque;
 use std::ops::Range;
 
-use crate::base::transport::{P2pResult, ReqId, Transport};
+use crate::base::error::Result;
+use crate::base::transport::{ReqId, Transport};
 
 /// Receives a rank keeps posted ahead of the segment it waits for, as Open
 /// MPI's generic pipeline does (`coll_base_bcast.c`): the next segment
@@ -37,7 +38,7 @@ fn segment(index: usize, segment_size: usize, len: usize) -> Range<usize> {
 /// wait and the predecessor stalls (on the emulated cluster, 8 sends in
 /// flight made 4 MiB on 8 hosts 1.3 × slower than this order, which is
 /// Open MPI's pipeline's).
-pub fn bcast<T: Transport>(t: &mut T, root: usize, segment_size: usize) -> P2pResult<()> {
+pub fn bcast<T: Transport>(t: &mut T, root: usize, segment_size: usize) -> Result<()> {
     assert!(segment_size > 0, "chain segment size must be positive");
     let len = t.len();
     let segments = len.div_ceil(segment_size);
@@ -121,15 +122,15 @@ mod tests {
         fn len(&self) -> usize {
             10 * 1000 + 1
         }
-        fn isend(&mut self, _: Range<usize>, _: usize) -> P2pResult<ReqId> {
+        fn isend(&mut self, _: Range<usize>, _: usize) -> Result<ReqId> {
             self.sends.push(true);
             Ok(ReqId(2 * (self.sends.len() - 1)))
         }
-        fn irecv(&mut self, _: Range<usize>, _: usize) -> P2pResult<ReqId> {
+        fn irecv(&mut self, _: Range<usize>, _: usize) -> Result<ReqId> {
             self.recvs.push(true);
             Ok(ReqId(2 * (self.recvs.len() - 1) + 1))
         }
-        fn wait_all(&mut self, reqs: &[ReqId]) -> P2pResult<()> {
+        fn wait_all(&mut self, reqs: &[ReqId]) -> Result<()> {
             for &ReqId(id) in reqs {
                 if id % 2 == 1 {
                     let outstanding = |v: &[bool]| v.iter().filter(|&&b| b).count();

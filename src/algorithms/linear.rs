@@ -2,10 +2,11 @@
 //! non-blocking send to every other rank and waits for all of them, so a late
 //! rank delays only itself.
 
-use crate::base::transport::{P2pResult, Transport};
+use crate::base::error::Result;
+use crate::base::transport::Transport;
 
 /// Broadcasts the transport's buffer from `root` to every rank.
-pub fn bcast<T: Transport>(t: &mut T, root: usize) -> P2pResult<()> {
+pub fn bcast<T: Transport>(t: &mut T, root: usize) -> Result<()> {
     let len = t.len();
     if t.rank() == root {
         let mut reqs = Vec::with_capacity(t.size().saturating_sub(1));

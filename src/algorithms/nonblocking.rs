@@ -15,8 +15,8 @@ use std::collections::VecDeque;
 use std::ops::Range;
 
 use crate::algorithms::chain::neighbours;
+use crate::base::error::{Error, Result};
 use crate::base::io::{MessageIo, Wait};
-use crate::base::transport::{P2pError, P2pResult, MPI_ERR_TRUNCATE};
 
 /// Which point-to-point broadcast.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -116,7 +116,7 @@ impl<M: MessageIo> Steps<M> {
     /// One turn: posts the receives and sends the window allows and takes
     /// what completed, in the order posted. A segment of another length
     /// than this rank's is `MPI_ERR_TRUNCATE`.
-    pub fn turn(&mut self, wait: Wait) -> P2pResult<()> {
+    pub fn turn(&mut self, wait: Wait) -> Result<()> {
         loop {
             let mut moved = false;
             if let Some(source) = self.source {
@@ -138,7 +138,7 @@ impl<M: MessageIo> Steps<M> {
                             got.len(),
                             range.len()
                         );
-                        return Err(P2pError(MPI_ERR_TRUNCATE));
+                        return Err(Error::Truncated);
                     }
                     self.data[range].copy_from_slice(&got);
                     self.have += 1;
@@ -260,6 +260,6 @@ mod tests {
                 std::thread::yield_now();
             }
         });
-        assert_eq!(errs, [None, Some(P2pError(MPI_ERR_TRUNCATE))]);
+        assert_eq!(errs, [None, Some(Error::Truncated)]);
     }
 }

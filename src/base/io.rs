@@ -6,7 +6,7 @@
 use std::fmt;
 use std::ops::Range;
 
-use crate::base::transport::P2pResult;
+use crate::base::error::Result;
 
 /// A communicator's multicast group as one non-blocking datagram socket.
 pub trait DatagramIo {
@@ -99,14 +99,14 @@ pub trait MessageIo {
     /// A message in flight.
     type Id: Copy + fmt::Debug;
     /// Starts sending `data` to `peer`.
-    fn send(&mut self, peer: usize, data: Vec<u8>) -> P2pResult<Self::Id>;
+    fn send(&mut self, peer: usize, data: Vec<u8>) -> Result<Self::Id>;
     /// Starts receiving a message of at most `capacity` bytes from `peer`.
-    fn recv(&mut self, peer: usize, capacity: usize) -> P2pResult<Self::Id>;
+    fn recv(&mut self, peer: usize, capacity: usize) -> Result<Self::Id>;
     /// `Some(buffer)` once the message completed: for a receive the bytes
     /// received, for a send the buffer it sent (for reuse).
-    fn test(&mut self, id: Self::Id, wait: Wait) -> P2pResult<Option<Vec<u8>>>;
+    fn test(&mut self, id: Self::Id, wait: Wait) -> Result<Option<Vec<u8>>>;
     /// Waits for the message and returns its buffer as [`Self::test`] does.
-    fn wait(&mut self, id: Self::Id) -> P2pResult<Vec<u8>> {
+    fn wait(&mut self, id: Self::Id) -> Result<Vec<u8>> {
         loop {
             if let Some(buf) = self.test(id, Wait::Progress)? {
                 return Ok(buf);
@@ -120,19 +120,19 @@ pub trait MessageIo {
 impl<M: MessageIo + ?Sized> MessageIo for &mut M {
     type Id = M::Id;
 
-    fn send(&mut self, peer: usize, data: Vec<u8>) -> P2pResult<Self::Id> {
+    fn send(&mut self, peer: usize, data: Vec<u8>) -> Result<Self::Id> {
         (**self).send(peer, data)
     }
 
-    fn recv(&mut self, peer: usize, capacity: usize) -> P2pResult<Self::Id> {
+    fn recv(&mut self, peer: usize, capacity: usize) -> Result<Self::Id> {
         (**self).recv(peer, capacity)
     }
 
-    fn test(&mut self, id: Self::Id, wait: Wait) -> P2pResult<Option<Vec<u8>>> {
+    fn test(&mut self, id: Self::Id, wait: Wait) -> Result<Option<Vec<u8>>> {
         (**self).test(id, wait)
     }
 
-    fn wait(&mut self, id: Self::Id) -> P2pResult<Vec<u8>> {
+    fn wait(&mut self, id: Self::Id) -> Result<Vec<u8>> {
         (**self).wait(id)
     }
 }
@@ -145,7 +145,7 @@ pub fn complete_in_order<M: MessageIo>(
     waiting: &[M::Id],
     got: &mut Vec<Vec<u8>>,
     wait: Wait,
-) -> P2pResult<bool> {
+) -> Result<bool> {
     while got.len() < waiting.len() {
         match msgs.test(waiting[got.len()], wait)? {
             Some(buf) => got.push(buf),

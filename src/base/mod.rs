@@ -5,6 +5,7 @@
 //! datagram counters the drivers fill ([`counters`]).
 
 pub mod counters;
+pub mod error;
 pub mod io;
 pub mod params;
 pub mod transport;

@@ -11,7 +11,7 @@
 
 use std::cell::Cell;
 
-use crate::base::transport::OMPI_ERROR;
+use crate::base::error::{Error, Result};
 use crate::platform::ompi::{BcastCall, Comm};
 
 thread_local! {
@@ -90,7 +90,7 @@ pub struct Levels {
 impl Levels {
     /// Splits `comm` into its levels: collective, every rank of `comm` calls
     /// it in the same broadcast.
-    pub fn split(comm: Comm, layout: Layout, rank: usize) -> Result<Self, i32> {
+    pub fn split(comm: Comm, layout: Layout, rank: usize) -> Result<Self> {
         let name = comm.name();
         MAKING_NODE_PART.with(|m| m.set(true));
         let node = comm.split(
@@ -99,7 +99,7 @@ impl Levels {
             &format!("ipmc node of {name}"),
         );
         MAKING_NODE_PART.with(|m| m.set(false));
-        let node = node?.ok_or(OMPI_ERROR)?;
+        let node = node?.ok_or(Error::Unavailable)?;
         let leaders = comm.split(
             layout.is_leader(rank).then_some(0),
             rank,
@@ -114,7 +114,7 @@ impl Levels {
         };
         if layout.is_leader(rank) && leaders.is_none() {
             node.free();
-            return Err(OMPI_ERROR);
+            return Err(Error::Unavailable);
         }
         Ok(Levels {
             layout,
@@ -129,7 +129,7 @@ impl Levels {
     /// root that does not lead its node first gives the message to its node
     /// (costing no trip across the network), which then needs no turn after
     /// the leaders.
-    pub fn bcast(&self, call: &mut BcastCall) -> Result<(), i32> {
+    pub fn bcast(&self, call: &mut BcastCall) -> Result<()> {
         let root = call.root();
         let root_node = self.layout.node[root];
         let first = self.layout.node[self.rank] == root_node && !self.layout.is_leader(root);
@@ -150,7 +150,7 @@ impl Levels {
     /// One barrier over the two levels: each node's (every rank of a node
     /// arrived), the leaders' (every node arrived), each node's again (its
     /// leader left the leaders' barrier).
-    pub fn barrier(&self) -> Result<(), i32> {
+    pub fn barrier(&self) -> Result<()> {
         self.node.barrier()?;
         if let Some(leaders) = self.leaders {
             leaders.barrier()?;

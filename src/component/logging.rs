@@ -2,6 +2,8 @@
 //! that `coll_ipmc_verbose` controls ipmc's messages like any other
 //! component's.
 
+use std::sync::atomic::{AtomicBool, Ordering};
+
 use log::{Level, LevelFilter, Log, Metadata, Record};
 
 use crate::platform::ompi;
@@ -56,6 +58,56 @@ pub fn init(verbose: usize) {
     log::set_max_level(filter_for(verbose));
 }
 
+/// What ipmc tells the user at default verbosity, at most once per process.
+/// Each is printed by one rank chosen so that, with the first communicator
+/// it concerns (usually `MPI_COMM_WORLD`), it reaches the user once per job.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Notice {
+    /// The ranks' ipmc configurations differ.
+    Disagreement,
+    /// Some rank could not join a communicator's multicast group.
+    SetupFailed,
+    /// Multicast delivered too little of a broadcast's data.
+    MulticastLost,
+    /// How datagrams move (shown at `verbose` >= 1).
+    DatagramPath,
+}
+
+impl Notice {
+    const ALL: [Notice; 4] = [
+        Notice::Disagreement,
+        Notice::SetupFailed,
+        Notice::MulticastLost,
+        Notice::DatagramPath,
+    ];
+}
+
+/// Whether `notice` has been told in this process: the first call says no,
+/// every later one yes.
+fn first_time(notice: Notice) -> bool {
+    static TOLD: [AtomicBool; Notice::ALL.len()] = [
+        AtomicBool::new(false),
+        AtomicBool::new(false),
+        AtomicBool::new(false),
+        AtomicBool::new(false),
+    ];
+    let i = Notice::ALL
+        .iter()
+        .position(|n| *n == notice)
+        .expect("every notice is listed");
+    !TOLD[i].swap(true, Ordering::Relaxed)
+}
+
+/// Tells the user `line()` (one line for Open MPI's output), the first time
+/// `notice` comes up in this process, if this process is the one that tells
+/// (`teller`). Every process notes the first time, so that none tells it
+/// later for another communicator.
+pub fn tell_once(notice: Notice, teller: bool, line: impl FnOnce() -> String) {
+    if first_time(notice) && teller {
+        ompi::print_line(&line());
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -67,5 +119,12 @@ mod tests {
         assert_eq!(filter_for(9), LevelFilter::Info);
         assert_eq!(filter_for(10), LevelFilter::Debug);
         assert_eq!(filter_for(100), LevelFilter::Trace);
+    }
+
+    #[test]
+    fn a_notice_comes_up_for_the_first_time_once() {
+        assert!(first_time(Notice::MulticastLost));
+        assert!(!first_time(Notice::MulticastLost));
+        assert!(first_time(Notice::DatagramPath), "each notice has its own");
     }
 }

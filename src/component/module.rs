@@ -1,17 +1,18 @@
 //! The state ipmc keeps for one communicator, and its broadcast entry point.
 
 use std::net::{IpAddr, Ipv6Addr};
-use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant};
 
 use log::{debug, info, warn};
 
 use crate::algorithms::nonblocking::Shape;
 use crate::algorithms::{barrier, chain, linear};
+use crate::base::error::{Error, Result};
 use crate::base::params::Config;
-use crate::base::transport::{P2pResult, Transport, OMPI_ERROR};
+use crate::base::transport::Transport;
 use crate::component::config::Algorithm;
 use crate::component::levels::{Layout, Levels};
+use crate::component::logging::{tell_once, Notice};
 use crate::component::nodes::Nodes;
 use crate::component::stats::Stats;
 use crate::component::tuning::{self, Due, Sample, Tuner};
@@ -264,7 +265,7 @@ impl Module {
     /// if some call may multicast, the agreement on the group starts here and
     /// goes on in the background, so that no broadcast waits for a rank that
     /// has not entered it.
-    pub fn enable(&mut self, comm: Comm) -> Result<(), i32> {
+    pub fn enable(&mut self, comm: Comm) -> Result<()> {
         info!(
             "rank {} of {} enabled on communicator {} (cid {}): {} nodes, at most {} ranks on one",
             self.rank,
@@ -345,7 +346,7 @@ impl Module {
     }
 
     /// One `MPI_Bcast` on this communicator; the error is an Open MPI code.
-    pub fn bcast(&mut self, call: &mut BcastCall) -> Result<(), i32> {
+    pub fn bcast(&mut self, call: &mut BcastCall) -> Result<()> {
         // A measured call is timed from its entry: waiting for earlier
         // work (the agreement on the group, the chains of multicast
         // broadcasts before) may make it slower, never faster, and the best
@@ -380,7 +381,7 @@ impl Module {
         let queues = alg == Algorithm::TwoLevel
             || alg == Algorithm::Multicast && self.background.holds_only_multicast();
         if !self.broken && !queues {
-            self.background.finish().map_err(|e| e.0)?;
+            self.background.finish()?;
         }
         debug!(
             "rank {} cid {}: bcast of {bytes} bytes from root {} with {}",
@@ -432,7 +433,7 @@ impl Module {
     /// The automatic choice measures it as a class of its own
     /// ([`tuning::BARRIER`]): each rank times its own calls, from entry to
     /// release, and the slowest rank's best decides.
-    pub fn barrier(&mut self, call: &BarrierCall) -> Result<(), i32> {
+    pub fn barrier(&mut self, call: &BarrierCall) -> Result<()> {
         let entered = Instant::now();
         self.moved = false;
         let comm = call.comm();
@@ -460,7 +461,7 @@ impl Module {
         // broadcasts before it still run their chains; the arrivals and the
         // replaced barrier have a tag of their own.
         if alg == Algorithm::Multicast && !self.background.holds_only_multicast() {
-            self.background.finish().map_err(|e| e.0)?;
+            self.background.finish()?;
         }
         debug!(
             "rank {} cid {}: barrier with {}",
@@ -474,7 +475,7 @@ impl Module {
             Algorithm::Linear => call.linear()?,
             Algorithm::TwoLevel => match &self.levels {
                 TwoLevels::Ready(levels) => levels.barrier()?,
-                _ => return Err(OMPI_ERROR),
+                _ => return Err(Error::Unavailable),
             },
             _ => call.previous()?,
         }
@@ -491,7 +492,7 @@ impl Module {
     /// One `MPI_Allgather` on this communicator; the error is an Open MPI
     /// code. Measured per block size as the barrier is; over two levels, or
     /// where the group is not agreed, the replaced component serves it.
-    pub fn allgather(&mut self, call: &mut AllgatherCall) -> Result<(), i32> {
+    pub fn allgather(&mut self, call: &mut AllgatherCall) -> Result<()> {
         let entered = Instant::now();
         self.moved = false;
         let comm = call.comm();
@@ -513,7 +514,7 @@ impl Module {
         };
         let (alg, sample) = self.plan_of(comm, class, tunes, fixed)?;
         if alg == Algorithm::Multicast && !self.background.holds_only_multicast() {
-            self.background.finish().map_err(|e| e.0)?;
+            self.background.finish()?;
         }
         debug!(
             "rank {} cid {}: allgather of {block} bytes per rank with {}",
@@ -556,7 +557,7 @@ impl Module {
         class: usize,
         tunes: bool,
         fixed: Algorithm,
-    ) -> Result<(Algorithm, Option<Sample>), i32> {
+    ) -> Result<(Algorithm, Option<Sample>)> {
         if self.broken {
             return Ok((Algorithm::Previous, None));
         }
@@ -565,7 +566,7 @@ impl Module {
                 return Ok(self.servable(plan));
             }
             // This call takes the decision of a vote that has not ended here.
-            self.background.finish().map_err(|e| e.0)?;
+            self.background.finish()?;
             self.settle_votes(comm);
             if let Some(plan) = self.tuner.plan_class(class) {
                 return Ok(self.servable(plan));
@@ -579,7 +580,7 @@ impl Module {
     /// what multicast did not deliver; a rank returns from each broadcast
     /// once it owns the block, so a root multicasts its block as soon as it
     /// has the blocks before it.
-    fn run_allgather(&mut self, call: &mut AllgatherCall, block: usize) -> Result<(), i32> {
+    fn run_allgather(&mut self, call: &mut AllgatherCall, block: usize) -> Result<()> {
         let comm = call.comm();
         let mut data = vec![0u8; block];
         for root in 0..self.size {
@@ -592,15 +593,13 @@ impl Module {
                 root,
             };
             let before = self.bytes_by();
-            self.background
-                .bcast(
-                    comm,
-                    at,
-                    &mut data,
-                    self.cfg.background_limit,
-                    &mut self.stats.datagrams,
-                )
-                .map_err(|e| e.0)?;
+            self.background.bcast(
+                comm,
+                at,
+                &mut data,
+                self.cfg.background_limit,
+                &mut self.stats.datagrams,
+            )?;
             // The blocks' bytes are no broadcast's.
             let d = &mut self.stats.datagrams;
             (d.bytes_multicast, d.bytes_chain) = before;
@@ -628,17 +627,15 @@ impl Module {
     /// point-to-point release at once and receives its own later, in the
     /// background: each comes once its sender was released, which waits for
     /// no rank.
-    fn run_barrier(&mut self, comm: Comm) -> Result<(), i32> {
-        let p2p = |r: P2pResult<Answers>| r.map_err(|e| e.0);
+    fn run_barrier(&mut self, comm: Comm) -> Result<()> {
+        let p2p = |r: Result<Answers>| r;
         let (up, below) = barrier::arrivals(self.rank, self.size);
         let (from, to) = barrier::releases(self.rank, self.size);
         let mut release = match from {
             Some(parent) => Some(p2p(Answers::from_ranks(comm, [parent]))?),
             None => None,
         };
-        p2p(Answers::from_ranks(comm, below))?
-            .wait()
-            .map_err(|e| e.0)?;
+        p2p(Answers::from_ranks(comm, below))?.wait()?;
         if let Some(parent) = up {
             comm.send_arrival(parent)?;
         }
@@ -647,14 +644,11 @@ impl Module {
             size: self.size,
             root: 0,
         };
-        let by_datagram = self
-            .background
-            .release(
-                at,
-                || release.as_mut().map_or(Ok(true), Answers::test),
-                &mut self.stats.datagrams,
-            )
-            .map_err(|e| e.0)?;
+        let by_datagram = self.background.release(
+            at,
+            || release.as_mut().map_or(Ok(true), Answers::test),
+            &mut self.stats.datagrams,
+        )?;
         let mut pending = p2p(Answers::send_to(comm, to))?;
         if let Some(release) = release {
             pending.extend(release);
@@ -681,14 +675,14 @@ impl Module {
 
     /// The algorithm for a blocking broadcast of `bytes` bytes, and what to
     /// measure of it when the automatic choice measures its class.
-    fn plan(&mut self, comm: Comm, bytes: usize) -> Result<(Algorithm, Option<Sample>), i32> {
+    fn plan(&mut self, comm: Comm, bytes: usize) -> Result<(Algorithm, Option<Sample>)> {
         if self.tunes() {
             if let Some(plan) = self.tuner.plan(bytes) {
                 return Ok(plan);
             }
             // This call takes the decision of a vote that has not ended here.
             self.vote_if_due(comm, tuning::class_of(bytes))?;
-            self.background.finish().map_err(|e| e.0)?;
+            self.background.finish()?;
             self.settle_votes(comm);
             if let Some(plan) = self.tuner.plan(bytes) {
                 return Ok(plan);
@@ -722,10 +716,10 @@ impl Module {
     /// would make a candidate whose root returns early (multicast's) look
     /// slow. Answers that take longer are noted in the background, so the
     /// root never waits long for a rank that has not entered the call.
-    fn time_at_root(&mut self, comm: Comm, sample: Sample, start: Instant) -> Result<(), i32> {
-        let mut answers = Answers::expect(comm, self.rank).map_err(|e| e.0)?;
+    fn time_at_root(&mut self, comm: Comm, sample: Sample, start: Instant) -> Result<()> {
+        let mut answers = Answers::expect(comm, self.rank)?;
         loop {
-            if answers.test().map_err(|e| e.0)? {
+            if answers.test()? {
                 self.tuner.record(sample, Some(start.elapsed()), None);
                 return Ok(());
             }
@@ -733,21 +727,18 @@ impl Module {
                 break;
             }
         }
-        let ticket = self
-            .background
-            .expect_answers(comm, start, answers)
-            .map_err(|e| e.0)?;
+        let ticket = self.background.expect_answers(comm, start, answers)?;
         self.awaited.push((ticket, sample));
         Ok(())
     }
 
     /// Records the times of this rank's measured calls as a root whose
     /// answers arrived (with `wait`, after waiting for all).
-    fn collect_answers(&mut self, wait: bool) -> Result<(), i32> {
+    fn collect_answers(&mut self, wait: bool) -> Result<()> {
         if self.awaited.is_empty() {
             return Ok(());
         }
-        for (ticket, took) in self.background.take_answered(wait).map_err(|e| e.0)? {
+        for (ticket, took) in self.background.take_answered(wait)? {
             if let Some(i) = self.awaited.iter().position(|a| a.0 == ticket) {
                 let (_, sample) = self.awaited.swap_remove(i);
                 // Nothing to get by the chain at the root.
@@ -761,7 +752,7 @@ impl Module {
     /// rank's part of its class's vote goes to the background when it is
     /// due, after the call's own work, once this rank's answers as a root
     /// are in.
-    fn vote_if_due(&mut self, comm: Comm, class: usize) -> Result<(), i32> {
+    fn vote_if_due(&mut self, comm: Comm, class: usize) -> Result<()> {
         let mut due = self.tuner.due_of(class);
         if due == Due::Answers {
             self.collect_answers(true)?;
@@ -811,9 +802,8 @@ impl Module {
                     tuning::class_max(class)
                 );
             }
-            static TOLD: AtomicBool = AtomicBool::new(false);
-            if ompi::world_rank() == 0 && !TOLD.swap(true, Ordering::Relaxed) {
-                ompi::print_line(&format!(
+            tell_once(Notice::MulticastLost, ompi::world_rank() == 0, || {
+                format!(
                     "ipmc: on communicator {}, multicast delivered only {}% of a broadcast's \
                      data to any rank, so Open MPI's broadcast serves it for now (ipmc \
                      measures again later). If the network should carry multicast, check \
@@ -821,8 +811,8 @@ impl Module {
                      pass UDP to the groups of coll_ipmc_group_range.",
                     comm.name(),
                     100 - d.lost_permille / 10
-                ));
-            }
+                )
+            });
         }
     }
 
@@ -834,11 +824,7 @@ impl Module {
     /// the others (Open MPI's binomial tree too) go to the replaced
     /// component (counted as its fallbacks; its messages have a tag of their
     /// own, so they never meet ipmc's).
-    pub fn ibcast(
-        &mut self,
-        call: &BcastCall,
-        request: impl FnOnce() -> Request,
-    ) -> Result<bool, i32> {
+    pub fn ibcast(&mut self, call: &BcastCall, request: impl FnOnce() -> Request) -> Result<bool> {
         self.moved = false;
         let bytes = call.bytes();
         if bytes == 0 {
@@ -851,7 +837,7 @@ impl Module {
             // The class's decision is read only where every rank takes it.
             if self.tunes() && self.tuner.must_await_vote(bytes) {
                 self.vote_if_due(call.comm(), tuning::class_of(bytes))?;
-                self.background.finish().map_err(|e| e.0)?;
+                self.background.finish()?;
             }
             if self.tuner.awaits_votes() {
                 self.settle_votes(call.comm());
@@ -919,7 +905,7 @@ impl Module {
 
     /// Finishes the agreement on the group, if it still runs (waiting as
     /// long as it takes), and takes what it agreed.
-    fn finish_joining(&mut self, comm: Comm) -> Result<(), i32> {
+    fn finish_joining(&mut self, comm: Comm) -> Result<()> {
         if !matches!(self.multicast, Multicast::Joining) {
             return Ok(());
         }
@@ -931,7 +917,7 @@ impl Module {
             Ok(agreed) => self.joined(comm, agreed),
             Err(e) => {
                 self.stats.setup = "failed";
-                return Err(e.0);
+                return Err(e);
             }
         };
         if let Some(driver) = driver {
@@ -942,7 +928,7 @@ impl Module {
     }
 
     /// Runs the linear or chain algorithm on the message bytes.
-    fn run(&self, alg: Algorithm, call: &mut BcastCall, bytes: usize) -> Result<(), i32> {
+    fn run(&self, alg: Algorithm, call: &mut BcastCall, bytes: usize) -> Result<()> {
         let (comm, root) = (call.comm(), call.root());
         on_message_bytes(call, self.rank, bytes, |buf| {
             let mut t = PmlTransport::new(comm, self.rank, self.size, buf);
@@ -950,23 +936,22 @@ impl Module {
         })
     }
 
-    fn run_on<T: Transport>(&self, alg: Algorithm, t: &mut T, root: usize) -> Result<(), i32> {
-        let result = match alg {
+    fn run_on<T: Transport>(&self, alg: Algorithm, t: &mut T, root: usize) -> Result<()> {
+        match alg {
             Algorithm::Linear => linear::bcast(t, root),
             Algorithm::Chain => chain::bcast(t, root, self.cfg.chain_segment_size),
             Algorithm::Multicast
             | Algorithm::Previous
             | Algorithm::Binomial
             | Algorithm::Binary
-            | Algorithm::TwoLevel => return Err(OMPI_ERROR),
-        };
-        result.map_err(|e| e.0)
+            | Algorithm::TwoLevel => Err(Error::Unavailable),
+        }
     }
 
     /// Splits the communicator into its two levels, at its first broadcast
     /// (collective: every rank is in that call). A failed split leaves the
     /// communicator on one level.
-    fn split_levels(&mut self, comm: Comm) -> Result<(), i32> {
+    fn split_levels(&mut self, comm: Comm) -> Result<()> {
         let TwoLevels::Pending(layout) = &self.levels else {
             return Ok(());
         };
@@ -988,17 +973,17 @@ impl Module {
     }
 
     /// The broadcast over the two levels.
-    fn run_levels(&self, call: &mut BcastCall) -> Result<(), i32> {
+    fn run_levels(&self, call: &mut BcastCall) -> Result<()> {
         match &self.levels {
             TwoLevels::Ready(levels) => levels.bcast(call),
-            _ => Err(OMPI_ERROR),
+            _ => Err(Error::Unavailable),
         }
     }
 
     /// The two-stage broadcast on the message bytes.
-    fn run_multicast(&mut self, call: &mut BcastCall, bytes: usize) -> Result<(), i32> {
+    fn run_multicast(&mut self, call: &mut BcastCall, bytes: usize) -> Result<()> {
         if !matches!(self.multicast, Multicast::Ready) {
-            return Err(OMPI_ERROR);
+            return Err(Error::Unavailable);
         }
         let background = &mut self.background;
         let limit = self.cfg.background_limit;
@@ -1010,20 +995,18 @@ impl Module {
         let comm = call.comm();
         let stats = &mut self.stats.datagrams;
         on_message_bytes(call, self.rank, bytes, |buf| {
-            background
-                .bcast(comm, at, buf, limit, stats)
-                .map_err(|e| e.0)
+            background.bcast(comm, at, buf, limit, stats)
         })
     }
 
     /// Starts the agreement on the communicator's multicast group with every
     /// other rank (see [`setup`]) in the background.
-    fn start_setup(&mut self, comm: Comm) -> Result<(), i32> {
+    fn start_setup(&mut self, comm: Comm) -> Result<()> {
         let cfg = self.cfg.clone();
         let loopback = comm.has_local_peer();
         let open: Open = Box::new(move |a: &Announce| open_socket(&cfg, loopback, a));
         let facts = rank_facts(&self.cfg);
-        let joining = Joining::start(comm, self.cfg.clone(), facts, open).map_err(|e| e.0)?;
+        let joining = Joining::start(comm, self.cfg.clone(), facts, open)?;
         self.background.join(joining);
         self.multicast = Multicast::Joining;
         Ok(())
@@ -1057,13 +1040,9 @@ impl Module {
             // Rank 0 heard every rank's reason and tells them all, once: the
             // first failing communicator (usually MPI_COMM_WORLD) holds the
             // reason of most processes, so the others stay silent.
-            static TOLD: AtomicBool = AtomicBool::new(false);
-            let told = TOLD.swap(true, Ordering::Relaxed);
-            if !told && self.rank == 0 {
-                ompi::print_line(&setup::failure_message(&name, &failures, |r| {
-                    comm.member_host(r)
-                }));
-            }
+            tell_once(Notice::SetupFailed, self.rank == 0, || {
+                setup::failure_message(&name, &failures, |r| comm.member_host(r))
+            });
         }
         match (joined, local, announce) {
             (setup::Joined::All, Ok(socket), Some(a)) => {
@@ -1077,18 +1056,16 @@ impl Module {
                 self.stats.setup = "ok";
                 // How datagrams move, once per job: by the process of rank 0
                 // of MPI_COMM_WORLD, for the first group it joins.
-                static TOLD_PATH: AtomicBool = AtomicBool::new(false);
-                if cfg.verbose >= 1
-                    && ompi::world_rank() == 0
-                    && !TOLD_PATH.swap(true, Ordering::Relaxed)
-                {
-                    ompi::print_line(&format!(
-                        "ipmc: multicast on {name}: fragments of {} bytes (datagrams fit the \
+                if cfg.verbose >= 1 {
+                    tell_once(Notice::DatagramPath, ompi::world_rank() == 0, || {
+                        format!(
+                            "ipmc: multicast on {name}: fragments of {} bytes (datagrams fit the \
                          smallest MTU of the ranks' interfaces), {} on each, {}",
-                        a.fragment_size,
-                        a.auth.describe(),
-                        socket.path()
-                    ));
+                            a.fragment_size,
+                            a.auth.describe(),
+                            socket.path()
+                        )
+                    });
                 }
                 let seed =
                     cfg.inject_seed as u64 ^ ((self.rank as u64) << 32) ^ u64::from(self.cid);
@@ -1126,8 +1103,8 @@ fn on_message_bytes(
     call: &mut BcastCall,
     rank: usize,
     bytes: usize,
-    f: impl FnOnce(&mut [u8]) -> Result<(), i32>,
-) -> Result<(), i32> {
+    f: impl FnOnce(&mut [u8]) -> Result<()>,
+) -> Result<()> {
     if let Some(buf) = call.contiguous(bytes) {
         return f(buf);
     }

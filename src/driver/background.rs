@@ -44,9 +44,9 @@ use log::{debug, warn};
 
 use crate::algorithms::nonblocking::{Shape, Steps};
 use crate::base::counters::Datagrams;
+use crate::base::error::{Error, Result};
 use crate::base::io::Wait;
 use crate::base::params::Config;
-use crate::base::transport::{P2pError, P2pResult};
 use crate::driver::multicast::{Driver, Ranks, Run};
 use crate::group::setup::{Agreed, Agreement, Announce, Facts};
 use crate::group::vote::Vote;
@@ -73,7 +73,7 @@ pub struct Joining {
 impl Joining {
     /// Starts the agreement on this rank of `comm` (it posts its first
     /// messages), which tells rank 0 this rank's `facts`.
-    pub fn start(comm: Comm, cfg: Config, facts: Facts, open: Open) -> P2pResult<Self> {
+    pub fn start(comm: Comm, cfg: Config, facts: Facts, open: Open) -> Result<Self> {
         let mut msgs = Messages::new(comm);
         let (rank, size) = (comm.rank(), comm.size());
         let agreement = Agreement::start(&mut msgs, rank, size, cfg, facts)?;
@@ -85,7 +85,7 @@ impl Joining {
         })
     }
 
-    fn turn(&mut self, wait: Wait) -> P2pResult<()> {
+    fn turn(&mut self, wait: Wait) -> Result<()> {
         if self.agreed.is_none() {
             self.agreed = self.agreement.poll(&mut self.msgs, wait, &mut self.open)?;
         }
@@ -93,7 +93,7 @@ impl Joining {
     }
 
     /// Runs the agreement to its end, waiting as long as it takes.
-    fn finish(&mut self) -> P2pResult<()> {
+    fn finish(&mut self) -> Result<()> {
         if self.agreed.is_none() {
             self.agreed = Some(self.agreement.finish(&mut self.msgs, &mut self.open)?);
         }
@@ -159,7 +159,7 @@ impl Ibcast {
         d: Option<&mut Driver<McastSocket>>,
         wait: Wait,
         stats: &mut Datagrams,
-    ) -> P2pResult<bool> {
+    ) -> Result<bool> {
         let Ibcast {
             comm,
             at,
@@ -230,9 +230,9 @@ fn returns(what: &str, b: &Broadcast, how: &str, stats: &mut Datagrams) {
 }
 
 /// The root's message, read when its broadcast begins.
-fn root_data(message: &UserMessage, at: Ranks) -> P2pResult<Option<Vec<u8>>> {
+fn root_data(message: &UserMessage, at: Ranks) -> Result<Option<Vec<u8>>> {
     if at.rank == at.root {
-        Ok(Some(message.read().map_err(P2pError)?))
+        Ok(Some(message.read()?))
     } else {
         Ok(None)
     }
@@ -245,9 +245,9 @@ fn complete(
     message: &mut UserMessage,
     at: Ranks,
     data: &[u8],
-) -> P2pResult<()> {
+) -> Result<()> {
     if at.rank != at.root {
-        message.write(data).map_err(P2pError)?;
+        message.write(data)?;
     }
     request.take().expect("completes once").complete(Ok(()));
     Ok(())
@@ -264,7 +264,7 @@ struct VoteJob {
 }
 
 impl VoteJob {
-    fn turn(&mut self, wait: Wait) -> P2pResult<bool> {
+    fn turn(&mut self, wait: Wait) -> Result<bool> {
         if self.vote.is_none() {
             let comm = self.msgs.comm();
             let mine = std::mem::take(&mut self.mine);
@@ -310,7 +310,7 @@ impl Job {
         d: Option<&mut Driver<McastSocket>>,
         wait: Wait,
         stats: &mut Datagrams,
-    ) -> P2pResult<bool> {
+    ) -> Result<bool> {
         if let Job::Later(later) = self {
             let b = later.b.take().expect("a broadcast's chain starts once");
             let run = Run::new(b, Messages::new(later.comm), later.at.rank, later.at.size)?;
@@ -338,10 +338,10 @@ impl Job {
 
     /// Gives the job up after `e`: a nonblocking broadcast's request
     /// completes with the error.
-    fn fail(self, e: P2pError) {
+    fn fail(self, e: Error) {
         if let Job::Ibcast(mut ib) = self {
             if let Some(request) = ib.request.take() {
-                request.complete(Err(e.0));
+                request.complete(Err(e));
             }
         }
     }
@@ -372,7 +372,7 @@ struct Slot {
     jobs: VecDeque<Job>,
     /// Background work failed (and was given up); the next broadcast on the
     /// communicator reports it.
-    broken: Option<P2pError>,
+    broken: Option<Error>,
     /// What the work in the background did with datagrams.
     datagrams: Datagrams,
     /// Votes that ended: the size class and the agreed vector.
@@ -390,7 +390,7 @@ impl Slot {
     /// One turn of the slot's work; the communicators of the work that ended
     /// go to `ended`, for their reference to be given back. Whether work is
     /// left.
-    fn turn(&mut self, wait: Wait, ended: &mut Vec<Comm>) -> P2pResult<bool> {
+    fn turn(&mut self, wait: Wait, ended: &mut Vec<Comm>) -> Result<bool> {
         self.look_answers(ended)?;
         if let Some(joining) = self.joining.as_mut().filter(|j| !j.is_done()) {
             joining.turn(wait)?;
@@ -426,7 +426,7 @@ impl Slot {
 
     /// Notes the measured calls whose answers all arrived, with the time;
     /// their communicators go to `ended`.
-    fn look_answers(&mut self, ended: &mut Vec<Comm>) -> P2pResult<()> {
+    fn look_answers(&mut self, ended: &mut Vec<Comm>) -> Result<()> {
         let mut i = 0;
         while i < self.awaited.len() {
             if self.awaited[i].answers.arrived()? {
@@ -443,7 +443,7 @@ impl Slot {
     }
 
     /// Waits for every answer this rank expects.
-    fn await_answers(&mut self, ended: &mut Vec<Comm>) -> P2pResult<()> {
+    fn await_answers(&mut self, ended: &mut Vec<Comm>) -> Result<()> {
         self.look_answers(ended)?;
         while let Some(mut a) = self.awaited.pop() {
             let waited = a.answers.wait();
@@ -496,7 +496,7 @@ impl Slot {
         limit: usize,
         stats: &mut Datagrams,
         ended: &mut Vec<Comm>,
-    ) -> P2pResult<()> {
+    ) -> Result<()> {
         if let Some(e) = self.broken.take() {
             return Err(e);
         }
@@ -561,7 +561,7 @@ impl Slot {
     }
 
     /// Gives up all work after `e`.
-    fn abandon(&mut self, e: P2pError, ended: &mut Vec<Comm>) {
+    fn abandon(&mut self, e: Error, ended: &mut Vec<Comm>) {
         if self.joining.as_ref().is_some_and(|j| !j.is_done()) {
             let joining = self.joining.take().expect("checked");
             RUNNING.fetch_sub(1, Ordering::Relaxed);
@@ -579,7 +579,7 @@ impl Slot {
     }
 
     /// Runs every job to its end, waiting as long as it takes.
-    fn finish_jobs(&mut self, ended: &mut Vec<Comm>) -> P2pResult<()> {
+    fn finish_jobs(&mut self, ended: &mut Vec<Comm>) -> Result<()> {
         if let Some(e) = self.broken.take() {
             return Err(e);
         }
@@ -642,7 +642,7 @@ impl Background {
 
     /// Finishes the agreement on the group, if it was left here, waiting as
     /// long as it takes, and returns what it agreed.
-    pub fn finish_joining(&mut self) -> P2pResult<Option<Agreed<McastSocket>>> {
+    pub fn finish_joining(&mut self) -> Result<Option<Agreed<McastSocket>>> {
         let Some(mut joining) = self.slot().joining.take() else {
             return Ok(None);
         };
@@ -665,7 +665,7 @@ impl Background {
     /// Finishes all work of the communicator, waiting as long as it takes:
     /// before a blocking broadcast on it (every algorithm uses the broadcast
     /// tag), and when it is freed.
-    pub fn finish(&mut self) -> P2pResult<()> {
+    pub fn finish(&mut self) -> Result<()> {
         if self.slot.is_none() {
             return Ok(());
         }
@@ -694,7 +694,7 @@ impl Background {
         data: &mut [u8],
         background_limit: usize,
         stats: &mut Datagrams,
-    ) -> P2pResult<()> {
+    ) -> Result<()> {
         let mut ended = Vec::new();
         let result = self
             .slot()
@@ -715,9 +715,9 @@ impl Background {
     pub fn release(
         &mut self,
         at: Ranks,
-        mut by_p2p: impl FnMut() -> P2pResult<bool>,
+        mut by_p2p: impl FnMut() -> Result<bool>,
         stats: &mut Datagrams,
-    ) -> P2pResult<bool> {
+    ) -> Result<bool> {
         self.finish()?;
         let mut slot = self.slot();
         let d = slot.driver.as_mut().expect(MULTICAST_READY);
@@ -800,7 +800,7 @@ impl Background {
         comm: Comm,
         started: Instant,
         answers: Answers,
-    ) -> P2pResult<u64> {
+    ) -> Result<u64> {
         let mut slot = self.slot();
         let ticket = slot.tickets;
         slot.tickets += 1;
@@ -836,7 +836,7 @@ impl Background {
     /// the chain frames that another rank needs before it can answer, and
     /// while this rank waits it holds its work's lock, which the progress
     /// engine then passes by.
-    pub fn take_answered(&mut self, wait: bool) -> P2pResult<Vec<(u64, Duration)>> {
+    pub fn take_answered(&mut self, wait: bool) -> Result<Vec<(u64, Duration)>> {
         if self.slot.is_none() {
             return Ok(Vec::new());
         }

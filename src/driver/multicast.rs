@@ -14,8 +14,8 @@ use rand_chacha::rand_core::{RngCore, SeedableRng};
 use rand_chacha::ChaCha8Rng;
 
 use crate::base::counters::Datagrams;
+use crate::base::error::{Error, Result};
 use crate::base::io::{DatagramIo, MessageIo, Place, Wait};
-use crate::base::transport::{P2pError, P2pResult, OMPI_ERROR};
 use crate::platform::ompi::{Comm, Messages};
 use crate::protocol::datagram::{self, Auth};
 use crate::protocol::flow;
@@ -43,7 +43,7 @@ pub struct Run<M: MessageIo> {
 
 impl<M: MessageIo> Run<M> {
     /// The chain of broadcast `b` (from [`Driver::begin`]) on `rank` of `size`.
-    pub fn new(b: Broadcast, msgs: M, rank: usize, size: usize) -> P2pResult<Self> {
+    pub fn new(b: Broadcast, msgs: M, rank: usize, size: usize) -> Result<Self> {
         let mut run = Run {
             root: (rank + size - b.params().vrank) % size,
             b,
@@ -74,7 +74,7 @@ impl<M: MessageIo> Run<M> {
         (self.root + vrank) % self.b.params().size
     }
 
-    fn post_reply_recv(&mut self) -> P2pResult<()> {
+    fn post_reply_recv(&mut self) -> Result<()> {
         if self.reply_recv.is_none() && self.b.reply_may_come() {
             self.reply_recv = Some(self.msgs.recv(self.succ, self.b.max_reply())?);
         }
@@ -82,7 +82,7 @@ impl<M: MessageIo> Run<M> {
     }
 
     /// Flow control: the children's reports that came, and this rank's own.
-    fn reports(&mut self, wait: Wait) -> P2pResult<()> {
+    fn reports(&mut self, wait: Wait) -> Result<()> {
         let mut i = 0;
         while i < self.report_recvs.len() {
             let (child, id) = self.report_recvs[i];
@@ -95,7 +95,7 @@ impl<M: MessageIo> Run<M> {
                     "flow report from rank {} refused: {e:?}",
                     self.rank_at(child)
                 );
-                return Err(P2pError(OMPI_ERROR));
+                return Err(Error::Protocol);
             }
             if self.b.reports_pending().any(|c| c == child) {
                 self.report_recvs[i].1 = self.msgs.recv(self.rank_at(child), flow::REPORT_LEN)?;
@@ -122,13 +122,13 @@ impl<M: MessageIo> Run<M> {
         Ok(())
     }
 
-    fn test(&mut self, id: M::Id, wait: Wait) -> P2pResult<Option<Vec<u8>>> {
+    fn test(&mut self, id: M::Id, wait: Wait) -> Result<Option<Vec<u8>>> {
         self.msgs.test(id, wait)
     }
 
     /// One turn of the chain: posts the receives certain to come, hands
     /// what arrived to the protocol, and sends what it offers.
-    pub fn turn(&mut self, wait: Wait) -> P2pResult<()> {
+    pub fn turn(&mut self, wait: Wait) -> Result<()> {
         let (pred, succ) = (self.pred, self.succ);
         while self.recvs.len() < self.b.chain_frames_certain() as usize
             && self.recvs.len() < CHAIN_WINDOW
@@ -144,7 +144,7 @@ impl<M: MessageIo> Run<M> {
             self.recvs.pop_front();
             if let Err(e) = self.b.on_chain(&frame) {
                 warn!("chain frame from rank {pred} refused: {e:?}");
-                return Err(P2pError(OMPI_ERROR));
+                return Err(Error::Protocol);
             }
         }
         // A report due now goes before the NEED.
@@ -159,7 +159,7 @@ impl<M: MessageIo> Run<M> {
                 self.reply_recv = None;
                 if let Err(e) = self.b.on_reply(&reply) {
                     warn!("NEED from rank {succ} refused: {e:?}");
-                    return Err(P2pError(OMPI_ERROR));
+                    return Err(Error::Protocol);
                 }
             }
         }
@@ -350,7 +350,7 @@ impl<S: DatagramIo> Driver<S> {
         now: Duration,
         wait: Wait,
         stats: &mut Datagrams,
-    ) -> P2pResult<()> {
+    ) -> Result<()> {
         let b = &mut run.b;
         self.multicast(b, now, stats);
         if self.wants_datagrams(b) {

@@ -9,22 +9,21 @@ use std::ffi::{c_char, c_int, c_void, CStr};
 use std::fmt;
 use std::panic::{self, AssertUnwindSafe, UnwindSafe};
 use std::ptr;
-use std::sync::atomic::{AtomicBool, Ordering};
 
+use crate::base::error::{status, Result, OMPI_ERROR, OMPI_ERR_NOT_AVAILABLE, OMPI_SUCCESS};
 use crate::base::params::Config;
-use crate::base::transport::OMPI_ERROR;
 use crate::component::levels::{self, Layout};
-use crate::component::logging;
+use crate::component::logging::{self, tell_once, Notice};
 use crate::component::module::{
     decline_node_local, decline_reason, disagreement, Module, Published,
 };
 use crate::component::nodes::Nodes;
 use crate::component::stats::{PvarClass, Stats};
-use crate::platform::ompi::{print_line, AllgatherCall, BarrierCall, BcastCall, Comm, Request};
+use crate::platform::c_line;
+use crate::platform::ompi::{AllgatherCall, BarrierCall, BcastCall, Comm, Request};
 use crate::platform::sys::{
     self, ipmc_module, ompi_communicator_t, ompi_datatype_t, ompi_request_t,
 };
-use crate::platform::{c_line, OMPI_ERR_NOT_AVAILABLE, OMPI_SUCCESS};
 
 /// Fails to compile unless `ours` has exactly the type of the C header's `theirs`.
 macro_rules! same_signature {
@@ -231,11 +230,9 @@ unsafe fn comm_query(
     if let Some(d) = disagreement(&published) {
         // The first communicator with a disagreement is MPI_COMM_WORLD (it
         // holds every process), where every process sees it: told once per job.
-        static TOLD: AtomicBool = AtomicBool::new(false);
-        let told = TOLD.swap(true, Ordering::Relaxed);
-        if !told && comm.rank() == d.reference {
-            print_line(&d.message(&comm.name(), |r| comm.member_host(r)));
-        }
+        tell_once(Notice::Disagreement, comm.rank() == d.reference, || {
+            d.message(&comm.name(), |r| comm.member_host(r))
+        });
         return decline(comm, "its members' ipmc configurations differ");
     }
     let nodes = if cfg.ranks_are_nodes {
@@ -298,7 +295,7 @@ pub unsafe extern "C" fn ipmc_rs_module_enable(
         let module = unsafe { &mut *state.cast::<Module>() };
         match module.enable(Comm(comm)) {
             Ok(()) => OMPI_SUCCESS,
-            Err(rc) => rc,
+            Err(e) => e.code(),
         }
     })
 }
@@ -388,7 +385,7 @@ pub unsafe extern "C" fn ipmc_rs_ibcast(
     }
     let panic = match result {
         Ok(Ok(_)) => return sys::IPMC_PREVIOUS as c_int,
-        Ok(Err(rc)) => return if rc == OMPI_SUCCESS { OMPI_ERROR } else { rc },
+        Ok(Err(e)) => return e.code(),
         Err(panic) => panic,
     };
     // SAFETY: as above; the reference of the panicked closure is gone.
@@ -488,16 +485,6 @@ pub unsafe extern "C" fn ipmc_rs_allgather(
     }
 }
 
-/// The Open MPI code of a collective call's result (an error is never
-/// `OMPI_SUCCESS`).
-fn status(result: Result<(), i32>) -> c_int {
-    match result {
-        Ok(()) => OMPI_SUCCESS,
-        Err(rc) if rc != OMPI_SUCCESS => rc,
-        Err(_) => OMPI_ERROR,
-    }
-}
-
 /// One collective call (`what`) on `comm`, served by `call` on the module.
 /// A panic in it poisons the module (its multicast state is never used
 /// again, see [`Module::poison`]): then the call is handed whole to the
@@ -512,7 +499,7 @@ unsafe fn serve(
     state: *mut c_void,
     what: &str,
     comm: Comm,
-    mut call: impl FnMut(&mut Module) -> Result<(), i32>,
+    mut call: impl FnMut(&mut Module) -> Result<()>,
 ) -> c_int {
     let state = state.cast::<Module>();
     // Unwind safety: after a panic the module is poisoned and the call is

@@ -15,9 +15,9 @@
 
 use std::net::{IpAddr, Ipv6Addr, SocketAddr};
 
+use crate::base::error::Result;
 use crate::base::io::{complete_in_order, MessageIo, Wait};
 use crate::base::params::Config;
-use crate::base::transport::P2pResult;
 use crate::group::groups::{self, GroupRanges, PortRange};
 use crate::net::mcast_socket::OpenError;
 use crate::protocol::datagram::{self, Auth, Key, KEY_LEN};
@@ -512,7 +512,7 @@ impl<S, M: MessageIo> Agreement<S, M> {
         size: usize,
         cfg: Config,
         facts: Facts,
-    ) -> P2pResult<Self> {
+    ) -> Result<Self> {
         let Facts {
             families,
             mtu,
@@ -551,7 +551,7 @@ impl<S, M: MessageIo> Agreement<S, M> {
         msgs: &mut M,
         wait: Wait,
         open: &mut impl FnMut(&Announce) -> Result<S, OpenError>,
-    ) -> P2pResult<Option<Agreed<S>>> {
+    ) -> Result<Option<Agreed<S>>> {
         loop {
             if !complete_in_order(msgs, &self.waiting, &mut self.got, wait)? {
                 return Ok(None);
@@ -570,7 +570,7 @@ impl<S, M: MessageIo> Agreement<S, M> {
         &mut self,
         msgs: &mut M,
         open: &mut impl FnMut(&Announce) -> Result<S, OpenError>,
-    ) -> P2pResult<Agreed<S>> {
+    ) -> Result<Agreed<S>> {
         loop {
             if let Some(agreed) = self.poll(msgs, Wait::Progress, open)? {
                 return Ok(agreed);
@@ -579,14 +579,14 @@ impl<S, M: MessageIo> Agreement<S, M> {
         }
     }
 
-    fn recv_children(&self, msgs: &mut M, capacity: usize) -> P2pResult<Vec<M::Id>> {
+    fn recv_children(&self, msgs: &mut M, capacity: usize) -> Result<Vec<M::Id>> {
         self.children
             .iter()
             .map(|&c| msgs.recv(c, capacity))
             .collect()
     }
 
-    fn send_children(&self, msgs: &mut M, bytes: &[u8]) -> P2pResult<Vec<M::Id>> {
+    fn send_children(&self, msgs: &mut M, bytes: &[u8]) -> Result<Vec<M::Id>> {
         self.children
             .iter()
             .map(|&c| msgs.send(c, bytes.to_vec()))
@@ -600,7 +600,7 @@ impl<S, M: MessageIo> Agreement<S, M> {
         msgs: &mut M,
         got: Vec<Vec<u8>>,
         open: &mut impl FnMut(&Announce) -> Result<S, OpenError>,
-    ) -> P2pResult<Option<Agreed<S>>> {
+    ) -> Result<Option<Agreed<S>>> {
         match (self.parent, self.round) {
             (parent, Round::Families) => {
                 // `got`: the children's families and smallest MTUs.
@@ -713,7 +713,7 @@ impl<S, M: MessageIo> Agreement<S, M> {
         &mut self,
         msgs: &mut M,
         open: &mut impl FnMut(&Announce) -> Result<S, OpenError>,
-    ) -> P2pResult<()> {
+    ) -> Result<()> {
         let all = self.families;
         let range = group_range(&self.cfg, || all);
         if range != self.cfg.group_range {

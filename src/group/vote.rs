@@ -6,8 +6,8 @@
 //! again. Only point-to-point messages of the communicator, in steps
 //! ([`Vote::poll`] never waits), so that it runs in the background.
 
+use crate::base::error::Result;
 use crate::base::io::{complete_in_order, MessageIo, Wait};
-use crate::base::transport::P2pResult;
 use crate::group::setup;
 
 /// Where one rank's vote stands.
@@ -34,13 +34,13 @@ pub struct Vote<M: MessageIo> {
 impl<M: MessageIo> Vote<M> {
     /// Starts this rank's vote with its own `values` (every rank brings as
     /// many); posts the receives from its children.
-    pub fn start(msgs: &mut M, rank: usize, size: usize, values: Vec<u32>) -> P2pResult<Self> {
+    pub fn start(msgs: &mut M, rank: usize, size: usize, values: Vec<u32>) -> Result<Self> {
         let (parent, children) = setup::tree(rank, size);
         let capacity = values.len() * 4;
         let waiting = children
             .iter()
             .map(|&c| msgs.recv(c, capacity))
-            .collect::<P2pResult<_>>()?;
+            .collect::<Result<_>>()?;
         Ok(Vote {
             parent,
             children,
@@ -52,7 +52,7 @@ impl<M: MessageIo> Vote<M> {
     }
 
     /// Moves the vote on; `Some(result)` once it is over on this rank.
-    pub fn poll(&mut self, msgs: &mut M, wait: Wait) -> P2pResult<Option<Vec<u32>>> {
+    pub fn poll(&mut self, msgs: &mut M, wait: Wait) -> Result<Option<Vec<u32>>> {
         loop {
             if !complete_in_order(msgs, &self.waiting, &mut self.got, wait)? {
                 return Ok(None);
@@ -90,13 +90,13 @@ impl<M: MessageIo> Vote<M> {
         }
     }
 
-    fn forward(&mut self, msgs: &mut M) -> P2pResult<()> {
+    fn forward(&mut self, msgs: &mut M) -> Result<()> {
         let bytes = encode(&self.values);
         self.waiting = self
             .children
             .iter()
             .map(|&c| msgs.send(c, bytes.clone()))
-            .collect::<P2pResult<_>>()?;
+            .collect::<Result<_>>()?;
         self.step = Step::Forward;
         Ok(())
     }

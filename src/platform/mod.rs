@@ -5,7 +5,7 @@
 //! declarations in `sys`; Open MPI's objects are opaque pointers here.
 #![allow(unsafe_code)]
 
-use std::ffi::{c_int, CString};
+use std::ffi::CString;
 
 pub mod ompi;
 pub mod os;
@@ -20,9 +20,6 @@ pub mod os;
 pub(crate) mod sys {
     include!(concat!(env!("OUT_DIR"), "/glue.rs"));
 }
-
-pub(crate) const OMPI_SUCCESS: c_int = 0;
-pub(crate) const OMPI_ERR_NOT_AVAILABLE: c_int = -16;
 
 /// `line` for C, with any NUL spelled out (it would cut the line short).
 pub(crate) fn c_line(line: &str) -> CString {

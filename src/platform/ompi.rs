@@ -10,10 +10,12 @@ use std::marker::PhantomData;
 use std::ops::Range;
 use std::ptr;
 
+use super::c_line;
 use super::sys::{self, ipmc_module, ompi_communicator_t, ompi_datatype_t, ompi_request_t};
-use super::{c_line, OMPI_SUCCESS};
+use crate::base::error::OMPI_SUCCESS;
+use crate::base::error::{Error, Result};
 use crate::base::io::{MessageIo, Wait};
-use crate::base::transport::{P2pError, P2pResult, ReqId, Transport, MPI_ERR_TRUNCATE};
+use crate::base::transport::{ReqId, Transport};
 
 /// A line at a verbosity level of the component's output stream.
 pub fn log_line(level: i32, line: &str) {
@@ -167,32 +169,32 @@ impl BcastCall {
     }
 
     /// Packs the user's message into `out` (exactly [`Self::bytes`] long).
-    pub fn pack(&self, out: &mut [u8]) -> Result<(), i32> {
+    pub fn pack(&self, out: &mut [u8]) -> Result<()> {
         // SAFETY: as in `bytes`.
         unsafe { self.layout().pack(out) }
     }
 
     /// Unpacks `packed` (exactly [`Self::bytes`] long) into the user's buffer.
-    pub fn unpack(&mut self, packed: &[u8]) -> Result<(), i32> {
+    pub fn unpack(&mut self, packed: &[u8]) -> Result<()> {
         // SAFETY: as in `bytes`; the buffer is the user's receive buffer.
         unsafe { self.layout().unpack(packed) }
     }
 
     /// Hands the whole call to the broadcast ipmc replaced.
-    pub fn previous(&mut self) -> Result<(), i32> {
+    pub fn previous(&mut self) -> Result<()> {
         // The module's saved broadcast was retained in `module_enable`.
         self.whole(sys::ipmc_prev_bcast)
     }
 
     /// Runs the call as Open MPI's binomial tree (coll/base) on ipmc's module.
-    pub fn binomial(&mut self) -> Result<(), i32> {
+    pub fn binomial(&mut self) -> Result<()> {
         // The module's `base_data`, where coll/base caches the tree, was
         // made with the module.
         self.whole(sys::ipmc_base_bcast_binomial)
     }
 
     /// Runs the call as Open MPI's binary tree (coll/base) on ipmc's module.
-    pub fn binary(&mut self) -> Result<(), i32> {
+    pub fn binary(&mut self) -> Result<()> {
         // As in `binomial`.
         self.whole(sys::ipmc_base_bcast_bintree)
     }
@@ -200,8 +202,8 @@ impl BcastCall {
     /// Runs the call, the same message, as a broadcast from `root` on `part`
     /// (one level of the communicator, [`Comm::split`]), by whatever serves
     /// broadcasts there.
-    pub fn on_part(&mut self, part: Comm, root: usize) -> Result<(), i32> {
-        let root = c_int::try_from(root).map_err(|_| crate::base::transport::OMPI_ERROR)?;
+    pub fn on_part(&mut self, part: Comm, root: usize) -> Result<()> {
+        let root = c_int::try_from(root).map_err(|_| Error::Range)?;
         // SAFETY: the message is the call's own, live while it runs; `part`
         // is a live communicator this rank belongs to, whose members enter
         // the same broadcast (the caller's levels say so).
@@ -210,13 +212,13 @@ impl BcastCall {
 
     /// Ends a measured call on a rank that is not its root: tells the root
     /// that this rank has the message (see `ipmc_glue.h`).
-    pub fn answer_root(&self) -> Result<(), i32> {
+    pub fn answer_root(&self) -> Result<()> {
         // SAFETY: the call's communicator and root are Open MPI's own.
         ok(unsafe { sys::ipmc_answer_root(self.root, self.comm.0) })
     }
 
     /// Runs the call, as it came, by one of the glue's broadcasts.
-    fn whole(&mut self, bcast: WholeBcast) -> Result<(), i32> {
+    fn whole(&mut self, bcast: WholeBcast) -> Result<()> {
         // SAFETY: the arguments are the call's own and the module is
         // ipmc's; what each broadcast needs of it is said where it is named.
         let rc = unsafe {
@@ -283,7 +285,7 @@ impl Layout {
     ///
     /// # Safety
     /// As for [`Self::bytes`].
-    unsafe fn pack(self, out: &mut [u8]) -> Result<(), i32> {
+    unsafe fn pack(self, out: &mut [u8]) -> Result<()> {
         let (ptr, len) = (out.as_mut_ptr().cast(), out.len());
         ok(sys::ipmc_pack(self.buf, self.count, self.dt, ptr, len))
     }
@@ -292,7 +294,7 @@ impl Layout {
     ///
     /// # Safety
     /// As for [`Self::bytes`], and the buffer may be written.
-    unsafe fn unpack(self, packed: &[u8]) -> Result<(), i32> {
+    unsafe fn unpack(self, packed: &[u8]) -> Result<()> {
         let (ptr, len) = (packed.as_ptr().cast(), packed.len());
         ok(sys::ipmc_unpack(ptr, len, self.buf, self.count, self.dt))
     }
@@ -312,7 +314,7 @@ impl UserMessage {
     }
 
     /// The root's message, packed.
-    pub fn read(&self) -> Result<Vec<u8>, i32> {
+    pub fn read(&self) -> Result<Vec<u8>> {
         let mut out = vec![0; self.bytes];
         // SAFETY: MPI lends the message until the request completes, and the
         // datatype is retained.
@@ -329,7 +331,7 @@ impl UserMessage {
     }
 
     /// Writes the packed message into the user's buffer.
-    pub fn write(&mut self, packed: &[u8]) -> Result<(), i32> {
+    pub fn write(&mut self, packed: &[u8]) -> Result<()> {
         assert_eq!(packed.len(), self.bytes, "the message has its size");
         // SAFETY: as in `read`; the buffer is the user's receive buffer.
         match unsafe { self.layout.contiguous_start() } {
@@ -368,12 +370,8 @@ impl Request {
     }
 
     /// Completes the request with the broadcast's outcome.
-    pub fn complete(mut self, result: Result<(), i32>) {
-        let code = match result {
-            Ok(()) => OMPI_SUCCESS,
-            Err(rc) if rc != OMPI_SUCCESS => rc,
-            Err(_) => crate::base::transport::OMPI_ERROR,
-        };
+    pub fn complete(mut self, result: Result<()>) {
+        let code = crate::base::error::status(result);
         let req = std::mem::replace(&mut self.0, ptr::null_mut());
         // SAFETY: ipmc's reference on a live request, given back once.
         unsafe { sys::ipmc_request_complete(req, code) }
@@ -384,7 +382,7 @@ impl Drop for Request {
     fn drop(&mut self) {
         if !self.0.is_null() {
             // SAFETY: as in `complete`.
-            unsafe { sys::ipmc_request_complete(self.0, crate::base::transport::OMPI_ERROR) }
+            unsafe { sys::ipmc_request_complete(self.0, crate::base::error::OMPI_ERROR) }
         }
     }
 }
@@ -393,11 +391,11 @@ impl Drop for Request {
 // under the lock of its communicator's background work.
 unsafe impl Send for Request {}
 
-fn ok(rc: c_int) -> Result<(), i32> {
+fn ok(rc: c_int) -> Result<()> {
     if rc == OMPI_SUCCESS {
         Ok(())
     } else {
-        Err(rc)
+        Err(Error::Ompi(rc))
     }
 }
 
@@ -452,9 +450,9 @@ impl<'a> PmlTransport<'a> {
         rc: c_int,
         req: *mut ompi_request_t,
         expect: Option<usize>,
-    ) -> P2pResult<ReqId> {
+    ) -> Result<ReqId> {
         if rc != OMPI_SUCCESS {
-            return Err(P2pError(rc));
+            return Err(Error::Ompi(rc));
         }
         self.reqs.push(req);
         self.expect.push(expect);
@@ -475,7 +473,7 @@ impl Transport for PmlTransport<'_> {
         self.len
     }
 
-    fn isend(&mut self, range: Range<usize>, peer: usize) -> P2pResult<ReqId> {
+    fn isend(&mut self, range: Range<usize>, peer: usize) -> Result<ReqId> {
         let (data, peer) = (self.part(&range), self.peer(peer));
         let mut req = ptr::null_mut();
         // SAFETY: `data..data+range.len()` lies inside the borrowed buffer
@@ -486,7 +484,7 @@ impl Transport for PmlTransport<'_> {
         self.started(rc, req, None)
     }
 
-    fn irecv(&mut self, range: Range<usize>, peer: usize) -> P2pResult<ReqId> {
+    fn irecv(&mut self, range: Range<usize>, peer: usize) -> Result<ReqId> {
         let (data, peer) = (self.part(&range), self.peer(peer));
         let mut req = ptr::null_mut();
         // SAFETY: as in `isend`; the buffer is borrowed mutably, so nothing
@@ -496,7 +494,7 @@ impl Transport for PmlTransport<'_> {
         self.started(rc, req, Some(range.len()))
     }
 
-    fn wait_all(&mut self, ids: &[ReqId]) -> P2pResult<()> {
+    fn wait_all(&mut self, ids: &[ReqId]) -> Result<()> {
         let (mut pending, expect): (Vec<*mut ompi_request_t>, Vec<Option<usize>>) = ids
             .iter()
             .map(|&ReqId(i)| {
@@ -515,7 +513,7 @@ impl Transport for PmlTransport<'_> {
         let rc = unsafe {
             sys::ipmc_wait_all_counts(pending.len(), pending.as_mut_ptr(), counts.as_mut_ptr())
         };
-        ok(rc).map_err(P2pError)?;
+        ok(rc)?;
         check_counts(&expect, &counts)
     }
 }
@@ -523,7 +521,7 @@ impl Transport for PmlTransport<'_> {
 /// Every receive got exactly the bytes it was posted for: a shorter message
 /// (a rank that called `MPI_Bcast` with fewer bytes than this one) would
 /// otherwise leave the rest of the buffer silently unchanged.
-fn check_counts(expect: &[Option<usize>], counts: &[usize]) -> P2pResult<()> {
+fn check_counts(expect: &[Option<usize>], counts: &[usize]) -> Result<()> {
     for (want, &got) in expect.iter().zip(counts) {
         if let Some(want) = *want {
             if got != want {
@@ -531,7 +529,7 @@ fn check_counts(expect: &[Option<usize>], counts: &[usize]) -> P2pResult<()> {
                     "received {got} bytes where the broadcast expects {want}: the ranks' \
                      counts or datatypes differ"
                 );
-                return Err(P2pError(MPI_ERR_TRUNCATE));
+                return Err(Error::Truncated);
             }
         }
     }
@@ -585,18 +583,18 @@ impl Answers {
     }
 
     /// Posts the receives of the answers to a call of `root` on `comm`.
-    pub fn expect(comm: Comm, root: usize) -> P2pResult<Self> {
+    pub fn expect(comm: Comm, root: usize) -> Result<Self> {
         Self::from_ranks(comm, (0..comm.size()).filter(|&r| r != root))
     }
 
     /// Posts the receives of an empty message with the barrier tag from
     /// each of `ranks` (a barrier's arrivals).
-    pub fn from_ranks(comm: Comm, ranks: impl IntoIterator<Item = usize>) -> P2pResult<Self> {
+    pub fn from_ranks(comm: Comm, ranks: impl IntoIterator<Item = usize>) -> Result<Self> {
         Self::start(comm, ranks, sys::ipmc_irecv_answer)
     }
 
     /// Starts sending an empty message to each of `ranks`.
-    pub fn send_to(comm: Comm, ranks: impl IntoIterator<Item = usize>) -> P2pResult<Self> {
+    pub fn send_to(comm: Comm, ranks: impl IntoIterator<Item = usize>) -> Result<Self> {
         Self::start(comm, ranks, sys::ipmc_isend_empty)
     }
 
@@ -606,14 +604,14 @@ impl Answers {
         comm: Comm,
         ranks: impl IntoIterator<Item = usize>,
         post: EmptyMessage,
-    ) -> P2pResult<Self> {
+    ) -> Result<Self> {
         let mut messages = Self::none();
         for peer in ranks {
             let peer = c_int::try_from(peer).expect("ranks fit in an int");
             let mut req = ptr::null_mut();
             // SAFETY: the communicator is live; the message is empty, no
             // byte is read or written; `req` is a valid out-pointer.
-            ok(unsafe { post(peer, comm.0, &mut req) }).map_err(P2pError)?;
+            ok(unsafe { post(peer, comm.0, &mut req) })?;
             messages.reqs.push(req);
         }
         Ok(messages)
@@ -632,18 +630,18 @@ impl Answers {
 
     /// Whether every answer arrived, driving Open MPI's progress engine
     /// (for use outside it, holding no lock of ipmc's).
-    pub fn test(&mut self) -> P2pResult<bool> {
+    pub fn test(&mut self) -> Result<bool> {
         self.all_done(sys::ipmc_test)
     }
 
     /// Whether every answer arrived, looking without entering Open MPI's
     /// progress engine (for use from inside it).
-    pub fn arrived(&mut self) -> P2pResult<bool> {
+    pub fn arrived(&mut self) -> Result<bool> {
         self.all_done(sys::ipmc_look)
     }
 
     /// Whether every answer arrived, by `done` (the glue's test or look).
-    fn all_done(&mut self, done: DoneTest) -> P2pResult<bool> {
+    fn all_done(&mut self, done: DoneTest) -> Result<bool> {
         for req in self.reqs.iter_mut().filter(|r| !r.is_null()) {
             let (mut is_done, mut count) = (0, 0);
             // SAFETY: `req` is a live request of these answers and `done`
@@ -651,7 +649,7 @@ impl Answers {
             // complete has been freed (and is not looked at again).
             let rc = unsafe { done(req, &mut is_done, &mut count) };
             if rc != OMPI_SUCCESS {
-                return Err(P2pError(rc));
+                return Err(Error::Ompi(rc));
             }
             if is_done == 0 {
                 return Ok(false);
@@ -662,7 +660,7 @@ impl Answers {
     }
 
     /// Waits for every answer.
-    pub fn wait(&mut self) -> P2pResult<()> {
+    pub fn wait(&mut self) -> Result<()> {
         for req in self.reqs.iter_mut().filter(|r| !r.is_null()) {
             let mut count = 0;
             // SAFETY: `req` is a live request of these answers; after the
@@ -670,7 +668,7 @@ impl Answers {
             let rc = unsafe { sys::ipmc_wait(req, &mut count) };
             *req = ptr::null_mut();
             if rc != OMPI_SUCCESS {
-                return Err(P2pError(rc));
+                return Err(Error::Ompi(rc));
             }
         }
         self.reqs.clear();
@@ -726,7 +724,7 @@ impl Messages {
         }
     }
 
-    fn start(&mut self, buf: Vec<u8>, peer: usize, is_recv: bool) -> P2pResult<MsgId> {
+    fn start(&mut self, buf: Vec<u8>, peer: usize, is_recv: bool) -> Result<MsgId> {
         let peer = c_int::try_from(peer).expect("ranks fit in an int");
         let mut slot = Slot {
             buf,
@@ -755,7 +753,7 @@ impl Messages {
                 )
             }
         };
-        ok(rc).map_err(P2pError)?;
+        ok(rc)?;
         Ok(MsgId(match self.free.pop() {
             Some(i) => {
                 self.slots[i] = slot;
@@ -774,28 +772,28 @@ impl Messages {
     }
 
     /// Starts sending `data` to `peer`.
-    pub fn send(&mut self, peer: usize, data: Vec<u8>) -> P2pResult<MsgId> {
+    pub fn send(&mut self, peer: usize, data: Vec<u8>) -> Result<MsgId> {
         self.start(data, peer, false)
     }
 
     /// Starts receiving a message of at most `capacity` bytes from `peer`.
-    pub fn recv(&mut self, peer: usize, capacity: usize) -> P2pResult<MsgId> {
+    pub fn recv(&mut self, peer: usize, capacity: usize) -> Result<MsgId> {
         self.start(vec![0; capacity], peer, true)
     }
 
     /// `Some(buffer)` once the message completed: for a receive the bytes
     /// received, for a send the buffer it sent (for reuse).
-    pub fn test(&mut self, id: MsgId) -> P2pResult<Option<Vec<u8>>> {
+    pub fn test(&mut self, id: MsgId) -> Result<Option<Vec<u8>>> {
         self.check(id, true)
     }
 
     /// As [`Self::test`], but only looks at the request, without entering
     /// Open MPI's progress engine: for use from inside it.
-    pub fn look(&mut self, id: MsgId) -> P2pResult<Option<Vec<u8>>> {
+    pub fn look(&mut self, id: MsgId) -> Result<Option<Vec<u8>>> {
         self.check(id, false)
     }
 
-    fn check(&mut self, id: MsgId, progress: bool) -> P2pResult<Option<Vec<u8>>> {
+    fn check(&mut self, id: MsgId, progress: bool) -> Result<Option<Vec<u8>>> {
         let slot = &mut self.slots[id.0];
         assert!(!slot.req.is_null(), "message {id:?} already completed");
         let (mut done, mut count) = (0, 0);
@@ -808,20 +806,20 @@ impl Messages {
             }
         };
         if rc != OMPI_SUCCESS {
-            return Err(P2pError(rc));
+            return Err(Error::Ompi(rc));
         }
         Ok((done != 0).then(|| self.finish(id, count)))
     }
 
     /// Waits for the message and returns its buffer as [`Self::test`] does.
-    pub fn wait(&mut self, id: MsgId) -> P2pResult<Vec<u8>> {
+    pub fn wait(&mut self, id: MsgId) -> Result<Vec<u8>> {
         let slot = &mut self.slots[id.0];
         assert!(!slot.req.is_null(), "message {id:?} already completed");
         let mut count = 0;
         // SAFETY: `slot.req` is the live request of this slot.
         let rc = unsafe { sys::ipmc_wait(&mut slot.req, &mut count) };
         if rc != OMPI_SUCCESS {
-            return Err(P2pError(rc));
+            return Err(Error::Ompi(rc));
         }
         Ok(self.finish(id, count))
     }
@@ -841,19 +839,19 @@ impl Messages {
 impl MessageIo for Messages {
     type Id = MsgId;
 
-    fn send(&mut self, peer: usize, data: Vec<u8>) -> P2pResult<MsgId> {
+    fn send(&mut self, peer: usize, data: Vec<u8>) -> Result<MsgId> {
         Messages::send(self, peer, data)
     }
 
-    fn recv(&mut self, peer: usize, capacity: usize) -> P2pResult<MsgId> {
+    fn recv(&mut self, peer: usize, capacity: usize) -> Result<MsgId> {
         Messages::recv(self, peer, capacity)
     }
 
-    fn test(&mut self, id: MsgId, wait: Wait) -> P2pResult<Option<Vec<u8>>> {
+    fn test(&mut self, id: MsgId, wait: Wait) -> Result<Option<Vec<u8>>> {
         self.check(id, wait == Wait::Progress)
     }
 
-    fn wait(&mut self, id: MsgId) -> P2pResult<Vec<u8>> {
+    fn wait(&mut self, id: MsgId) -> Result<Vec<u8>> {
         Messages::wait(self, id)
     }
 }
@@ -890,9 +888,9 @@ impl Comm {
     /// Splits the communicator as `MPI_Comm_split` does (collective: every
     /// rank calls it alike), the part named `name`; `None` for a rank of no
     /// part (`color` `None`).
-    pub fn split(self, color: Option<u32>, key: usize, name: &str) -> Result<Option<Comm>, i32> {
+    pub fn split(self, color: Option<u32>, key: usize, name: &str) -> Result<Option<Comm>> {
         let color = color.map_or(-1, |c| c_int::try_from(c).unwrap_or(c_int::MAX));
-        let key = c_int::try_from(key).map_err(|_| crate::base::transport::OMPI_ERROR)?;
+        let key = c_int::try_from(key).map_err(|_| Error::Range)?;
         let name = c_line(name);
         let mut part = ptr::null_mut();
         // SAFETY: `self` is a live communicator; `name` is NUL-terminated
@@ -932,7 +930,7 @@ impl Comm {
 
     /// A barrier on a part made by [`Comm::split`], by whatever serves
     /// barriers there.
-    pub fn barrier(self) -> Result<(), i32> {
+    pub fn barrier(self) -> Result<()> {
         // SAFETY: as in `rank`; every member of the part enters the same
         // barrier (the caller's levels say so).
         ok(unsafe { sys::ipmc_comm_barrier(self.0) })
@@ -940,8 +938,8 @@ impl Comm {
 
     /// Sends `dst` an arrival of ipmc's barrier: an empty message with the
     /// barrier tag (see `ipmc_glue.h`).
-    pub fn send_arrival(self, dst: usize) -> Result<(), i32> {
-        let dst = c_int::try_from(dst).map_err(|_| crate::base::transport::OMPI_ERROR)?;
+    pub fn send_arrival(self, dst: usize) -> Result<()> {
+        let dst = c_int::try_from(dst).map_err(|_| Error::Range)?;
         // SAFETY: as in `rank`; the message is empty.
         ok(unsafe { sys::ipmc_answer_root(dst, self.0) })
     }
@@ -992,7 +990,7 @@ impl AllgatherCall {
 
     /// Packs this rank's (`rank`) block into `out`, exactly a block long:
     /// from the send buffer, or in place from the receive buffer.
-    pub fn own_block(&self, rank: usize, out: &mut [u8]) -> Result<(), i32> {
+    pub fn own_block(&self, rank: usize, out: &mut [u8]) -> Result<()> {
         let a = self.args();
         let layout = if self.in_place() {
             self.block(rank)
@@ -1009,20 +1007,20 @@ impl AllgatherCall {
     }
 
     /// Unpacks `packed`, a block long, into block `i` of the receive buffer.
-    pub fn put_block(&mut self, i: usize, packed: &[u8]) -> Result<(), i32> {
+    pub fn put_block(&mut self, i: usize, packed: &[u8]) -> Result<()> {
         // SAFETY: the receive buffer is the user's, lent to the call.
         unsafe { self.block(i).unpack(packed) }
     }
 
     /// Hands the call to the allgather ipmc replaced.
-    pub fn previous(&self) -> Result<(), i32> {
+    pub fn previous(&self) -> Result<()> {
         // SAFETY: the module is ipmc's, whose saved allgather was retained
         // in `module_enable`; the arguments are the call's.
         ok(unsafe { sys::ipmc_prev_allgather(self.module, self.args, self.comm.0) })
     }
 
     /// Runs the call as Open MPI's ring allgather (coll/base) on ipmc's module.
-    pub fn ring(&self) -> Result<(), i32> {
+    pub fn ring(&self) -> Result<()> {
         // SAFETY: the module is ipmc's and the arguments the call's; the
         // ring keeps nothing in the module.
         ok(unsafe { sys::ipmc_base_allgather_ring(self.module, self.args, self.comm.0) })
@@ -1041,7 +1039,7 @@ impl BarrierCall {
     }
 
     /// Hands the call to the barrier ipmc replaced.
-    pub fn previous(&self) -> Result<(), i32> {
+    pub fn previous(&self) -> Result<()> {
         // SAFETY: the module is ipmc's, whose saved barrier was retained in
         // `module_enable` (the glue serves barriers only where it saved
         // one); the communicator is the call's.
@@ -1049,7 +1047,7 @@ impl BarrierCall {
     }
 
     /// Runs the call as Open MPI's linear barrier (coll/base) on ipmc's module.
-    pub fn linear(&self) -> Result<(), i32> {
+    pub fn linear(&self) -> Result<()> {
         // SAFETY: the module is ipmc's and the communicator the call's; the
         // linear barrier keeps nothing in the module.
         ok(unsafe { sys::ipmc_base_barrier_linear(self.module, self.comm.0) })

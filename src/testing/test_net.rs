@@ -8,8 +8,9 @@ use std::sync::mpsc::{channel, Receiver, Sender};
 use std::thread;
 use std::time::Duration;
 
+use crate::base::error::Result;
 use crate::base::io::{MessageIo, Wait};
-use crate::base::transport::{P2pResult, ReqId, Transport};
+use crate::base::transport::{ReqId, Transport};
 
 enum Req {
     Done,
@@ -56,7 +57,7 @@ impl Transport for MemTransport {
     fn len(&self) -> usize {
         self.buf.len()
     }
-    fn isend(&mut self, range: Range<usize>, peer: usize) -> P2pResult<ReqId> {
+    fn isend(&mut self, range: Range<usize>, peer: usize) -> Result<ReqId> {
         assert_ne!(peer, self.rank, "send to self");
         self.to[peer]
             .send(self.buf[range].to_vec())
@@ -64,7 +65,7 @@ impl Transport for MemTransport {
         self.reqs.push(Req::Done);
         Ok(ReqId(self.reqs.len() - 1))
     }
-    fn irecv(&mut self, range: Range<usize>, peer: usize) -> P2pResult<ReqId> {
+    fn irecv(&mut self, range: Range<usize>, peer: usize) -> Result<ReqId> {
         assert_ne!(peer, self.rank, "receive from self");
         assert!(range.end <= self.buf.len());
         self.reqs.push(Req::Recv { range, src: peer });
@@ -72,7 +73,7 @@ impl Transport for MemTransport {
         self.posted[peer].push_back(id);
         Ok(ReqId(id))
     }
-    fn wait_all(&mut self, reqs: &[ReqId]) -> P2pResult<()> {
+    fn wait_all(&mut self, reqs: &[ReqId]) -> Result<()> {
         for &ReqId(id) in reqs {
             while let Req::Recv { src, .. } = self.reqs[id] {
                 self.match_next(src);
@@ -91,7 +92,7 @@ fn pattern(index: usize) -> u8 {
 /// checks that every rank ends with the root's bytes and nothing is left over.
 pub fn run_bcast<F>(size: usize, root: usize, len: usize, algorithm: F)
 where
-    F: Fn(&mut MemTransport, usize) -> P2pResult<()> + Send + Sync + Copy + 'static,
+    F: Fn(&mut MemTransport, usize) -> Result<()> + Send + Sync + Copy + 'static,
 {
     // senders[src][dst] and receivers[dst][src] are the two ends of one channel.
     let mut senders: Vec<Vec<Option<Sender<Vec<u8>>>>> = (0..size).map(|_| vec![]).collect();
@@ -160,20 +161,20 @@ pub struct MemMessages {
 impl MessageIo for MemMessages {
     type Id = usize;
 
-    fn send(&mut self, peer: usize, data: Vec<u8>) -> P2pResult<usize> {
+    fn send(&mut self, peer: usize, data: Vec<u8>) -> Result<usize> {
         self.to[peer].send(data).expect("the peer's thread lives");
         self.open.push(None);
         Ok(self.open.len() - 1)
     }
 
-    fn recv(&mut self, peer: usize, capacity: usize) -> P2pResult<usize> {
+    fn recv(&mut self, peer: usize, capacity: usize) -> Result<usize> {
         self.open.push(Some((peer, capacity)));
         let id = self.open.len() - 1;
         self.posted[peer].push_back(id);
         Ok(id)
     }
 
-    fn test(&mut self, id: usize, _wait: Wait) -> P2pResult<Option<Vec<u8>>> {
+    fn test(&mut self, id: usize, _wait: Wait) -> Result<Option<Vec<u8>>> {
         let Some((src, capacity)) = self.open[id] else {
             return Ok(Some(Vec::new()));
         };
@@ -189,7 +190,7 @@ impl MessageIo for MemMessages {
         Ok(Some(msg))
     }
 
-    fn wait(&mut self, id: usize) -> P2pResult<Vec<u8>> {
+    fn wait(&mut self, id: usize) -> Result<Vec<u8>> {
         let deadline = std::time::Instant::now() + Duration::from_secs(10);
         loop {
             if let Some(msg) = self.test(id, Wait::Progress)? {
