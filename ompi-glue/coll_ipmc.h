@@ -29,7 +29,7 @@ extern int mca_coll_ipmc_output;
 typedef struct mca_coll_ipmc_module_t {
     mca_coll_base_module_t super;
     /* Rust's per-communicator state (owned by Rust, freed by the destructor). */
-    void *rs;
+    struct ipmc_rs_module *rs;
     /* The broadcast ipmc replaced, kept (and retained) for per-call fallback. */
     mca_coll_base_module_bcast_fn_t prev_bcast;
     mca_coll_base_module_t *prev_bcast_module;
@@ -47,7 +47,7 @@ OBJ_CLASS_DECLARATION(mca_coll_ipmc_module_t);
 
 mca_coll_base_module_t *mca_coll_ipmc_comm_query(struct ompi_communicator_t *comm, int *priority);
 /* Rust's state on a communicator whose broadcast ipmc serves, else NULL. */
-void *mca_coll_ipmc_comm_state(struct ompi_communicator_t *comm);
+struct ipmc_rs_module *mca_coll_ipmc_comm_state(struct ompi_communicator_t *comm);
 /* Registers the MPI_T performance variables (coll_ipmc_pvars.c). */
 void mca_coll_ipmc_register_pvars(void);
 

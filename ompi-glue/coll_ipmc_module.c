@@ -153,7 +153,7 @@ static int ipmc_ibcast(void *buf, int count, struct ompi_datatype_t *dt, int roo
 mca_coll_base_module_t *mca_coll_ipmc_comm_query(struct ompi_communicator_t *comm, int *priority)
 {
     mca_coll_ipmc_module_t *m;
-    void *rs = ipmc_rs_comm_query(comm, &mca_coll_ipmc_params, priority);
+    struct ipmc_rs_module *rs = ipmc_rs_comm_query(comm, &mca_coll_ipmc_params, priority);
     if (NULL == rs) {
         return NULL;
     }
@@ -185,7 +185,7 @@ mca_coll_base_module_t *mca_coll_ipmc_comm_query(struct ompi_communicator_t *com
     return &m->super;
 }
 
-void *mca_coll_ipmc_comm_state(struct ompi_communicator_t *comm)
+struct ipmc_rs_module *mca_coll_ipmc_comm_state(struct ompi_communicator_t *comm)
 {
     if (NULL == comm->c_coll || ipmc_bcast != comm->c_coll->coll_bcast) {
         return NULL;

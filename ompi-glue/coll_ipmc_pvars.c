@@ -17,7 +17,7 @@ static int ipmc_pvar_read(const struct mca_base_pvar_t *pvar, void *value, void 
 {
     /* Open MPI passes the communicator itself (it dereferences the MPI_Comm *). */
     struct ompi_communicator_t *comm = (struct ompi_communicator_t *) obj_handle;
-    void *rs = NULL == comm ? NULL : mca_coll_ipmc_comm_state(comm);
+    struct ipmc_rs_module *rs = NULL == comm ? NULL : mca_coll_ipmc_comm_state(comm);
     /* A communicator ipmc does not serve reads 0 everywhere. */
     uint64_t v = NULL == rs ? 0 : ipmc_rs_pvar_read(rs, (int) (intptr_t) pvar->ctx);
 

@@ -190,33 +190,36 @@ int ipmc_rs_init_query(const ipmc_config_t *cfg, char *err, size_t err_len);
 /* The digest of every parameter that must be equal on all ranks (never 0),
    or 0 if ipmc will not run with these values (disabled or invalid). */
 uint64_t ipmc_rs_config_digest(const ipmc_config_t *cfg);
+/* Rust's per-communicator state: opaque to C, owned by Rust. */
+struct ipmc_rs_module;
+
 /* NULL declines the communicator; otherwise the per-communicator state. */
-void *ipmc_rs_comm_query(struct ompi_communicator_t *comm, const ipmc_config_t *cfg, int *priority);
-int ipmc_rs_module_enable(void *state, struct ipmc_module *module,
+struct ipmc_rs_module *ipmc_rs_comm_query(struct ompi_communicator_t *comm, const ipmc_config_t *cfg, int *priority);
+int ipmc_rs_module_enable(struct ipmc_rs_module *state, struct ipmc_module *module,
                           struct ompi_communicator_t *comm);
 /* Called when the communicator is freed (maybe more than once); no MPI calls. */
-void ipmc_rs_module_disable(void *state, struct ompi_communicator_t *comm);
+void ipmc_rs_module_disable(struct ipmc_rs_module *state, struct ompi_communicator_t *comm);
 /* Releases the state; NULL is nothing to release. No MPI calls. */
-void ipmc_rs_module_destroy(void *state);
+void ipmc_rs_module_destroy(struct ipmc_rs_module *state);
 /* One turn of the broadcasts finishing in the background; returns how many finished. */
 int ipmc_rs_progress(void);
 /* Finishes every broadcast still in the background (at MPI_Finalize). */
 void ipmc_rs_finish_all(void);
-int ipmc_rs_bcast(void *state, void *buf, int count, struct ompi_datatype_t *dt, int root,
+int ipmc_rs_bcast(struct ipmc_rs_module *state, void *buf, int count, struct ompi_datatype_t *dt, int root,
                   struct ompi_communicator_t *comm, struct ipmc_module *module);
 
 /* One MPI_Allgather on a communicator whose allgather ipmc serves. */
-int ipmc_rs_allgather(void *state, const ipmc_allgather_args_t *args,
+int ipmc_rs_allgather(struct ipmc_rs_module *state, const ipmc_allgather_args_t *args,
                       struct ompi_communicator_t *comm, struct ipmc_module *module);
 /* One MPI_Barrier on a communicator whose barrier ipmc serves. */
-int ipmc_rs_barrier(void *state, struct ompi_communicator_t *comm, struct ipmc_module *module);
+int ipmc_rs_barrier(struct ipmc_rs_module *state, struct ompi_communicator_t *comm, struct ipmc_module *module);
 
 /* What ipmc_rs_ibcast returns when the replaced component's nonblocking
    broadcast is to serve the call. */
 #define IPMC_PREVIOUS 1
 /* One MPI_Ibcast: OMPI_SUCCESS when ipmc serves it and will complete req
    (ipmc_request_complete), IPMC_PREVIOUS, or an error code. */
-int ipmc_rs_ibcast(void *state, void *buf, int count, struct ompi_datatype_t *dt, int root,
+int ipmc_rs_ibcast(struct ipmc_rs_module *state, void *buf, int count, struct ompi_datatype_t *dt, int root,
                    struct ompi_communicator_t *comm, struct ompi_request_t *req);
 
 /* MPI_T performance variables, one per statistic. ipmc_rs_pvar_info describes
@@ -225,6 +228,6 @@ int ipmc_rs_ibcast(void *state, void *buf, int count, struct ompi_datatype_t *dt
 int ipmc_rs_pvar_info(int i, char *name, size_t name_len, char *desc, size_t desc_len);
 /* The value of variable i in a communicator's state (no broadcast on that
    communicator may run at the same time). */
-uint64_t ipmc_rs_pvar_read(const void *state, int i);
+uint64_t ipmc_rs_pvar_read(const struct ipmc_rs_module *state, int i);
 
 #endif /* IPMC_GLUE_H */

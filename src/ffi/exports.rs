@@ -22,7 +22,7 @@ use crate::component::stats::{PvarClass, Stats};
 use crate::platform::c_line;
 use crate::platform::ompi::{AllgatherCall, BarrierCall, BcastCall, Comm, Request};
 use crate::platform::sys::{
-    self, ipmc_module, ompi_communicator_t, ompi_datatype_t, ompi_request_t,
+    self, ipmc_module, ipmc_rs_module, ompi_communicator_t, ompi_datatype_t, ompi_request_t,
 };
 
 /// Fails to compile unless `ours` has exactly the type of the C header's `theirs`.
@@ -193,7 +193,7 @@ pub unsafe extern "C" fn ipmc_rs_comm_query(
     comm: *mut ompi_communicator_t,
     cfg: *const sys::ipmc_config_t,
     priority: *mut c_int,
-) -> *mut c_void {
+) -> *mut ipmc_rs_module {
     let what = "in comm_query and declines the communicator";
     // SAFETY: the arguments are as the function's contract says.
     guard(what, ptr::null_mut(), || unsafe {
@@ -206,7 +206,7 @@ unsafe fn comm_query(
     comm: *mut ompi_communicator_t,
     cfg: *const sys::ipmc_config_t,
     priority: *mut c_int,
-) -> *mut c_void {
+) -> *mut ipmc_rs_module {
     // SAFETY: the C caller passes its live parameter storage.
     let mut cfg = Config::from(unsafe { &*cfg });
     // SAFETY: `priority` is the selection's out-parameter.
@@ -251,7 +251,7 @@ unsafe fn comm_query(
 }
 
 /// Says at verbose level why ipmc leaves `comm` alone; the NULL module.
-fn decline(comm: Comm, reason: &str) -> *mut c_void {
+fn decline(comm: Comm, reason: &str) -> *mut ipmc_rs_module {
     log::info!(
         "declines communicator {} (cid {}): {reason}",
         comm.name(),
@@ -285,7 +285,7 @@ pub unsafe extern "C" fn ipmc_rs_config_digest(cfg: *const sys::ipmc_config_t) -
 /// `state` comes from [`ipmc_rs_comm_query`] and is not yet destroyed.
 #[no_mangle]
 pub unsafe extern "C" fn ipmc_rs_module_enable(
-    state: *mut c_void,
+    state: *mut ipmc_rs_module,
     _module: *mut ipmc_module,
     comm: *mut ompi_communicator_t,
 ) -> c_int {
@@ -306,7 +306,7 @@ pub unsafe extern "C" fn ipmc_rs_module_enable(
 /// As for [`ipmc_rs_module_enable`].
 #[no_mangle]
 pub unsafe extern "C" fn ipmc_rs_module_disable(
-    state: *mut c_void,
+    state: *mut ipmc_rs_module,
     comm: *mut ompi_communicator_t,
 ) {
     guard("in module_disable and goes on", (), || {
@@ -322,7 +322,7 @@ pub unsafe extern "C" fn ipmc_rs_module_disable(
 /// # Safety
 /// `state` is NULL or comes from [`ipmc_rs_comm_query`]; it is not used afterwards.
 #[no_mangle]
-pub unsafe extern "C" fn ipmc_rs_module_destroy(state: *mut c_void) {
+pub unsafe extern "C" fn ipmc_rs_module_destroy(state: *mut ipmc_rs_module) {
     if state.is_null() {
         return;
     }
@@ -343,7 +343,7 @@ pub unsafe extern "C" fn ipmc_rs_module_destroy(state: *mut c_void) {
 /// returns `OMPI_SUCCESS`.
 #[no_mangle]
 pub unsafe extern "C" fn ipmc_rs_ibcast(
-    state: *mut c_void,
+    state: *mut ipmc_rs_module,
     buf: *mut c_void,
     count: c_int,
     dt: *mut ompi_datatype_t,
@@ -420,7 +420,7 @@ pub unsafe extern "C" fn ipmc_rs_ibcast(
 /// a valid `MPI_Bcast` call on `comm`, which ipmc's module `module` serves.
 #[no_mangle]
 pub unsafe extern "C" fn ipmc_rs_bcast(
-    state: *mut c_void,
+    state: *mut ipmc_rs_module,
     buf: *mut c_void,
     count: c_int,
     dt: *mut ompi_datatype_t,
@@ -447,7 +447,7 @@ pub unsafe extern "C" fn ipmc_rs_bcast(
 /// communicator, whose barrier ipmc's module `module` serves.
 #[no_mangle]
 pub unsafe extern "C" fn ipmc_rs_barrier(
-    state: *mut c_void,
+    state: *mut ipmc_rs_module,
     comm: *mut ompi_communicator_t,
     module: *mut ipmc_module,
 ) -> c_int {
@@ -467,7 +467,7 @@ pub unsafe extern "C" fn ipmc_rs_barrier(
 /// live while it runs.
 #[no_mangle]
 pub unsafe extern "C" fn ipmc_rs_allgather(
-    state: *mut c_void,
+    state: *mut ipmc_rs_module,
     args: *const sys::ipmc_allgather_args_t,
     comm: *mut ompi_communicator_t,
     module: *mut ipmc_module,
@@ -496,7 +496,7 @@ pub unsafe extern "C" fn ipmc_rs_allgather(
 /// MPI forbids concurrent collectives on one communicator, so this is the
 /// only reference to it.
 unsafe fn serve(
-    state: *mut c_void,
+    state: *mut ipmc_rs_module,
     what: &str,
     comm: Comm,
     mut call: impl FnMut(&mut Module) -> Result<()>,
@@ -610,7 +610,7 @@ pub unsafe extern "C" fn ipmc_rs_pvar_info(
 /// `state` comes from [`ipmc_rs_comm_query`], is not destroyed, and no call
 /// on its communicator runs at the same time.
 #[no_mangle]
-pub unsafe extern "C" fn ipmc_rs_pvar_read(state: *const c_void, i: c_int) -> u64 {
+pub unsafe extern "C" fn ipmc_rs_pvar_read(state: *const ipmc_rs_module, i: c_int) -> u64 {
     guard("reading a performance variable, which reads 0", 0, || {
         // SAFETY: see the function's contract: a shared reference for this read only.
         let module = unsafe { &*state.cast::<Module>() };
