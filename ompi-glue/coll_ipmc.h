@@ -42,6 +42,9 @@ typedef struct mca_coll_ipmc_module_t {
     /* The allgather ipmc replaced (NULL: ipmc serves no allgather). */
     mca_coll_base_module_allgather_fn_t prev_allgather;
     mca_coll_base_module_t *prev_allgather_module;
+    /* The same for MPI_Allgatherv. */
+    mca_coll_base_module_allgatherv_fn_t prev_allgatherv;
+    mca_coll_base_module_t *prev_allgatherv_module;
 } mca_coll_ipmc_module_t;
 OBJ_CLASS_DECLARATION(mca_coll_ipmc_module_t);
 

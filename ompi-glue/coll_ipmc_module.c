@@ -20,6 +20,8 @@ static void ipmc_module_construct(mca_coll_ipmc_module_t *m)
     m->prev_barrier_module = NULL;
     m->prev_allgather = NULL;
     m->prev_allgather_module = NULL;
+    m->prev_allgatherv = NULL;
+    m->prev_allgatherv_module = NULL;
 }
 
 static void ipmc_module_destruct(mca_coll_ipmc_module_t *m)
@@ -43,6 +45,10 @@ static void ipmc_module_destruct(mca_coll_ipmc_module_t *m)
     if (NULL != m->prev_allgather_module) {
         OBJ_RELEASE(m->prev_allgather_module);
         m->prev_allgather_module = NULL;
+    }
+    if (NULL != m->prev_allgatherv_module) {
+        OBJ_RELEASE(m->prev_allgatherv_module);
+        m->prev_allgatherv_module = NULL;
     }
 }
 
@@ -91,6 +97,15 @@ static int ipmc_module_enable(mca_coll_base_module_t *module, struct ompi_commun
             OBJ_RETAIN(m->prev_allgather_module);
         }
     }
+    if (NULL != m->super.coll_allgatherv) {
+        if (NULL == comm->c_coll->coll_allgatherv || NULL == comm->c_coll->coll_allgatherv_module) {
+            m->super.coll_allgatherv = NULL;
+        } else {
+            m->prev_allgatherv = comm->c_coll->coll_allgatherv;
+            m->prev_allgatherv_module = comm->c_coll->coll_allgatherv_module;
+            OBJ_RETAIN(m->prev_allgatherv_module);
+        }
+    }
     return ipmc_rs_module_enable(m->rs, (struct ipmc_module *) m, comm);
 }
 
@@ -121,8 +136,19 @@ static int ipmc_allgather(const void *sbuf, int scount, struct ompi_datatype_t *
                           struct ompi_communicator_t *comm, mca_coll_base_module_t *module)
 {
     mca_coll_ipmc_module_t *m = (mca_coll_ipmc_module_t *) module;
-    ipmc_allgather_args_t args = {MPI_IN_PLACE == sbuf ? NULL : sbuf, scount, sdtype,
-                                  rbuf, rcount, rdtype};
+    ipmc_allgather_args_t args = {MPI_IN_PLACE == sbuf ? NULL : sbuf, scount, sdtype, rbuf,
+                                  rcount, NULL, NULL, rdtype};
+    return ipmc_rs_allgather(m->rs, &args, comm, (struct ipmc_module *) m);
+}
+
+static int ipmc_allgatherv(const void *sbuf, int scount, struct ompi_datatype_t *sdtype,
+                           void *rbuf, const int *rcounts, const int *displs,
+                           struct ompi_datatype_t *rdtype, struct ompi_communicator_t *comm,
+                           mca_coll_base_module_t *module)
+{
+    mca_coll_ipmc_module_t *m = (mca_coll_ipmc_module_t *) module;
+    ipmc_allgather_args_t args = {MPI_IN_PLACE == sbuf ? NULL : sbuf, scount, sdtype, rbuf,
+                                  0, rcounts, displs, rdtype};
     return ipmc_rs_allgather(m->rs, &args, comm, (struct ipmc_module *) m);
 }
 
@@ -178,9 +204,10 @@ mca_coll_base_module_t *mca_coll_ipmc_comm_query(struct ompi_communicator_t *com
     if (1 != mca_coll_ipmc_params.barrier_algorithm) {
         m->super.coll_barrier = ipmc_barrier;
     }
-    /* allgather_algorithm 1 leaves MPI_Allgather likewise. */
+    /* allgather_algorithm 1 leaves MPI_Allgather and MPI_Allgatherv likewise. */
     if (1 != mca_coll_ipmc_params.allgather_algorithm) {
         m->super.coll_allgather = ipmc_allgather;
+        m->super.coll_allgatherv = ipmc_allgatherv;
     }
     return &m->super;
 }

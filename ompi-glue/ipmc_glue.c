@@ -291,6 +291,10 @@ int ipmc_prev_allgather(struct ipmc_module *module, const ipmc_allgather_args_t 
 {
     mca_coll_ipmc_module_t *m = (mca_coll_ipmc_module_t *) module;
     const void *sbuf = NULL == args->sbuf ? MPI_IN_PLACE : args->sbuf;
+    if (NULL != args->rcounts) {
+        return m->prev_allgatherv(sbuf, args->scount, args->sdtype, args->rbuf, args->rcounts,
+                                  args->displs, args->rdtype, comm, m->prev_allgatherv_module);
+    }
     return m->prev_allgather(sbuf, args->scount, args->sdtype, args->rbuf, args->rcount,
                              args->rdtype, comm, m->prev_allgather_module);
 }
@@ -300,6 +304,11 @@ int ipmc_base_allgather_ring(struct ipmc_module *module, const ipmc_allgather_ar
 {
     mca_coll_ipmc_module_t *m = (mca_coll_ipmc_module_t *) module;
     const void *sbuf = NULL == args->sbuf ? MPI_IN_PLACE : args->sbuf;
+    if (NULL != args->rcounts) {
+        return ompi_coll_base_allgatherv_intra_ring(sbuf, args->scount, args->sdtype, args->rbuf,
+                                                    args->rcounts, args->displs, args->rdtype,
+                                                    comm, &m->super);
+    }
     return ompi_coll_base_allgather_intra_ring(sbuf, args->scount, args->sdtype, args->rbuf,
                                                args->rcount, args->rdtype, comm, &m->super);
 }
@@ -308,7 +317,8 @@ void *ipmc_allgather_block(const ipmc_allgather_args_t *args, int i)
 {
     ptrdiff_t lb = 0, extent = 0;
     (void) ompi_datatype_get_extent(args->rdtype, &lb, &extent);
-    return (char *) args->rbuf + (ptrdiff_t) i * args->rcount * extent;
+    ptrdiff_t at = NULL != args->displs ? args->displs[i] : (ptrdiff_t) i * args->rcount;
+    return (char *) args->rbuf + at * extent;
 }
 
 int ipmc_prev_barrier(struct ipmc_module *module, struct ompi_communicator_t *comm)

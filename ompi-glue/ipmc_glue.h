@@ -108,24 +108,30 @@ int ipmc_unpack(const void *in, size_t len, void *buf, int count, struct ompi_da
 /* The broadcast of the component that ipmc replaced on this communicator. */
 int ipmc_prev_bcast(struct ipmc_module *module, void *buf, int count,
                     struct ompi_datatype_t *dt, int root, struct ompi_communicator_t *comm);
-/* The arguments of one MPI_Allgather; sbuf is NULL for MPI_IN_PLACE (this
-   rank's block is already in rbuf). */
+/* The arguments of one MPI_Allgather or MPI_Allgatherv; sbuf is NULL for
+   MPI_IN_PLACE (this rank's block is already in rbuf). An allgather's blocks
+   are rcount elements each, one after the other (rcounts and displs NULL);
+   an allgatherv's block i is rcounts[i] elements from displs[i]. */
 typedef struct ipmc_allgather_args {
     const void *sbuf;
     int scount;
     struct ompi_datatype_t *sdtype;
     void *rbuf;
     int rcount;
+    const int *rcounts;
+    const int *displs;
     struct ompi_datatype_t *rdtype;
 } ipmc_allgather_args_t;
-/* The allgather of the component that ipmc replaced on this communicator. */
+/* The allgather (allgatherv) of the component that ipmc replaced on this
+   communicator. */
 int ipmc_prev_allgather(struct ipmc_module *module, const ipmc_allgather_args_t *args,
                         struct ompi_communicator_t *comm);
 /* Open MPI's ring allgather (ompi_coll_base_allgather_intra_ring, tuned's
-   algorithm 4), on ipmc's module. */
+   algorithm 4; ompi_coll_base_allgatherv_intra_ring for an allgatherv), on
+   ipmc's module. */
 int ipmc_base_allgather_ring(struct ipmc_module *module, const ipmc_allgather_args_t *args,
                              struct ompi_communicator_t *comm);
-/* Where block i of an allgather's receive buffer starts (i times rcount
+/* Where block i of the receive buffer starts (i times rcount, or displs[i],
    extents of rdtype from rbuf). */
 void *ipmc_allgather_block(const ipmc_allgather_args_t *args, int i);
 /* The barrier of the component that ipmc replaced on this communicator. */
@@ -208,7 +214,8 @@ void ipmc_rs_finish_all(void);
 int ipmc_rs_bcast(struct ipmc_rs_module *state, void *buf, int count, struct ompi_datatype_t *dt, int root,
                   struct ompi_communicator_t *comm, struct ipmc_module *module);
 
-/* One MPI_Allgather on a communicator whose allgather ipmc serves. */
+/* One MPI_Allgather or MPI_Allgatherv on a communicator whose allgather
+   (allgatherv) ipmc serves. */
 int ipmc_rs_allgather(struct ipmc_rs_module *state, const ipmc_allgather_args_t *args,
                       struct ompi_communicator_t *comm, struct ipmc_module *module);
 /* One MPI_Barrier on a communicator whose barrier ipmc serves. */

@@ -1,8 +1,10 @@
-//! ipmc's `MPI_Allgather` on the emulated cluster
+//! ipmc's `MPI_Allgather` and `MPI_Allgatherv` on the emulated cluster
 //! (`tests/mpi/allgather_check.c`: every block on every rank, bytes, ints, a
-//! strided derived datatype, in place, sizes from 0 to 64 KiB): multicast
-//! forced, with 0, 50 and 100 % of the datagrams lost; the automatic choice
-//! alike on every rank; hosts of several ranks left to Open MPI.
+//! strided derived datatype, in place, sizes from 0 to 64 KiB; allgatherv's
+//! blocks of a different size on every rank, an empty one, in reverse order
+//! with gaps): multicast forced, with 0, 50 and 100 % of the datagrams lost;
+//! the automatic choice alike on every rank; hosts of several ranks left to
+//! Open MPI.
 
 mod common;
 
@@ -86,6 +88,48 @@ fn the_automatic_choice_measures_allgathers_alike_on_every_rank() {
         "no allgather row in the decision table:\n{}",
         run.output
     );
+}
+
+/// `MPI_Allgatherv`: blocks of a different size on every rank, each in its
+/// place and nothing between them touched, by multicast with every datagram
+/// delivered or lost, and measured alike on every rank.
+#[test]
+fn the_multicast_allgatherv_delivers_blocks_of_every_size_in_their_places() {
+    let cluster = Cluster::hosts(4);
+    for loss in ["0", "100"] {
+        let (_, world) = checked(
+            &cluster,
+            &[
+                ("coll_ipmc_allgather_algorithm", "2"),
+                ("coll_ipmc_inject_loss", loss),
+            ],
+            &["--v", "1"],
+        );
+        for s in &world {
+            let (calls, bytes) = tally(s, "allgather_multicast");
+            assert!(calls >= 20 && bytes > 0, "{loss} %: {s:?}");
+            assert_eq!(num(s, "allgathers"), calls, "{loss} %: {s:?}");
+            assert_eq!(s["allgather_multicast"], world[0]["allgather_multicast"]);
+            match loss {
+                "0" => assert!(num(s, "useful") > 0, "{s:?}"),
+                _ => assert_eq!(num(s, "useful"), 0, "{s:?}"),
+            }
+        }
+        // Rank 1's blocks are empty: it never multicasts one.
+        assert_eq!(num(&world[1], "sent"), 0, "{:?}", world[1]);
+        assert!(num(&world[0], "sent") > 0, "{:?}", world[0]);
+    }
+    let (_, world) = checked(&cluster, &[], &["--v", "1", "--repeat", "40"]);
+    for s in &world {
+        for key in [
+            "allgather_multicast",
+            "allgather_ring",
+            "allgather_previous",
+        ] {
+            assert_eq!(s[key], world[0][key], "{key}: {world:?}");
+            assert!(tally(s, key).0 > 0, "measured: {s:?}");
+        }
+    }
 }
 
 /// Hosts of several ranks: the replaced component serves every allgather

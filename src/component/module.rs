@@ -489,14 +489,17 @@ impl Module {
         Ok(())
     }
 
-    /// One `MPI_Allgather` on this communicator; the error is an Open MPI
-    /// code. Measured per block size as the barrier is; over two levels, or
-    /// where the group is not agreed, the replaced component serves it.
+    /// One `MPI_Allgather` or `MPI_Allgatherv` on this communicator.
+    /// Measured per block size as the barrier is (an allgatherv's by its
+    /// mean block); over two levels, or where the group is not agreed, the
+    /// replaced component serves it.
     pub fn allgather(&mut self, call: &mut AllgatherCall) -> Result<()> {
         let entered = Instant::now();
         self.moved = false;
         let comm = call.comm();
-        let block = call.block_bytes();
+        let blocks: Vec<usize> = (0..self.size).map(|i| call.block_bytes(i)).collect();
+        let total: usize = blocks.iter().sum();
+        let block = total.div_ceil(self.size);
         if !self.broken {
             self.finish_joining(comm)?;
             self.collect_answers(false)?;
@@ -506,8 +509,8 @@ impl Module {
         }
         let class = tuning::allgather_class(block);
         let one_level = matches!(self.levels, TwoLevels::No | TwoLevels::Failed);
-        let tunes = self.cfg.tunes_allgather() && one_level && block > 0;
-        let fixed = if self.cfg.forces_allgather() && one_level && block > 0 {
+        let tunes = self.cfg.tunes_allgather() && one_level && total > 0;
+        let fixed = if self.cfg.forces_allgather() && one_level && total > 0 {
             Algorithm::Multicast
         } else {
             Algorithm::Previous
@@ -517,15 +520,16 @@ impl Module {
             self.background.finish()?;
         }
         debug!(
-            "rank {} cid {}: allgather of {block} bytes per rank with {}",
+            "rank {} cid {}: {} of {total} bytes with {}",
             self.rank,
             self.cid,
+            if call.varies() { "allgatherv" } else { "allgather" },
             alg.name()
         );
         self.moved = true;
         let tally = match alg {
             Algorithm::Multicast => {
-                self.run_allgather(call, block)?;
+                self.run_allgather(call, &blocks)?;
                 &mut self.stats.allgather_multicast
             }
             Algorithm::Chain => {
@@ -538,7 +542,7 @@ impl Module {
             }
         };
         tally.calls += 1;
-        tally.bytes += (block * self.size) as u64;
+        tally.bytes += total as u64;
         if let Some(sample) = sample {
             self.tuner.record(sample, Some(entered.elapsed()), None);
         }
@@ -575,15 +579,20 @@ impl Module {
         Ok(self.servable((fixed, None)))
     }
 
-    /// ipmc's allgather: every rank's block (of `block` bytes) multicast in
-    /// turn, rank 0's first, each a two-stage broadcast whose chain repairs
-    /// what multicast did not deliver; a rank returns from each broadcast
-    /// once it owns the block, so a root multicasts its block as soon as it
-    /// has the blocks before it.
-    fn run_allgather(&mut self, call: &mut AllgatherCall, block: usize) -> Result<()> {
+    /// ipmc's allgather: every rank's block (rank `i`'s of `blocks[i]`
+    /// bytes) multicast in turn, rank 0's first, each a two-stage broadcast
+    /// whose chain repairs what multicast did not deliver; a rank returns
+    /// from each broadcast once it owns the block, so a root multicasts its
+    /// block as soon as it has the blocks before it. Empty blocks are
+    /// skipped, alike on every rank.
+    fn run_allgather(&mut self, call: &mut AllgatherCall, blocks: &[usize]) -> Result<()> {
         let comm = call.comm();
-        let mut data = vec![0u8; block];
-        for root in 0..self.size {
+        let mut data = Vec::new();
+        for (root, &len) in blocks.iter().enumerate() {
+            if len == 0 {
+                continue;
+            }
+            data.resize(len, 0);
             if root == self.rank {
                 call.own_block(self.rank, &mut data)?;
             }

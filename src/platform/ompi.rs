@@ -945,8 +945,8 @@ impl Comm {
     }
 }
 
-/// The arguments of one `MPI_Allgather` call, as the glue collected them
-/// (`ipmc_allgather_args_t`).
+/// The arguments of one `MPI_Allgather` or `MPI_Allgatherv` call, as the
+/// glue collected them (`ipmc_allgather_args_t`).
 pub struct AllgatherCall {
     pub(crate) args: *const sys::ipmc_allgather_args_t,
     pub(crate) comm: Comm,
@@ -967,20 +967,33 @@ impl AllgatherCall {
     /// Block `i` of the receive buffer.
     fn block(&self, i: usize) -> Layout {
         let a = self.args();
+        let count = if a.rcounts.is_null() {
+            a.rcount
+        } else {
+            // SAFETY: an allgatherv's `rcounts` holds one count per rank of
+            // the communicator, and `i` is one.
+            unsafe { *a.rcounts.add(i) }
+        };
         let i = c_int::try_from(i).expect("ranks fit in an int");
         Layout {
             // SAFETY: `i` is a rank of the communicator, whose block MPI
             // guarantees lies in the receive buffer.
             buf: unsafe { sys::ipmc_allgather_block(self.args, i) },
-            count: a.rcount,
+            count,
             dt: a.rdtype,
         }
     }
 
-    /// Bytes of one rank's block (the packed size of `rcount` elements).
-    pub fn block_bytes(&self) -> usize {
+    /// Bytes of rank `i`'s block (the packed size of its elements), the
+    /// same on every rank (MPI's rule on type signatures).
+    pub fn block_bytes(&self, i: usize) -> usize {
         // SAFETY: the receive datatype is the call's own, live while it runs.
-        unsafe { self.block(0).bytes() }
+        unsafe { self.block(i).bytes() }
+    }
+
+    /// Whether the call is an `MPI_Allgatherv`.
+    pub fn varies(&self) -> bool {
+        !self.args().rcounts.is_null()
     }
 
     /// Whether this rank's block is already in place (`MPI_IN_PLACE`).
@@ -1012,7 +1025,7 @@ impl AllgatherCall {
         unsafe { self.block(i).unpack(packed) }
     }
 
-    /// Hands the call to the allgather ipmc replaced.
+    /// Hands the call to the allgather (allgatherv) ipmc replaced.
     pub fn previous(&self) -> Result<()> {
         // SAFETY: the module is ipmc's, whose saved allgather was retained
         // in `module_enable`; the arguments are the call's.

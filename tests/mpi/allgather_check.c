@@ -2,9 +2,11 @@
  * Checks every byte that MPI_Allgather delivers, on every rank: blocks of
  * many sizes (0 included), of bytes, of ints, of a strided derived datatype
  * received as ints, in place, on MPI_COMM_WORLD and a duplicate, and
- * repeated back to back.
+ * repeated back to back. With --v 1, MPI_Allgatherv instead: blocks of a
+ * different size on every rank (an empty one among them), placed in reverse
+ * rank order with gaps that must stay untouched, of bytes, of ints, in place.
  *
- *   allgather_check [--max-bytes N] [--repeat R] [--strided 0|1]
+ *   allgather_check [--max-bytes N] [--repeat R] [--strided 0|1] [--v 0|1]
  *
  * --max-bytes  largest block per rank (default 65536)
  * --repeat     calls of each size and kind (default 3)
@@ -20,7 +22,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-static int max_bytes = 65536, repeat = 3, with_strided = 1;
+static int max_bytes = 65536, repeat = 3, with_strided = 1, varying_counts = 0;
 
 /* The byte at k of rank r's block in call c. */
 static unsigned char pattern(int c, int r, long k)
@@ -99,9 +101,67 @@ static void strided(MPI_Comm comm, int call, int n)
     free(recv);
 }
 
+/* MPI_Allgatherv of blocks of about `len` bytes, different on every rank
+   (rank 1's empty), as bytes or as ints, placed in reverse rank order with
+   a gap of 3 elements after each block; or in place. */
+static void varying(MPI_Comm comm, int call, long len, int ints, int in_place)
+{
+    int rank, size;
+    MPI_Comm_rank(comm, &rank);
+    MPI_Comm_size(comm, &size);
+    int elem = ints ? (int) sizeof(int) : 1, gap = 3;
+    int *counts = malloc(sizeof(int) * size), *displs = malloc(sizeof(int) * size);
+    long at = 0;
+    for (int r = size - 1; r >= 0; --r) {
+        counts[r] = r == 1 ? 0 : (int) ((len / (r + 1) + r) / elem);
+        displs[r] = (int) at;
+        at += counts[r] + gap;
+    }
+    long bytes = at * elem;
+    unsigned char *send = malloc(counts[rank] * (long) elem + 1), *recv = malloc(bytes + 1);
+    for (long k = 0; k < counts[rank] * (long) elem; ++k) {
+        send[k] = pattern(call, rank, k);
+    }
+    memset(recv, 0xEE, bytes + 1);
+    if (in_place) {
+        memcpy(recv + (long) displs[rank] * elem, send, counts[rank] * (long) elem);
+    }
+    MPI_Datatype type = ints ? MPI_INT : MPI_BYTE;
+    MPI_Allgatherv(in_place ? MPI_IN_PLACE : send, counts[rank], type, recv, counts, displs, type,
+                   comm);
+    const char *kind = in_place ? "allgatherv in place" : ints ? "allgatherv ints" : "allgatherv";
+    for (int r = 0; r < size; ++r) {
+        unsigned char *block = recv + (long) displs[r] * elem;
+        for (long k = 0; k < counts[r] * (long) elem; ++k) {
+            if (block[k] != pattern(call, r, k)) {
+                fail(comm, kind, call, r, k);
+            }
+        }
+        for (long k = 0; k < gap * (long) elem; ++k) {
+            if (block[counts[r] * (long) elem + k] != 0xEE) {
+                fail(comm, "allgatherv gap", call, r, k);
+            }
+        }
+    }
+    free(send);
+    free(recv);
+    free(counts);
+    free(displs);
+}
+
 static long check(MPI_Comm comm)
 {
     long calls = 0;
+    if (varying_counts) {
+        for (long len = 0; len <= max_bytes; len = len ? len * 4 + 3 : 1) {
+            for (int i = 0; i < repeat; ++i, ++calls) {
+                varying(comm, (int) calls, len, 0, 0);
+            }
+            varying(comm, (int) calls++, len, 1, 0);
+            varying(comm, (int) calls++, len, 0, 1);
+        }
+        return calls;
+    }
     for (long len = 0; len <= max_bytes; len = len ? len * 4 + 3 : 1) {
         for (int i = 0; i < repeat; ++i, ++calls) {
             contiguous(comm, (int) calls, len, 0, 0);
@@ -125,6 +185,8 @@ int main(int argc, char **argv)
             repeat = atoi(argv[i + 1]);
         } else if (!strcmp(argv[i], "--strided")) {
             with_strided = atoi(argv[i + 1]);
+        } else if (!strcmp(argv[i], "--v")) {
+            varying_counts = atoi(argv[i + 1]);
         } else {
             fprintf(stderr, "allgather_check: unknown option %s\n", argv[i]);
             MPI_Abort(MPI_COMM_WORLD, 2);
