@@ -133,7 +133,7 @@ fn the_multicast_allgatherv_delivers_blocks_of_every_size_in_their_places() {
 }
 
 /// Hosts of several ranks: the replaced component serves every allgather
-/// (its own knows the nodes), even with ipmc's forced. Without the strided
+/// and allgatherv (its own knows the nodes), even with ipmc's forced. Without the strided
 /// send type: Open MPI 5.0.7's `han`, which serves there, delivers wrong
 /// bytes for it (on 3 emulated hosts of 2 ranks, `mpirun --mca coll ^ipmc
 /// allgather_check` fails at the first strided call; with `han` excluded
@@ -144,14 +144,12 @@ fn hosts_of_several_ranks_leave_allgather_to_open_mpi() {
         slots: 2,
         ..Cluster::hosts(3)
     };
-    let (_, world) = checked(
-        &cluster,
-        &[("coll_ipmc_allgather_algorithm", "2")],
-        &["--strided", "0"],
-    );
-    for s in &world {
-        // No `ipmc collectives:` line: ipmc's own served none.
-        assert!(!s.contains_key("allgathers"), "{s:?}");
-        assert_eq!(num(s, "sent") + num(s, "recv"), 0, "{s:?}");
+    for args in [&["--strided", "0"], &["--v", "1"]] {
+        let (_, world) = checked(&cluster, &[("coll_ipmc_allgather_algorithm", "2")], args);
+        for s in &world {
+            // No `ipmc collectives:` line: ipmc's own served none.
+            assert!(!s.contains_key("allgathers"), "{args:?}: {s:?}");
+            assert_eq!(num(s, "sent") + num(s, "recv"), 0, "{args:?}: {s:?}");
+        }
     }
 }

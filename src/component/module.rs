@@ -523,7 +523,11 @@ impl Module {
             "rank {} cid {}: {} of {total} bytes with {}",
             self.rank,
             self.cid,
-            if call.varies() { "allgatherv" } else { "allgather" },
+            if call.varies() {
+                "allgatherv"
+            } else {
+                "allgather"
+            },
             alg.name()
         );
         self.moved = true;
