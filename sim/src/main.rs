@@ -365,12 +365,26 @@ fn validate(argv: &[String]) -> Result<(), String> {
     }
     set_network(&mut net, &set)?;
     let text = std::fs::read_to_string(path).map_err(|e| format!("{path}: {e}"))?;
+    // The columns by name (docs/testing.md, "results.csv").
+    let header: Vec<&str> = text.lines().next().unwrap_or("").split(',').collect();
+    let column = |name: &str| {
+        header
+            .iter()
+            .position(|h| *h == name)
+            .ok_or_else(|| format!("{path}: no column {name} (not a scripts/compare results.csv)"))
+    };
+    let [kind, peer_at, ranks, bytes, max_us] =
+        ["kind", "peer", "ranks", "bytes", "max_us"].map(column);
+    let (kind, peer_at, ranks, bytes, max_us) = (kind?, peer_at?, ranks?, bytes?, max_us?);
     println!("| peer | p | bytes | measured µs | simulated µs | simulated / measured |");
     println!("|---|---|---|---|---|---|");
     let (mut within, mut all) = (0, 0);
-    for line in text.lines().filter(|l| l.starts_with("summary,")) {
+    for line in text.lines().skip(1) {
         let f: Vec<&str> = line.split(',').collect();
-        let (peer, p, size, measured) = (f[1], f[2], f[3], f[6]);
+        if f.len() != header.len() || f[kind] != "summary" {
+            continue;
+        }
+        let (peer, p, size, measured) = (f[peer_at], f[ranks], f[bytes], f[max_us]);
         let Some(model) = model_of(peer) else {
             continue;
         };

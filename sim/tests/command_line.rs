@@ -115,3 +115,34 @@ fn a_barrier_needs_no_size_and_takes_barrier_peers_only() {
     let out = simulate(&["--nodes", "16", "--size", "1K", "--peer", "barrier-linear"]);
     assert_eq!(out.status.code(), Some(2), "{out:?}");
 }
+
+/// `validate` reads a `scripts/compare` results.csv by its column names
+/// (`docs/testing.md`), whatever their order, and refuses another file.
+#[test]
+fn validate_reads_compare_results_by_column_name() {
+    let dir = std::env::temp_dir().join(format!("ipmc-sim-validate-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let results = dir.join("results.csv");
+    std::fs::write(
+        &results,
+        "status,max_us,bytes,ranks,peer,kind\n\
+         ok,1000.0,4096,4,tuned-6,summary\n\
+         ok,900.0,4096,4,tuned-6,rank\n\
+         ok,5.0,4096,4,no-such-peer,summary\n",
+    )
+    .unwrap();
+    let out = simulate(&["validate", results.to_str().unwrap()]);
+    assert!(out.status.success(), "{out:?}");
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        stdout.contains("| tuned-6 | 4 | 4096 | 1000.0 |"),
+        "{stdout}"
+    );
+    assert!(stdout.contains("of 1 points within"), "{stdout}");
+    let other = dir.join("other.csv");
+    std::fs::write(&other, "a,b\n1,2\n").unwrap();
+    let out = simulate(&["validate", other.to_str().unwrap()]);
+    assert!(!out.status.success(), "{out:?}");
+    assert!(String::from_utf8_lossy(&out.stderr).contains("no column kind"));
+    std::fs::remove_dir_all(&dir).unwrap();
+}

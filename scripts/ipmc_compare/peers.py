@@ -1,0 +1,78 @@
+"""The peers: sets of MCA parameters that choose who serves the collective."""
+import re
+import subprocess
+
+from . import common
+from .common import fail, human_bytes, parse_bytes
+
+
+def tuned_algorithms():
+    """Tuned's fixed algorithms of the collective {number: name}, as this Open MPI lists them."""
+    out = subprocess.run(["ompi_info", "--param", "coll", "tuned", "--level", "9", "--parsable"],
+                         capture_output=True, text=True, check=True).stdout
+    algs = {}
+    for line in out.splitlines():
+        m = re.match(rf"mca:coll:tuned:param:coll_tuned_{common.COLLECTIVE}_algorithm:enumerator:value:(\d+):(\S+)",
+                     line)
+        if m and int(m.group(1)) > 0:
+            algs[int(m.group(1))] = m.group(2)
+    if not algs:
+        fail(f"ompi_info lists no fixed {common.COLLECTIVE} algorithm of coll tuned")
+    return algs
+
+
+def make_peer(name, algs):
+    """A peer's description: its kind, MCA arguments and a label."""
+    forced = {"ipmc-linear": 1, "ipmc-chain": 2, "ipmc-multicast": 3}
+    if common.COLLECTIVE != "bcast":
+        forced = {"ipmc-multicast": 2}
+    if name in forced:
+        return {"name": name, "kind": "ipmc", "label": f"ipmc forced to {name[5:]}",
+                "mca": ["--mca", "coll_ipmc_priority", "100", "--mca", f"coll_ipmc_{common.COLLECTIVE}_algorithm",
+                        str(forced[name])]}
+    if name in ("ipmc", "ipmc-mcast", "ipmc-thesis", "ipmc-noauth"):
+        mca = ["--mca", "coll_ipmc_priority", "100"]
+        label = "ipmc (its defaults)"
+        if name == "ipmc-thesis":
+            mca += ["--mca", "coll_ipmc_crossover_nodes", "4"]
+            label = "ipmc, the thesis's fixed thresholds"
+        if name == "ipmc-mcast":
+            mca += ["--mca", "coll_ipmc_crossover_nodes", "2"]
+            label = "ipmc, multicast at every p"
+        if name == "ipmc-noauth":
+            mca += ["--mca", "coll_ipmc_authenticate", "0"]
+            label = "ipmc, datagrams without authentication"
+        return {"name": name, "kind": "ipmc", "mca": mca, "label": label}
+    if name == "default":
+        return {"name": name, "kind": "default", "mca": ["--mca", "coll", "^ipmc"],
+                "label": "Open MPI's default selection"}
+    if name == "han":
+        return {"name": name, "kind": "han", "mca": ["--mca", "coll", "^ipmc", "--mca", "coll_han_priority", "100"],
+                "label": "han (coll_han_priority 100)"}
+    m = re.fullmatch(r"tuned-(\d+)(?:-seg(\d+[kKmM]?))?", name)
+    if m and int(m.group(1)) in algs:
+        n = int(m.group(1))
+        mca = ["--mca", "coll", "^ipmc", "--mca", "coll_tuned_use_dynamic_rules", "1",
+               "--mca", f"coll_tuned_{common.COLLECTIVE}_algorithm", str(n)]
+        label = f"tuned {n}: {algs[n]}"
+        if m.group(2) and common.COLLECTIVE == "bcast":
+            seg = parse_bytes(m.group(2))
+            mca += ["--mca", "coll_tuned_bcast_algorithm_segmentsize", str(seg)]
+            label += f", {human_bytes(seg)} segments"
+        return {"name": name, "kind": "tuned", "mca": mca, "label": label, "algorithm": n}
+    known = ", ".join(f"tuned-{n} ({a})" for n, a in sorted(algs.items()))
+    fail(f"unknown peer {name!r}: use ipmc, ipmc-mcast, ipmc-thesis, ipmc-noauth, ipmc-linear, ipmc-chain, "
+         f"ipmc-multicast, default, han, tuned-* or one of {known}, "
+         "optionally with -segSIZE")
+
+
+def expand_peers(names, algs):
+    peers, seen = [], set()
+    for name in names:
+        # tuned's two_proc barrier serves 2 processes only.
+        every = [f"tuned-{n}" for n, a in sorted(algs.items()) if a != "two_proc"]
+        for one in (every if name in ("tuned-*", "tuned-all") else [name]):
+            if one not in seen:
+                seen.add(one)
+                peers.append(make_peer(one, algs))
+    return peers

@@ -1,0 +1,107 @@
+"""The parsers of what the benchmark, Open MPI and ipmc print, on lines as they
+print them, and the units of the command line.
+
+    python3 -m unittest discover -s scripts -p 'test_*.py'
+"""
+import argparse
+import unittest
+
+from ipmc_compare import common
+from ipmc_compare.common import parse_bytes, parse_host_list, parse_size_list
+from ipmc_compare.parse import parse_bench_output, parse_ipmc_algorithms, parse_selection
+from ipmc_compare.results import median_of_repeats
+
+BENCH = """\
+bcast_bench: 4 ranks, root 0
+rank,4,4096,1,216.9,,,,
+rank,4,4096,2,196.8,,,,
+rank,4,4096,3,183.9,,,,
+summary,4,4096,,,216.9,183.9,1.180,356.6
+rank,4,65536,1,5568.1,,,,
+"""
+
+SELECTION = """\
+[h1:101] coll:base:comm_select: new communicator: MPI_COMM_WORLD (cid 0)
+[h1:101] coll:base:comm_select: selecting      libnbc, priority  10, Enabled
+[h1:101] coll:base:comm_select: selecting       tuned, priority  30, Enabled
+[h1:101] coll:base:comm_select: selecting        ipmc, priority 100, Enabled
+[h2:102] coll:base:comm_select: new communicator: MPI_COMM_WORLD (cid 0)
+[h2:102] coll:base:comm_select: selecting       tuned, priority  30, Enabled
+[h2:102] coll:base:comm_select: selecting        ipmc, priority 100, Disabled
+[h2:102] coll:base:comm_select: new communicator: han node (cid 3)
+"""
+
+STATS = ("[h1:9483] ipmc stats: rank=0 size=4 nodes=4 cid=0 bcasts=136 empty=0 ibcasts=0 "
+         "linear=0:0B chain=2:2097152B multicast=122:31834112B previous=12:2260992B binomial=0:0B "
+         "binary=0:0B two_level=0:0B setup=ok sent=22494")
+COLLECTIVES = ("[h1:9483] ipmc collectives: rank=0 size=4 cid=0 barriers=30 barrier_multicast=8 "
+               "barrier_linear=20 barrier_previous=2 barrier_two_level=0 released_mcast=8 "
+               "released_p2p=0 allgathers=5 allgather_multicast=3:3072B allgather_ring=1:1024B "
+               "allgather_previous=1:1024B comm=\"MPI_COMM_WORLD\"")
+
+
+class Units(unittest.TestCase):
+    def test_sizes_take_binary_suffixes(self):
+        self.assertEqual(parse_bytes("4096"), 4096)
+        self.assertEqual(parse_bytes("64k"), 65536)
+        self.assertEqual(parse_bytes("1MiB"), 1 << 20)
+        self.assertEqual(parse_size_list("1k, 4k,64K"), [1024, 4096, 65536])
+        for bad in ("", "4x", "-1", "1.5k"):
+            with self.assertRaises(argparse.ArgumentTypeError):
+                parse_bytes(bad)
+        with self.assertRaises(argparse.ArgumentTypeError):
+            parse_size_list("2G")
+
+    def test_host_lists_take_ranges(self):
+        self.assertEqual(parse_host_list("2-4,8"), [2, 3, 4, 8])
+        with self.assertRaises(argparse.ArgumentTypeError):
+            parse_host_list("0")
+
+
+class Bench(unittest.TestCase):
+    def test_only_sizes_with_a_summary_count(self):
+        sizes = parse_bench_output(BENCH)
+        self.assertEqual(list(sizes), [4096])
+        s = sizes[4096]
+        self.assertEqual((s["max_us"], s["min_us"], s["simple_max_us"]), (216.9, 183.9, 356.6))
+        self.assertEqual(s["per_rank_us"], {1: 216.9, 2: 196.8, 3: 183.9})
+
+
+class Selection(unittest.TestCase):
+    def test_the_enabled_component_of_highest_priority_serves(self):
+        serving, others = parse_selection([SELECTION])
+        self.assertEqual(serving, {"ipmc": 1, "tuned": 1})
+        self.assertEqual(others, 1, "han's node communicator")
+
+
+class IpmcStatistics(unittest.TestCase):
+    def tearDown(self):
+        common.COLLECTIVE = "bcast"
+
+    def test_rank_0s_algorithms_of_each_collective(self):
+        common.COLLECTIVE = "bcast"
+        self.assertEqual(parse_ipmc_algorithms([STATS]),
+                         {"linear": 0, "chain": 2, "multicast": 122, "previous": 12,
+                          "binomial": 0, "binary": 0, "two_level": 0})
+        common.COLLECTIVE = "barrier"
+        self.assertEqual(parse_ipmc_algorithms([COLLECTIVES]),
+                         {"multicast": 8, "linear": 20, "previous": 2, "two_level": 0})
+        common.COLLECTIVE = "allgather"
+        self.assertEqual(parse_ipmc_algorithms([COLLECTIVES]),
+                         {"multicast": 3, "ring": 1, "previous": 1})
+        self.assertIsNone(parse_ipmc_algorithms(["nothing of ipmc's"]))
+
+
+class Repeats(unittest.TestCase):
+    def test_the_median_run_of_those_that_measured(self):
+        def point(us, status="ok"):
+            return {"peer": "ipmc", "p": 4, "bytes": 4096, "max_us": us, "status": status}
+        (chosen,) = median_of_repeats([point(3.0), point(1.0), point(None, "timeout"), point(2.0)])
+        self.assertEqual(chosen["max_us"], 2.0)
+        self.assertEqual(chosen["repeats"], [1.0, 2.0, 3.0])
+        (lower,) = median_of_repeats([point(4.0), point(1.0)])
+        self.assertEqual(lower["max_us"], 1.0, "the lower of an even count")
+
+
+if __name__ == "__main__":
+    unittest.main()
