@@ -601,6 +601,12 @@ static SLOTS: Mutex<Vec<Weak<Mutex<Slot>>>> = Mutex::new(Vec::new());
 /// Pieces of work in the background now: the progress callback's quick way out.
 static RUNNING: AtomicUsize = AtomicUsize::new(0);
 
+/// Whether no communicator has work in the background: then [`progress`]
+/// has nothing to do (Open MPI's progress loop calls it on every turn).
+pub fn is_idle() -> bool {
+    RUNNING.load(Ordering::Relaxed) == 0
+}
+
 fn locked<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
     // A panic caught at the FFI boundary may poison a lock; the data stays usable.
     m.lock().unwrap_or_else(|p| p.into_inner())
@@ -917,7 +923,7 @@ pub fn finish_all() {
 /// a communicator that is busy (its own call runs, maybe on this very
 /// thread, which is how this gets called) is simply left for the next time.
 pub fn progress() -> usize {
-    if RUNNING.load(Ordering::Relaxed) == 0 {
+    if is_idle() {
         return 0;
     }
     let Ok(mut slots) = SLOTS.try_lock() else {
