@@ -22,6 +22,8 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "ipmc_counters.h"
+
 static int compare(const void *a, const void *b)
 {
     double x = *(const double *) a, y = *(const double *) b;
@@ -83,6 +85,7 @@ int main(int argc, char **argv)
     int rounds = 50, batch = 5, warmup = 40;
     char sizes[1024] = "1024,4096,65536";
     MPI_Init(&argc, &argv);
+    ipmc_counters_start(&(MPI_Comm){MPI_COMM_WORLD});
     for (int i = 1; i + 1 < argc; i += 2) {
         int v = atoi(argv[i + 1]);
         if (!strcmp(argv[i], "--sizes")) {
@@ -107,6 +110,7 @@ int main(int argc, char **argv)
     for (char *s = strtok(sizes, ","); s; s = strtok(NULL, ",")) {
         bench((size_t) strtoul(s, NULL, 10), rounds, batch, warmup, rank, size);
     }
+    ipmc_counters_print(rank);
     MPI_Finalize();
     return 0;
 }

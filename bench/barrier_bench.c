@@ -23,6 +23,8 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "ipmc_counters.h"
+
 static int compare(const void *a, const void *b)
 {
     double x = *(const double *) a, y = *(const double *) b;
@@ -33,6 +35,7 @@ int main(int argc, char **argv)
 {
     int rounds = 200, batch = 10, warmup = 100;
     MPI_Init(&argc, &argv);
+    ipmc_counters_start(&(MPI_Comm){MPI_COMM_WORLD});
     for (int i = 1; i + 1 < argc; i += 2) {
         int v = atoi(argv[i + 1]);
         if (!strcmp(argv[i], "--rounds") && v > 0) {
@@ -82,6 +85,7 @@ int main(int argc, char **argv)
     }
     free(t);
     free(all);
+    ipmc_counters_print(rank);
     MPI_Finalize();
     return 0;
 }

@@ -59,6 +59,8 @@
 #include <string.h>
 #include <unistd.h>
 
+#include "ipmc_counters.h"
+
 #define TAG_REPLY 7001
 #define TAG_PING 7002
 #define MAX_SIZES 64
@@ -235,6 +237,7 @@ int main(int argc, char **argv)
     double *samples, *per_target;
 
     MPI_Init(&argc, &argv);
+    ipmc_counters_start(&(MPI_Comm){MPI_COMM_WORLD});
     MPI_Comm_rank(MPI_COMM_WORLD, &rank);
     MPI_Comm_size(MPI_COMM_WORLD, &p);
     for (int i = 1; i < argc; i += 2) {
@@ -315,6 +318,7 @@ int main(int argc, char **argv)
     free(buf);
     free(samples);
     free(per_target);
+    ipmc_counters_print(rank);
     MPI_Finalize();
     return 0;
 }

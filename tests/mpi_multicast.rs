@@ -239,6 +239,26 @@ fn the_benchmark_measures_every_rank() {
         let (max, min): (f64, f64) = (s[5].parse().unwrap(), s[6].parse().unwrap());
         assert!(max >= min, "{}", run.output);
     }
+    // Rank 0 reads ipmc's counters through MPI_T (bench/ipmc_counters.h):
+    // one line, and on 4 ranks every 64 KiB broadcast multicast.
+    let counters: Vec<&str> = run
+        .output
+        .lines()
+        .filter(|l| l.starts_with("ipmc_counters:"))
+        .collect();
+    assert_eq!(counters.len(), 1, "{}", run.output);
+    let counter = |name: &str| -> u64 {
+        let key = format!(" {name}=");
+        let at = counters[0]
+            .find(&key)
+            .unwrap_or_else(|| panic!("no {name}: {}", counters[0]));
+        let rest = &counters[0][at + key.len()..];
+        rest[..rest.find(' ').unwrap_or(rest.len())]
+            .parse()
+            .unwrap()
+    };
+    assert!(counter("coll_ipmc_multicast_bcasts") > 0, "{}", counters[0]);
+    assert!(counter("coll_ipmc_bcasts") >= counter("coll_ipmc_multicast_bcasts"));
 }
 
 /// The root broadcasts and then sends to rank 1, which waits for that message

@@ -1,5 +1,5 @@
 """Parsing what the benchmark and Open MPI print: the benchmark's CSV, which component
-served the collective, ipmc's statistics."""
+served the collective, ipmc's counters (MPI_T)."""
 import csv
 import re
 from pathlib import Path
@@ -52,17 +52,13 @@ def parse_selection(texts):
 
 
 def parse_ipmc_algorithms(texts):
-    """ipmc's statistics of MPI_COMM_WORLD on rank 0: broadcasts (or barriers) per algorithm."""
+    """ipmc's calls of the collective per algorithm on MPI_COMM_WORLD, as rank 0
+    of the benchmark read them through MPI_T (its `ipmc_counters:` line of
+    coll_ipmc_ALG_bcasts, _barriers or _allgathers); None without that line."""
+    noun = {"barrier": "barriers", "allgather": "allgathers"}.get(common.COLLECTIVE, "bcasts")
     for line in (line for text in texts for line in text.splitlines()):
-        kind = "stats" if common.COLLECTIVE == "bcast" else "collectives"
-        if re.search(rf"ipmc {kind}: rank=0 .*\bcid=0\b", line):
-            if common.COLLECTIVE == "barrier":
-                return {alg: int(n) for alg, n in
-                        re.findall(r"\bbarrier_(multicast|linear|previous|two_level)=(\d+)", line)}
-            if common.COLLECTIVE == "allgather":
-                return {alg: int(n) for alg, n in
-                        re.findall(r"\ballgather_(multicast|ring|previous)=(\d+):", line)}
-            return {alg: int(calls) for alg, calls in re.findall(r"\b(linear|chain|multicast|previous|binomial|binary|two_level)=(\d+):", line)}
+        if line.startswith("ipmc_counters:"):
+            return {alg: int(n) for alg, n in re.findall(rf"\bcoll_ipmc_(\w+?)_{noun}=(\d+)", line)}
     return None
 
 
@@ -72,7 +68,7 @@ def error_tail(path, lines=6):
         text = Path(path).read_text(errors="replace")
     except OSError:
         return ""
-    noise = ("coll:", "ipmc stats:", "disqualifying myself", "setpgid")
+    noise = ("coll:", "ipmc_counters:", "disqualifying myself", "setpgid")
     keep = [l for l in text.splitlines() if l.strip() and not any(n in l for n in noise)]
     own = [l for l in keep if "_bench:" in l]  # the benchmark's own reason comes first
     return "\n".join(own[:lines] if own else keep[-lines:])

@@ -318,7 +318,7 @@ def report(out, data, plots=True):
             print(f"  p={r['p']} {r['peer']}: {r['status']} (exit {r['rc']})")
             if r.get("error"):
                 print("    " + r["error"].replace("\n", "\n    "))
-    print(f"\n== who served {collective_name()} (coll_base_verbose, ipmc statistics)")
+    print(f"\n== who served {collective_name()} (coll_base_verbose; ipmc's counters through MPI_T)")
     for note in data["selection"]:
         print(f"  {note}")
     print("\n== targets")

@@ -31,13 +31,15 @@ SELECTION = """\
 [h2:102] coll:base:comm_select: new communicator: han node (cid 3)
 """
 
-STATS = ("[h1:9483] ipmc stats: rank=0 size=4 nodes=4 cid=0 bcasts=136 empty=0 ibcasts=0 "
-         "linear=0:0B chain=2:2097152B multicast=122:31834112B previous=12:2260992B binomial=0:0B "
-         "binary=0:0B two_level=0:0B setup=ok sent=22494")
-COLLECTIVES = ("[h1:9483] ipmc collectives: rank=0 size=4 cid=0 barriers=30 barrier_multicast=8 "
-               "barrier_linear=20 barrier_previous=2 barrier_two_level=0 released_mcast=8 "
-               "released_p2p=0 allgathers=5 allgather_multicast=3:3072B allgather_ring=1:1024B "
-               "allgather_previous=1:1024B comm=\"MPI_COMM_WORLD\"")
+COUNTERS = ("ipmc_counters: coll_ipmc_bcasts=136 coll_ipmc_empty=0 coll_ipmc_ibcasts=0 "
+            "coll_ipmc_linear_bcasts=0 coll_ipmc_linear_bcast_bytes=0 coll_ipmc_chain_bcasts=2 "
+            "coll_ipmc_multicast_bcasts=122 coll_ipmc_previous_bcasts=12 coll_ipmc_binomial_bcasts=0 "
+            "coll_ipmc_binary_bcasts=0 coll_ipmc_two_level_bcasts=0 coll_ipmc_sent=22494 "
+            "coll_ipmc_barriers=30 coll_ipmc_multicast_barriers=8 coll_ipmc_linear_barriers=20 "
+            "coll_ipmc_previous_barriers=2 coll_ipmc_two_level_barriers=0 "
+            "coll_ipmc_barrier_releases_by_multicast=8 coll_ipmc_allgathers=5 "
+            "coll_ipmc_multicast_allgathers=3 coll_ipmc_multicast_allgather_bytes=3072 "
+            "coll_ipmc_ring_allgathers=1 coll_ipmc_previous_allgathers=1")
 
 
 class Units(unittest.TestCase):
@@ -78,16 +80,16 @@ class IpmcStatistics(unittest.TestCase):
     def tearDown(self):
         common.COLLECTIVE = "bcast"
 
-    def test_rank_0s_algorithms_of_each_collective(self):
+    def test_rank_0s_counters_per_algorithm_of_each_collective(self):
         common.COLLECTIVE = "bcast"
-        self.assertEqual(parse_ipmc_algorithms([STATS]),
+        self.assertEqual(parse_ipmc_algorithms(["rank,4,4096,1,216.9,,,,", COUNTERS]),
                          {"linear": 0, "chain": 2, "multicast": 122, "previous": 12,
                           "binomial": 0, "binary": 0, "two_level": 0})
         common.COLLECTIVE = "barrier"
-        self.assertEqual(parse_ipmc_algorithms([COLLECTIVES]),
+        self.assertEqual(parse_ipmc_algorithms([COUNTERS]),
                          {"multicast": 8, "linear": 20, "previous": 2, "two_level": 0})
         common.COLLECTIVE = "allgather"
-        self.assertEqual(parse_ipmc_algorithms([COLLECTIVES]),
+        self.assertEqual(parse_ipmc_algorithms([COUNTERS]),
                          {"multicast": 3, "ring": 1, "previous": 1})
         self.assertIsNone(parse_ipmc_algorithms(["nothing of ipmc's"]))
 
