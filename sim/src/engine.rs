@@ -137,6 +137,8 @@ struct Link {
     tokens_at: Ns,
     /// Datagrams of which a fragment was dropped here.
     dropped: HashSet<u64>,
+    /// Bytes this link has put on its wire (frames, headers included).
+    sent: u64,
 }
 
 #[derive(Default)]
@@ -184,6 +186,7 @@ impl Link {
             tokens: bucket as f64,
             tokens_at: 0,
             dropped: HashSet::new(),
+            sent: 0,
         }
     }
 
@@ -235,6 +238,7 @@ impl Link {
     fn start(&mut self, at: Ns) -> Option<Ns> {
         let p = self.fifo.pop_front()?;
         let wire = p.wire;
+        self.sent += wire as u64;
         self.on_wire = Some(p);
         Some(at + self.transmit(at, wire))
     }
@@ -305,6 +309,10 @@ pub struct Counters {
     pub messages_sent: u64,
     pub messages_delivered: u64,
     pub events: u64,
+    /// Bytes on the hosts' links, both ways (each host's uplink and the
+    /// switch's port to it), and on the trunks between leaves and spine.
+    pub host_link_bytes: u64,
+    pub trunk_bytes: u64,
 }
 
 /// What one run of the simulator found.
@@ -501,6 +509,10 @@ impl Engine {
                 "rank {h} ended with {n} receives or messages unmatched"
             ));
         }
+        let sent = |links: &[Link]| links.iter().map(|l| l.sent).sum::<u64>();
+        self.counters.host_link_bytes =
+            self.hosts.iter().map(|h| h.uplink.sent).sum::<u64>() + sent(&self.ports);
+        self.counters.trunk_bytes = sent(&self.trunks_up) + sent(&self.trunks_down);
         Ok(Outcome {
             returned_ns: self
                 .hosts

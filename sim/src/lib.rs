@@ -14,6 +14,7 @@
 //! and a cost per message and per byte on every host. `docs/simulator.md`
 //! says what is modelled and what is not.
 
+pub mod allgather;
 pub mod barrier;
 pub mod engine;
 pub mod network;

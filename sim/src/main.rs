@@ -20,6 +20,7 @@ usage: simulate --nodes N --size BYTES [--loss PCT] [--burst LEN] [--rate MBITS]
                 [--calls N] [--per-rank]
                 [--ranks-per-node R] [--node-hop-us US] [--node-copy-gbs GB]
        simulate --collective barrier --nodes N [network options] [--peer NAME]...
+       simulate --collective allgather --nodes N --size BYTES [network options] [--peer NAME]...
 
 Simulates one broadcast of BYTES (suffixes K, M: KiB, MiB) from rank R
 (default 0) to N nodes, one rank each, on one switch, every rank waiting when
@@ -55,6 +56,12 @@ at once: ipmc's (arrivals to rank 0 up a tree of 16 children per rank, one
 release datagram through the component's driver, point-to-point releases down
 a binary tree) against models of tuned's linear and Bruck barriers (--peer
 barrier-linear, barrier-bruck); T is when the last rank left it.
+
+--collective allgather simulates one MPI_Allgather of BYTES per rank: ipmc's
+(every rank's block a multicast broadcast in turn, rank 0's first, with the
+component's driver) against a model of tuned's ring allgather (--peer
+allgather-ring). Every line also reports the bytes the run put on the hosts'
+links (host_link_bytes, both ways) and on the trunks (trunk_bytes).
 
   simulate validate RESULTS.csv [--preset clic] [network options]
 sets each point of a scripts/compare run the simulator has a model of
@@ -96,7 +103,7 @@ fn parse(argv: &[String]) -> Result<Option<Args>, String> {
     let mut flow_window = None;
     let mut per_rank = false;
     let mut node = ipmc_sim::node::Node::default();
-    let mut barrier = false;
+    let mut collective = "bcast";
     let mut it = argv.iter();
     while let Some(flag) = it.next() {
         if flag == "--help" || flag == "-h" {
@@ -116,11 +123,18 @@ fn parse(argv: &[String]) -> Result<Option<Args>, String> {
         };
         match flag.as_str() {
             "--nodes" => nodes = Some(bytes(&value)?),
-            "--collective" => match value.as_str() {
-                "bcast" => barrier = false,
-                "barrier" => barrier = true,
-                _ => return Err(format!("--collective: bcast or barrier, not {value}")),
-            },
+            "--collective" => {
+                collective = match value.as_str() {
+                    "bcast" => "bcast",
+                    "barrier" => "barrier",
+                    "allgather" => "allgather",
+                    _ => {
+                        return Err(format!(
+                            "--collective: bcast, barrier or allgather, not {value}"
+                        ))
+                    }
+                }
+            }
             "--size" => size = Some(bytes(&value)?),
             "--preset" => {
                 net = match value.as_str() {
@@ -177,7 +191,7 @@ fn parse(argv: &[String]) -> Result<Option<Args>, String> {
     let loss_pct = set_network(&mut net, &set)?;
     let nodes = nodes.ok_or("--nodes is required")?;
     // A barrier moves no message: one byte stands for its release.
-    let size = if barrier {
+    let size = if collective == "barrier" {
         size.unwrap_or(1)
     } else {
         size.ok_or("--size is required")?
@@ -206,21 +220,28 @@ fn parse(argv: &[String]) -> Result<Option<Args>, String> {
     if let Some(w) = flow_window {
         scenario.ipmc.flow_window = w;
     }
-    let peers = match (barrier, peers) {
-        (_, Some(p)) if p.iter().any(|a| a.is_barrier() != barrier) => {
-            return Err(
-                "--peer: a broadcast's peers for a broadcast, a barrier's for a barrier".into(),
-            )
+    let peers = match (collective, peers) {
+        (_, Some(p)) if p.iter().any(|a| a.collective() != collective) => {
+            return Err(format!(
+                "--peer: the peers of a {collective}, not of another collective"
+            ))
         }
         (_, Some(p)) => p,
-        (true, None) => Algorithm::BARRIER_PEERS.to_vec(),
-        (false, None) => default_peers(nodes),
+        ("barrier", None) => Algorithm::BARRIER_PEERS.to_vec(),
+        ("allgather", None) => Algorithm::ALLGATHER_PEERS.to_vec(),
+        _ => default_peers(nodes),
     };
-    if barrier {
+    if collective != "bcast" {
         if node.ranks > 1 || calls > 1 {
-            return Err("--collective barrier: one rank per node, one call".into());
+            return Err(format!(
+                "--collective {collective}: one rank per node, one call"
+            ));
         }
-        scenario.algorithm = Algorithm::BarrierIpmc;
+        scenario.algorithm = if collective == "barrier" {
+            Algorithm::BarrierIpmc
+        } else {
+            Algorithm::AllgatherIpmc
+        };
     }
     Ok(Some(Args {
         scenario,
@@ -447,7 +468,8 @@ fn main() -> ExitCode {
     let c = &ipmc.counters;
     println!(
         "algorithm={} completion_max_us={ipmc_us:.1} median_us={:.1} min_us={:.1} quiet_us={:.1} \
-         datagrams={} lost={} queue_drops={} rcvbuf_drops={} messages={} events={} run_s={:.1}",
+         datagrams={} lost={} queue_drops={} rcvbuf_drops={} messages={} host_link_bytes={} \
+         trunk_bytes={} events={} run_s={:.1}",
         s.algorithm.name(),
         us(sorted[sorted.len() / 2]),
         us(sorted[0]),
@@ -457,6 +479,8 @@ fn main() -> ExitCode {
         c.queue_drops,
         c.rcvbuf_drops,
         c.messages_sent,
+        c.host_link_bytes,
+        c.trunk_bytes,
         c.events,
         started.elapsed().as_secs_f64()
     );
@@ -476,10 +500,13 @@ fn main() -> ExitCode {
             Ok(o) => {
                 let peer_us = us(o.completion_max_ns());
                 println!(
-                    "algorithm={} completion_max_us={peer_us:.1} ratio_to_ipmc={:.2} messages={} events={} run_s={:.1}",
+                    "algorithm={} completion_max_us={peer_us:.1} ratio_to_ipmc={:.2} messages={} \
+                     host_link_bytes={} trunk_bytes={} events={} run_s={:.1}",
                     peer.name(),
                     peer_us / ipmc_us,
                     o.counters.messages_sent,
+                    o.counters.host_link_bytes,
+                    o.counters.trunk_bytes,
                     o.counters.events,
                     t.elapsed().as_secs_f64()
                 );

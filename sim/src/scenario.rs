@@ -10,6 +10,7 @@ use ipmc::base::params::Config;
 use ipmc::group::setup;
 use ipmc::protocol::datagram::Key;
 
+use crate::allgather;
 use crate::barrier::{self, IpmcBarrier};
 use crate::engine::{Engine, Outcome};
 use crate::network::Network;
@@ -36,6 +37,11 @@ pub enum Algorithm {
     BarrierIpmc,
     BarrierLinear,
     BarrierBruck,
+    /// `MPI_Allgather` ([`crate::allgather`]): ipmc's, every rank's block a
+    /// multicast broadcast in turn with the component's driver, and a model
+    /// of tuned's ring allgather.
+    AllgatherIpmc,
+    AllgatherRing,
 }
 
 impl Algorithm {
@@ -45,6 +51,7 @@ impl Algorithm {
         Algorithm::ScatterAllgather,
     ];
     pub const BARRIER_PEERS: [Algorithm; 2] = [Algorithm::BarrierLinear, Algorithm::BarrierBruck];
+    pub const ALLGATHER_PEERS: [Algorithm; 1] = [Algorithm::AllgatherRing];
 
     pub fn name(self) -> &'static str {
         match self {
@@ -56,6 +63,8 @@ impl Algorithm {
             Algorithm::BarrierIpmc => "barrier-ipmc",
             Algorithm::BarrierLinear => "barrier-linear",
             Algorithm::BarrierBruck => "barrier-bruck",
+            Algorithm::AllgatherIpmc => "allgather-ipmc",
+            Algorithm::AllgatherRing => "allgather-ring",
         }
     }
 
@@ -64,10 +73,12 @@ impl Algorithm {
             Algorithm::Ipmc,
             Algorithm::IpmcFirst,
             Algorithm::BarrierIpmc,
+            Algorithm::AllgatherIpmc,
         ]
         .into_iter()
         .chain(Self::PEERS)
         .chain(Self::BARRIER_PEERS)
+        .chain(Self::ALLGATHER_PEERS)
         .find(|a| a.name() == name)
     }
 
@@ -76,8 +87,27 @@ impl Algorithm {
     pub fn is_ipmc(self) -> bool {
         matches!(
             self,
-            Algorithm::Ipmc | Algorithm::IpmcFirst | Algorithm::BarrierIpmc
+            Algorithm::Ipmc
+                | Algorithm::IpmcFirst
+                | Algorithm::BarrierIpmc
+                | Algorithm::AllgatherIpmc
         )
+    }
+
+    /// Whether it is an allgather (`size` is then each rank's block).
+    pub fn is_allgather(self) -> bool {
+        matches!(self, Algorithm::AllgatherIpmc | Algorithm::AllgatherRing)
+    }
+
+    /// The collective it serves.
+    pub fn collective(self) -> &'static str {
+        if self.is_barrier() {
+            "barrier"
+        } else if self.is_allgather() {
+            "allgather"
+        } else {
+            "bcast"
+        }
     }
 
     /// Whether it is a barrier.
@@ -152,14 +182,25 @@ impl Scenario {
         }
         let mut rng = ChaCha8Rng::seed_from_u64(self.seed);
         let mut engine = Engine::new(self.net.clone(), rng.next_u64());
-        let multicast = matches!(self.algorithm, Algorithm::Ipmc | Algorithm::IpmcFirst);
-        if self.algorithm.is_barrier() && (self.node.ranks > 1 || self.calls.len() > 1) {
-            return Err("a barrier is modelled with one rank per node, one call".into());
+        let multicast = matches!(
+            self.algorithm,
+            Algorithm::Ipmc | Algorithm::IpmcFirst | Algorithm::AllgatherIpmc
+        );
+        let collective = self.algorithm.collective();
+        if collective != "bcast" && (self.node.ranks > 1 || self.calls.len() > 1) {
+            return Err(format!(
+                "a {collective} is modelled with one rank per node, one call"
+            ));
         }
         if self.algorithm == Algorithm::BarrierIpmc {
             engine.protect(self.ipmc.auth, 1);
         }
         let calls = match &self.calls[..] {
+            // ipmc's allgather: every rank's block a broadcast, rank 0's first
+            // (`Module::run_allgather`).
+            [] if self.algorithm == Algorithm::AllgatherIpmc => {
+                (0..n).map(|r| (r, self.size)).collect()
+            }
             [] => vec![(self.root, self.size)],
             calls => calls.to_vec(),
         };
@@ -192,7 +233,7 @@ impl Scenario {
             let io = engine.host_io();
             let vrank = (rank + n - root) % n;
             let program: Box<dyn Program> = match self.algorithm {
-                Algorithm::Ipmc => Box::new(IpmcRank::new(
+                Algorithm::Ipmc | Algorithm::AllgatherIpmc => Box::new(IpmcRank::new(
                     &io,
                     rank,
                     n,
@@ -229,6 +270,9 @@ impl Scenario {
                 }
                 Algorithm::BarrierLinear => Box::new(Schedule::new(&io, barrier::linear(rank, n))),
                 Algorithm::BarrierBruck => Box::new(Schedule::new(&io, barrier::bruck(rank, n))),
+                Algorithm::AllgatherRing => {
+                    Box::new(Schedule::new(&io, allgather::ring(rank, n, self.size)))
+                }
             };
             let program = match self.skew_ns {
                 0 => program,

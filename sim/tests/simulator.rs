@@ -449,3 +449,59 @@ fn the_barrier_releases_every_rank_by_datagram_or_point_to_point() {
         "a binary tree of point-to-point releases is deeper than one datagram"
     );
 }
+
+/// ipmc's allgather (every rank's block a multicast broadcast in turn, the
+/// component's driver) delivers every block, with and without loss; without
+/// loss it puts about half the ring's bytes on the hosts' links and on the
+/// trunks (each block enters the network once instead of p − 1 times:
+/// p / (2 (p − 1)) of the ring's, and the headers) and finishes first.
+#[test]
+fn the_multicast_allgather_puts_half_the_rings_bytes_on_the_network() {
+    let block = 65536;
+    let two_levels = Network {
+        leaf_hosts: 8,
+        trunk_rate_bps: 1_000_000_000,
+        ..wire_only()
+    };
+    let nodes = 24;
+    let mut repaired = Vec::new();
+    for loss in [0.0, 0.3] {
+        let net = Network {
+            loss,
+            ..two_levels.clone()
+        };
+        let ipmc = scenario(nodes, block, net.clone(), Algorithm::AllgatherIpmc)
+            .run()
+            .unwrap();
+        let ring = scenario(nodes, block, net, Algorithm::AllgatherRing)
+            .run()
+            .unwrap();
+        assert_eq!(ipmc.returned_ns.len(), nodes);
+        // Every rank's block: p broadcasts, each datagram sent once by its root.
+        let fragment = Scenario::new(2, 1, wire_only()).ipmc.fragment_size;
+        assert_eq!(
+            ipmc.counters.datagrams_sent,
+            (nodes * block.div_ceil(fragment)) as u64,
+            "loss {loss}"
+        );
+        // The ring: p - 1 messages from every rank.
+        assert_eq!(ring.counters.messages_sent, (nodes * (nodes - 1)) as u64);
+        let (c, r) = (&ipmc.counters, &ring.counters);
+        repaired.push(c.host_link_bytes);
+        if loss == 0.0 {
+            let host = c.host_link_bytes as f64 / r.host_link_bytes as f64;
+            let trunk = c.trunk_bytes as f64 / r.trunk_bytes as f64;
+            assert!(
+                (0.5..0.56).contains(&host),
+                "host links: {host:.3} of the ring's"
+            );
+            assert!(
+                (0.5..0.56).contains(&trunk),
+                "trunks: {trunk:.3} of the ring's"
+            );
+            assert!(ipmc.completion_max_ns() < ring.completion_max_ns());
+        }
+    }
+    // With 30 % lost, the chain carries what multicast did not.
+    assert!(repaired[1] > repaired[0], "{repaired:?}");
+}
