@@ -9,19 +9,18 @@
 
 #include "coll_ipmc.h"
 
+/* The collectives whose function of the replaced component ipmc keeps (and
+   whose module it retains) for its fallback. */
+#define IPMC_KEPT(X) X(bcast) X(ibcast) X(barrier) X(allgather) X(allgatherv)
+
 static void ipmc_module_construct(mca_coll_ipmc_module_t *m)
 {
     m->rs = NULL;
-    m->prev_bcast = NULL;
-    m->prev_bcast_module = NULL;
-    m->prev_ibcast = NULL;
-    m->prev_ibcast_module = NULL;
-    m->prev_barrier = NULL;
-    m->prev_barrier_module = NULL;
-    m->prev_allgather = NULL;
-    m->prev_allgather_module = NULL;
-    m->prev_allgatherv = NULL;
-    m->prev_allgatherv_module = NULL;
+#define IPMC_CLEAR(coll)                                                                           \
+    m->prev_##coll = NULL;                                                                         \
+    m->prev_##coll##_module = NULL;
+    IPMC_KEPT(IPMC_CLEAR)
+#undef IPMC_CLEAR
 }
 
 static void ipmc_module_destruct(mca_coll_ipmc_module_t *m)
@@ -30,26 +29,13 @@ static void ipmc_module_destruct(mca_coll_ipmc_module_t *m)
         ipmc_rs_module_destroy(m->rs);
         m->rs = NULL;
     }
-    if (NULL != m->prev_bcast_module) {
-        OBJ_RELEASE(m->prev_bcast_module);
-        m->prev_bcast_module = NULL;
+#define IPMC_RELEASE(coll)                                                                         \
+    if (NULL != m->prev_##coll##_module) {                                                         \
+        OBJ_RELEASE(m->prev_##coll##_module);                                                      \
+        m->prev_##coll##_module = NULL;                                                            \
     }
-    if (NULL != m->prev_ibcast_module) {
-        OBJ_RELEASE(m->prev_ibcast_module);
-        m->prev_ibcast_module = NULL;
-    }
-    if (NULL != m->prev_barrier_module) {
-        OBJ_RELEASE(m->prev_barrier_module);
-        m->prev_barrier_module = NULL;
-    }
-    if (NULL != m->prev_allgather_module) {
-        OBJ_RELEASE(m->prev_allgather_module);
-        m->prev_allgather_module = NULL;
-    }
-    if (NULL != m->prev_allgatherv_module) {
-        OBJ_RELEASE(m->prev_allgatherv_module);
-        m->prev_allgatherv_module = NULL;
-    }
+    IPMC_KEPT(IPMC_RELEASE)
+#undef IPMC_RELEASE
 }
 
 OBJ_CLASS_INSTANCE(mca_coll_ipmc_module_t, mca_coll_base_module_t, ipmc_module_construct,
@@ -66,46 +52,20 @@ static int ipmc_module_enable(mca_coll_base_module_t *module, struct ompi_commun
                             comm->c_name);
         return OMPI_ERROR;
     }
-    m->prev_bcast = comm->c_coll->coll_bcast;
-    m->prev_bcast_module = comm->c_coll->coll_bcast_module;
-    OBJ_RETAIN(m->prev_bcast_module);
-    /* The base installs ipmc's functions after this returns: without a
-       nonblocking broadcast to fall back on, ipmc offers none. */
-    if (NULL == comm->c_coll->coll_ibcast || NULL == comm->c_coll->coll_ibcast_module) {
-        m->super.coll_ibcast = NULL;
-    } else {
-        m->prev_ibcast = comm->c_coll->coll_ibcast;
-        m->prev_ibcast_module = comm->c_coll->coll_ibcast_module;
-        OBJ_RETAIN(m->prev_ibcast_module);
+    /* The base installs ipmc's functions after this returns: where the
+       replaced component has no function of a collective, ipmc offers none
+       either (it could not fall back); where ipmc offers one, it keeps the
+       replaced one. */
+#define IPMC_KEEP(coll)                                                                            \
+    if (NULL == comm->c_coll->coll_##coll || NULL == comm->c_coll->coll_##coll##_module) {         \
+        m->super.coll_##coll = NULL;                                                               \
+    } else if (NULL != m->super.coll_##coll) {                                                     \
+        m->prev_##coll = comm->c_coll->coll_##coll;                                                \
+        m->prev_##coll##_module = comm->c_coll->coll_##coll##_module;                              \
+        OBJ_RETAIN(m->prev_##coll##_module);                                                       \
     }
-    /* Likewise the barrier. */
-    if (NULL != m->super.coll_barrier) {
-        if (NULL == comm->c_coll->coll_barrier || NULL == comm->c_coll->coll_barrier_module) {
-            m->super.coll_barrier = NULL;
-        } else {
-            m->prev_barrier = comm->c_coll->coll_barrier;
-            m->prev_barrier_module = comm->c_coll->coll_barrier_module;
-            OBJ_RETAIN(m->prev_barrier_module);
-        }
-    }
-    if (NULL != m->super.coll_allgather) {
-        if (NULL == comm->c_coll->coll_allgather || NULL == comm->c_coll->coll_allgather_module) {
-            m->super.coll_allgather = NULL;
-        } else {
-            m->prev_allgather = comm->c_coll->coll_allgather;
-            m->prev_allgather_module = comm->c_coll->coll_allgather_module;
-            OBJ_RETAIN(m->prev_allgather_module);
-        }
-    }
-    if (NULL != m->super.coll_allgatherv) {
-        if (NULL == comm->c_coll->coll_allgatherv || NULL == comm->c_coll->coll_allgatherv_module) {
-            m->super.coll_allgatherv = NULL;
-        } else {
-            m->prev_allgatherv = comm->c_coll->coll_allgatherv;
-            m->prev_allgatherv_module = comm->c_coll->coll_allgatherv_module;
-            OBJ_RETAIN(m->prev_allgatherv_module);
-        }
-    }
+    IPMC_KEPT(IPMC_KEEP)
+#undef IPMC_KEEP
     return ipmc_rs_module_enable(m->rs, (struct ipmc_module *) m, comm);
 }
 

@@ -8,28 +8,35 @@
 
 mod common;
 
-use common::{num, stats_with_collectives, tally, Cluster, Line, Run};
+use common::{num, tally, Cluster, Line, Run};
 
 /// Runs `allgather_check` with `mca` and ipmc's statistics, asserts that it
 /// passed, and returns the run and `MPI_COMM_WORLD`'s statistics in rank
 /// order.
 fn checked(cluster: &Cluster, mca: &[(&str, &str)], args: &[&str]) -> (Run, Vec<Line>) {
-    let mut mca = mca.to_vec();
-    mca.push(("coll_ipmc_print_statistics", "1"));
-    let run = cluster.mpirun(&mca, "allgather_check", args);
-    assert!(
-        run.ok && run.output.contains("allgather_check: PASS"),
-        "allgather_check failed ({}):\n{}",
-        run.status,
-        run.output
-    );
-    let mut world: Vec<Line> = stats_with_collectives(&run.output)
+    let (run, stats) = common::passing(cluster, mca, "allgather_check", args);
+    let mut world: Vec<Line> = stats
         .into_iter()
         .filter(|s| s["comm"] == "MPI_COMM_WORLD")
         .collect();
     world.sort_by_key(|s| num(s, "rank"));
     assert_eq!(world.len(), cluster.ranks(), "{}", run.output);
     (run, world)
+}
+
+/// Every rank served the same calls by each candidate of the measured
+/// choice, and each candidate served some.
+fn assert_measured_alike(world: &[Line]) {
+    for s in world {
+        for key in [
+            "allgather_multicast",
+            "allgather_ring",
+            "allgather_previous",
+        ] {
+            assert_eq!(s[key], world[0][key], "{key}: {world:?}");
+            assert!(tally(s, key).0 > 0, "measured: {s:?}");
+        }
+    }
 }
 
 /// The calls that move bytes: Open MPI returns from an allgather of no
@@ -73,16 +80,7 @@ fn the_automatic_choice_measures_allgathers_alike_on_every_rank() {
     let cluster = Cluster::hosts(4);
     // Enough calls of each block size for its measurements and vote.
     let (run, world) = checked(&cluster, &[("coll_ipmc_verbose", "1")], &["--repeat", "40"]);
-    for s in &world {
-        for key in [
-            "allgather_multicast",
-            "allgather_ring",
-            "allgather_previous",
-        ] {
-            assert_eq!(s[key], world[0][key], "{key}: {world:?}");
-            assert!(tally(s, key).0 > 0, "measured: {s:?}");
-        }
-    }
+    assert_measured_alike(&world);
     assert!(
         run.output.contains("  allgather of "),
         "no allgather row in the decision table:\n{}",
@@ -120,16 +118,7 @@ fn the_multicast_allgatherv_delivers_blocks_of_every_size_in_their_places() {
         assert!(num(&world[0], "sent") > 0, "{:?}", world[0]);
     }
     let (_, world) = checked(&cluster, &[], &["--v", "1", "--repeat", "40"]);
-    for s in &world {
-        for key in [
-            "allgather_multicast",
-            "allgather_ring",
-            "allgather_previous",
-        ] {
-            assert_eq!(s[key], world[0][key], "{key}: {world:?}");
-            assert!(tally(s, key).0 > 0, "measured: {s:?}");
-        }
-    }
+    assert_measured_alike(&world);
 }
 
 /// Hosts of several ranks: the replaced component serves every allgather

@@ -9,7 +9,7 @@ mod common;
 
 use std::time::Instant;
 
-use common::{num, stats_with_collectives, Cluster, Line, Run};
+use common::{num, Cluster, Line, Run};
 
 /// Barriers per communicator of each job.
 const ROUNDS: &str = "150";
@@ -17,17 +17,7 @@ const ROUNDS: &str = "150";
 /// Runs `barrier_check` with `mca` and ipmc's statistics; asserts that it
 /// passed (no rank left any barrier early, every broadcast byte right).
 fn checked(cluster: &Cluster, mca: &[(&str, &str)], args: &[&str]) -> (Run, Vec<Line>) {
-    let mut mca = mca.to_vec();
-    mca.push(("coll_ipmc_print_statistics", "1"));
-    let run = cluster.mpirun(&mca, "barrier_check", args);
-    assert!(
-        run.ok && run.output.contains("barrier_check: PASS"),
-        "barrier_check failed ({}):\n{}",
-        run.status,
-        run.output
-    );
-    let stats = stats_with_collectives(&run.output);
-    (run, stats)
+    common::passing(cluster, mca, "barrier_check", args)
 }
 
 /// The statistics of communicator `comm`, one line per rank, in rank order.

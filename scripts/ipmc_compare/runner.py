@@ -91,11 +91,10 @@ def bench_arguments(args, sizes):
             *(["--warmup", str(args.warmup)] if args.warmup is not None else [])]
 
 
-def observation_arguments(peer):
-    """MCA arguments that only report: which component each communicator got.
-    (Which of ipmc's algorithms carried the calls, the benchmark reads through
-    MPI_T.)"""
-    return ["--mca", "coll_base_verbose", "10"]
+# MCA arguments that only report: which component each communicator got.
+# (Which of ipmc's algorithms carried the calls, the benchmark reads through
+# MPI_T.)
+OBSERVATION = ["--mca", "coll_base_verbose", "10"]
 
 
 def write_plan(out, p, peers, args, bench, sizes=None, reps=None, tag=""):
@@ -110,7 +109,7 @@ def write_plan(out, p, peers, args, bench, sizes=None, reps=None, tag=""):
         "np": p * args.slots,
         "bench": str(bench),
         "jobs": [{"peer": peer["name"], "rep": rep, "sizes": sizes,
-                  "mca": peer["mca"] + observation_arguments(peer),
+                  "mca": peer["mca"] + OBSERVATION,
                   "bench_args": bench_arguments(args, sizes),
                   "timeout": args.timeout,
                   "log": str(out / "raw" / (f"p{p:02d}-{peer['name']}"

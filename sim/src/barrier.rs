@@ -47,15 +47,7 @@ pub struct IpmcBarrier {
 
 impl IpmcBarrier {
     pub fn new(io: &HostIo, rank: usize, size: usize, params: IpmcParams, comm_id: u64) -> Self {
-        let driver = Driver::new(
-            SimSocket(io.socket.clone()),
-            comm_id,
-            params.fragment_size,
-            params.auth,
-            params.root_wait,
-            0,
-            (0, 0),
-        );
+        let driver = params.driver(io, comm_id, 0);
         let (below, release) = {
             let mut p2p = io.p2p.borrow_mut();
             let release = barrier::releases(rank, size).0.map(|from| p2p.recv(from));

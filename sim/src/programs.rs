@@ -56,6 +56,22 @@ pub struct IpmcParams {
     pub flow_window: usize,
 }
 
+impl IpmcParams {
+    /// The component's driver on `io`'s socket, with flow control's window
+    /// of `window` datagrams (0: none) and no loss injected.
+    pub fn driver(&self, io: &HostIo, comm_id: u64, window: u32) -> Driver<SimSocket> {
+        Driver::new(
+            SimSocket(io.socket.clone()),
+            comm_id,
+            self.fragment_size,
+            self.auth,
+            self.root_wait,
+            window,
+            (0, 0),
+        )
+    }
+}
+
 /// One broadcast call of a rank: the root and its message.
 #[derive(Clone, Debug)]
 pub struct Call {
@@ -125,15 +141,7 @@ impl IpmcRank {
         let reported = u32::try_from(io.socket.borrow().rcvbuf * 2).unwrap_or(u32::MAX);
         let datagram_len = params.fragment_size + Protection::new(params.auth).overhead();
         let window = setup::flow_window(params.flow_window, reported, datagram_len);
-        let driver = Driver::new(
-            SimSocket(io.socket.clone()),
-            comm_id,
-            params.fragment_size,
-            params.auth,
-            params.root_wait,
-            window,
-            (0, 0),
-        );
+        let driver = params.driver(io, comm_id, window);
         let mut r = IpmcRank {
             driver,
             msgs: io.p2p.clone(),

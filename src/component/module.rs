@@ -367,15 +367,8 @@ impl Module {
         // tag: the agreement's and the votes' messages, and the frames of the
         // multicast broadcasts before, must not meet this call's. Only a
         // multicast broadcast may begin while earlier ones' chains and votes
-        // still run (its own chain follows them). A broken module's
-        // background work is left alone (see `poison`).
-        if !self.broken {
-            self.finish_joining(call.comm())?;
-            self.collect_answers(false)?;
-            if self.tuner.awaits_votes() {
-                self.settle_votes(call.comm());
-            }
-        }
+        // still run (its own chain follows them).
+        self.catch_up(call.comm())?;
         let (alg, sample) = self.plan(call.comm(), bytes)?;
         // Two levels run on communicators of their own.
         let queues = alg == Algorithm::TwoLevel
@@ -441,13 +434,7 @@ impl Module {
             self.moved = true;
             self.split_levels(comm)?;
         }
-        if !self.broken {
-            self.finish_joining(comm)?;
-            self.collect_answers(false)?;
-            if self.tuner.awaits_votes() {
-                self.settle_votes(comm);
-            }
-        }
+        self.catch_up(comm)?;
         let fixed = if !self.cfg.forces_barrier() {
             Algorithm::Previous
         } else if self.over_levels() {
@@ -500,13 +487,7 @@ impl Module {
         let blocks: Vec<usize> = (0..self.size).map(|i| call.block_bytes(i)).collect();
         let total: usize = blocks.iter().sum();
         let block = total.div_ceil(self.size);
-        if !self.broken {
-            self.finish_joining(comm)?;
-            self.collect_answers(false)?;
-            if self.tuner.awaits_votes() {
-                self.settle_votes(comm);
-            }
-        }
+        self.catch_up(comm)?;
         let class = tuning::allgather_class(block);
         let one_level = matches!(self.levels, TwoLevels::No | TwoLevels::Failed);
         let tunes = self.cfg.tunes_allgather() && one_level && total > 0;
@@ -552,6 +533,21 @@ impl Module {
         }
         if !self.broken && tunes && self.votes_here() {
             self.vote_if_due(comm, class)?;
+        }
+        Ok(())
+    }
+
+    /// What every call takes in first: the agreement on the group finished,
+    /// the answers that timed measured calls, the votes that ended. A broken
+    /// module's background work is left alone (see `poison`).
+    fn catch_up(&mut self, comm: Comm) -> Result<()> {
+        if self.broken {
+            return Ok(());
+        }
+        self.finish_joining(comm)?;
+        self.collect_answers(false)?;
+        if self.tuner.awaits_votes() {
+            self.settle_votes(comm);
         }
         Ok(())
     }
@@ -641,14 +637,13 @@ impl Module {
     /// background: each comes once its sender was released, which waits for
     /// no rank.
     fn run_barrier(&mut self, comm: Comm) -> Result<()> {
-        let p2p = |r: Result<Answers>| r;
         let (up, below) = barrier::arrivals(self.rank, self.size);
         let (from, to) = barrier::releases(self.rank, self.size);
         let mut release = match from {
-            Some(parent) => Some(p2p(Answers::from_ranks(comm, [parent]))?),
+            Some(parent) => Some(Answers::from_ranks(comm, [parent])?),
             None => None,
         };
-        p2p(Answers::from_ranks(comm, below))?.wait()?;
+        Answers::from_ranks(comm, below)?.wait()?;
         if let Some(parent) = up {
             comm.send_arrival(parent)?;
         }
@@ -662,7 +657,7 @@ impl Module {
             || release.as_mut().map_or(Ok(true), Answers::test),
             &mut self.stats.datagrams,
         )?;
-        let mut pending = p2p(Answers::send_to(comm, to))?;
+        let mut pending = Answers::send_to(comm, to)?;
         if let Some(release) = release {
             pending.extend(release);
         }

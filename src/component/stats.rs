@@ -372,7 +372,7 @@ impl Stats {
         v.extend([
             counter(
                 "allgathers",
-                "Allgathers (MPI_Allgather) ipmc served",
+                "Allgathers (MPI_Allgather and MPI_Allgatherv) ipmc served",
                 m.calls + r.calls + p.calls,
             ),
             counter(

@@ -602,7 +602,7 @@ static SLOTS: Mutex<Vec<Weak<Mutex<Slot>>>> = Mutex::new(Vec::new());
 static RUNNING: AtomicUsize = AtomicUsize::new(0);
 
 /// Whether no communicator has work in the background: then [`progress`]
-/// has nothing to do (Open MPI's progress loop calls it on every turn).
+/// has nothing to do (Open MPI's progress loop asks on every turn).
 pub fn is_idle() -> bool {
     RUNNING.load(Ordering::Relaxed) == 0
 }
@@ -922,10 +922,8 @@ pub fn finish_all() {
 /// progress engine; returns how many pieces finished. Never waits for a lock:
 /// a communicator that is busy (its own call runs, maybe on this very
 /// thread, which is how this gets called) is simply left for the next time.
+/// Its caller asks [`is_idle`] first.
 pub fn progress() -> usize {
-    if is_idle() {
-        return 0;
-    }
     let Ok(mut slots) = SLOTS.try_lock() else {
         return 0;
     };

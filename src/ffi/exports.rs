@@ -459,11 +459,11 @@ pub unsafe extern "C" fn ipmc_rs_barrier(
     unsafe { serve(state, "MPI_Barrier", Comm(comm), |m| m.barrier(&call)) }
 }
 
-/// `coll_allgather`, as [`ipmc_rs_bcast`].
+/// `coll_allgather` and `coll_allgatherv`, as [`ipmc_rs_bcast`].
 ///
 /// # Safety
 /// `state` as for [`ipmc_rs_module_enable`]; `args` are those of a valid
-/// `MPI_Allgather` call on `comm`, which ipmc's module `module` serves, and
+/// `MPI_Allgather` or `MPI_Allgatherv` call on `comm`, which ipmc's module `module` serves, and
 /// live while it runs.
 #[no_mangle]
 pub unsafe extern "C" fn ipmc_rs_allgather(
@@ -477,12 +477,13 @@ pub unsafe extern "C" fn ipmc_rs_allgather(
         comm: Comm(comm),
         module,
     };
+    let what = if call.varies() {
+        "MPI_Allgatherv"
+    } else {
+        "MPI_Allgather"
+    };
     // SAFETY: as the function's contract says.
-    unsafe {
-        serve(state, "MPI_Allgather", Comm(comm), |m| {
-            m.allgather(&mut call)
-        })
-    }
+    unsafe { serve(state, what, Comm(comm), |m| m.allgather(&mut call)) }
 }
 
 /// One collective call (`what`) on `comm`, served by `call` on the module.

@@ -663,6 +663,29 @@ pub fn assert_ranks_decide_alike(
 /// One statistics or report line as `key -> value`.
 pub type Line = HashMap<String, String>;
 
+/// Runs the check `program` of `tests/mpi/` (which ends with
+/// "PROGRAM: PASS" when every byte was right) with `mca` and ipmc's
+/// statistics, asserts that it passed, and returns the run and the
+/// statistics, each rank's two lines merged ([`stats_with_collectives`]).
+pub fn passing(
+    cluster: &Cluster,
+    mca: &[(&str, &str)],
+    program: &str,
+    args: &[&str],
+) -> (Run, Vec<Line>) {
+    let mut mca = mca.to_vec();
+    mca.push(("coll_ipmc_print_statistics", "1"));
+    let run = cluster.mpirun(&mca, program, args);
+    assert!(
+        run.ok && run.output.contains(&format!("{program}: PASS")),
+        "{program} failed ({}):\n{}",
+        run.status,
+        run.output
+    );
+    let stats = stats_with_collectives(&run.output);
+    (run, stats)
+}
+
 /// After checking that a `bcast_check` run passed and that every byte is
 /// accounted for, ipmc's statistics of `MPI_COMM_WORLD`, one per rank
 /// 0..`np`, in rank order.
