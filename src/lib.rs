@@ -23,14 +23,17 @@
 //!   Blum-Blum-Shub ([`group::bbs`]) (thesis §3.3, §3.4), and the agreement of
 //!   all ranks on it ([`group::setup`]);
 //! - [`driver`]: the driver of the two-stage broadcast over real sockets and
-//!   Open MPI point-to-point or a simulated network ([`driver::multicast`]),
-//!   and broadcasts that returned but still owe their neighbours frames,
-//!   finished from Open MPI's progress engine ([`driver::background`]);
+//!   Open MPI point-to-point or a simulated network ([`driver::multicast`]);
+//! - [`engine`]: what a communicator does around its calls, told the time
+//!   and generic over its I/O, which the simulator runs too: the queue of its
+//!   broadcasts and the work they leave behind ([`engine::queue`]), the
+//!   measured choice of algorithm ([`engine::tuning`], [`engine::choice`]);
 //! - [`component`]: what the parameters choose (thesis §3.5,
-//!   [`component::config`]) and the measured choice ([`component::tuning`]),
+//!   [`component::config`]),
 //!   how ranks spread over nodes, the counters of
-//!   `coll_ipmc_print_statistics`, and the per-communicator module
-//!   ([`component::module`]);
+//!   `coll_ipmc_print_statistics`, the per-communicator module
+//!   ([`component::module`]) and its work finished from Open MPI's progress
+//!   engine ([`component::background`]);
 //! - [`ffi`]: the entry points C calls, each behind the panic boundary.
 //!
 //! `unsafe` is denied but in [`platform`] and [`ffi`]. Tests only: `testing`,
@@ -42,6 +45,7 @@ pub mod algorithms;
 pub mod base;
 pub mod component;
 pub mod driver;
+pub mod engine;
 pub mod ffi;
 pub mod group;
 pub mod net;

@@ -5,7 +5,7 @@
 use std::path::{Path, PathBuf};
 
 /// The layers, from the ground up.
-const LAYERS: [&str; 9] = [
+const LAYERS: [&str; 10] = [
     "protocol",
     "base",
     "platform",
@@ -13,6 +13,7 @@ const LAYERS: [&str; 9] = [
     "algorithms",
     "group",
     "driver",
+    "engine",
     "component",
     "ffi",
 ];

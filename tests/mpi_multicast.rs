@@ -587,4 +587,37 @@ fn ranks_fed_different_timings_agree_on_every_decision() {
     for row in &rows {
         assert!(row.contains(" bytes: multicast (measured:"), "{row}");
     }
+    // The simulator's ranks run the same choice (`ipmc::engine`) on the same
+    // made-up times: the same decisions on the same times, votes through
+    // the simulated network. (Its loss is its own network's.)
+    let np_arg = np.to_string();
+    for (class, size) in [("8193-16384 bytes", "16K"), ("32769-65536 bytes", "64K")] {
+        let measured = |row: &str| {
+            row.split("; multicast loss")
+                .next()
+                .unwrap()
+                .trim()
+                .to_string()
+        };
+        let real = rows
+            .iter()
+            .find(|r| r.trim_start().starts_with(class))
+            .unwrap_or_else(|| panic!("no row of {class}: {}", run.output));
+        let simulated = common::simulate(&[
+            "--nodes",
+            &np_arg,
+            "--size",
+            size,
+            "--calls",
+            "30",
+            "--only",
+            "ipmc-auto",
+            "--inject-timing",
+        ]);
+        let sim_row = simulated
+            .lines()
+            .find(|l| l.trim_start().starts_with(class))
+            .unwrap_or_else(|| panic!("no simulated row of {class}: {simulated}"));
+        assert_eq!(measured(sim_row), measured(real), "{simulated}");
+    }
 }

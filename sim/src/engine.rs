@@ -325,6 +325,8 @@ pub struct Outcome {
     pub quiet_ns: Ns,
     /// ipmc's datagram counters per rank (empty for the other algorithms).
     pub datagrams: Vec<Datagrams>,
+    /// Rank 0's decision table of ipmc's automatic choice, if it ran it.
+    pub table: Option<String>,
     pub counters: Counters,
 }
 
@@ -525,6 +527,7 @@ impl Engine {
                 .iter()
                 .filter_map(|h| h.program.datagrams())
                 .collect(),
+            table: self.hosts.first().and_then(|h| h.program.table()),
             counters: self.counters,
         })
     }

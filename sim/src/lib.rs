@@ -15,6 +15,7 @@
 //! says what is modelled and what is not.
 
 pub mod allgather;
+pub mod auto;
 pub mod barrier;
 pub mod engine;
 pub mod network;

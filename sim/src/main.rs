@@ -4,6 +4,7 @@
 use std::process::ExitCode;
 use std::time::Instant;
 
+use ipmc_sim::auto::Previous;
 use ipmc_sim::network::Network;
 use ipmc_sim::scenario::{Algorithm, Scenario};
 
@@ -17,7 +18,7 @@ usage: simulate --nodes N --size BYTES [--loss PCT] [--burst LEN] [--rate MBITS]
                 [--stall-host H] [--stall-at-us US] [--stall-us US]
                 [--peer NAME]... [--only NAME] [--seed S] [--root R]
                 [--fragment BYTES] [--flow-window BYTES|off]
-                [--calls N] [--per-rank]
+                [--calls N] [--per-rank] [--previous MODEL] [--inject-timing]
                 [--ranks-per-node R] [--node-hop-us US] [--node-copy-gbs GB]
        simulate --collective barrier --nodes N [network options] [--peer NAME]...
        simulate --collective allgather --nodes N --size BYTES [network options] [--peer NAME]...
@@ -44,7 +45,13 @@ alone and reports it on the last line; --only ipmc-first runs a
 communicator's first broadcast, the agreement on its group first.
 --calls N makes ipmc's ranks broadcast N times back to back (T: when the
 slowest rank's last call returned); --per-rank also prints when each rank
-returned (returned_us=...).
+returned (returned_us=...). --only ipmc-auto runs ipmc's automatic choice,
+the component's own, on those calls (messages above 8 KiB): each rank
+measures the candidates on the first calls and the ranks vote; rank 0's
+decision table follows the result line. --previous (binomial, pipeline,
+scatter-allgather, tuned; default tuned: binomial below 512 KiB, then
+scatter-allgather) is the model of Open MPI's broadcast among them;
+--inject-timing feeds the choice coll_ipmc_inject_timing's made-up times.
 --ranks-per-node R makes every node hold R ranks: the broadcast runs among
 one leader per node (N nodes), each of which then gives the message to its
 node's other ranks through shared memory, modelled as a pipelined tree of
@@ -104,6 +111,8 @@ fn parse(argv: &[String]) -> Result<Option<Args>, String> {
     let mut per_rank = false;
     let mut node = ipmc_sim::node::Node::default();
     let mut collective = "bcast";
+    let mut previous = Previous::Tuned;
+    let mut inject_timing = false;
     let mut it = argv.iter();
     while let Some(flag) = it.next() {
         if flag == "--help" || flag == "-h" {
@@ -111,6 +120,10 @@ fn parse(argv: &[String]) -> Result<Option<Args>, String> {
         }
         if flag == "--per-rank" {
             per_rank = true;
+            continue;
+        }
+        if flag == "--inject-timing" {
+            inject_timing = true;
             continue;
         }
         let value = it
@@ -166,6 +179,15 @@ fn parse(argv: &[String]) -> Result<Option<Args>, String> {
             "--root" => root = num(&value)? as usize,
             "--fragment" => fragment = Some(bytes(&value)?),
             "--calls" => calls = num(&value)? as usize,
+            "--previous" => {
+                previous = match value.as_str() {
+                    "binomial" => Previous::Binomial,
+                    "pipeline" => Previous::Pipeline,
+                    "scatter-allgather" => Previous::ScatterAllgather,
+                    "tuned" => Previous::Tuned,
+                    _ => return Err(format!("--previous: unknown {value}")),
+                }
+            }
             "--ranks-per-node" => match num(&value)? {
                 r if r >= 1.0 && r.fract() == 0.0 => node.ranks = r as usize,
                 _ => return Err(format!("--ranks-per-node: 1 or more, not {value}")),
@@ -214,6 +236,8 @@ fn parse(argv: &[String]) -> Result<Option<Args>, String> {
         scenario.calls = vec![(root, size); calls];
     }
     scenario.node = node;
+    scenario.previous = previous;
+    scenario.choice.inject_timing = inject_timing;
     if let Some(f) = fragment {
         scenario.ipmc.fragment_size = f;
     }
@@ -484,6 +508,9 @@ fn main() -> ExitCode {
         c.events,
         started.elapsed().as_secs_f64()
     );
+    if let Some(table) = &ipmc.table {
+        println!("decisions:{table}");
+    }
     if args.per_rank {
         let ranks: Vec<String> = ipmc
             .returned_ns

@@ -2,17 +2,17 @@
 //! Open MPI tuned's broadcasts.
 
 use std::cell::RefCell;
+use std::collections::{HashMap, VecDeque};
 use std::rc::Rc;
 use std::time::Duration;
 
 use ipmc::base::counters::Datagrams;
 use ipmc::base::io::Wait;
 use ipmc::base::params::Config;
-use ipmc::driver::background::AHEAD_LIMIT;
-use ipmc::driver::multicast::{Driver, Ranks, Run};
+use ipmc::driver::multicast::{Driver, Ranks};
+use ipmc::engine::queue::{NoWork, Queue, Turn};
 use ipmc::group::setup::{self, Agreement, Facts, Joined};
 use ipmc::protocol::datagram::{Auth, Protection};
-use ipmc::protocol::two_stage::Broadcast;
 
 use crate::engine::HostIo;
 use crate::p2p::{P2pState, SimMessages};
@@ -36,6 +36,10 @@ pub trait Program {
     fn wake_at(&self) -> Option<Ns>;
     /// ipmc's datagram counters on this rank, if it runs ipmc.
     fn datagrams(&self) -> Option<Datagrams> {
+        None
+    }
+    /// The decision table of ipmc's automatic choice, if it runs it.
+    fn table(&self) -> Option<String> {
         None
     }
 }
@@ -79,55 +83,31 @@ pub struct Call {
     pub message: Rc<[u8]>,
 }
 
-/// A call of a rank that has begun: its chain, its message, and what this
-/// rank asked its predecessor for, in bytes, once its `NEED` went.
-struct Begun {
-    run: Run<SimMessages>,
-    message: Rc<[u8]>,
-    asked_bytes: Option<u64>,
-}
-
-/// A call that has begun while the chains of the calls before it still
-/// run: stage 1 only, its chain follows theirs.
-struct Stage1 {
-    b: Broadcast,
-    at: Ranks,
-    message: Rc<[u8]>,
-}
-
-/// A call that has begun, with or without its chain.
-enum Current {
-    Stage1(Box<Stage1>),
-    Chain(Box<Begun>),
-}
-
-/// A rank running ipmc's two-stage broadcasts with the component's driver,
-/// one call after another as a program's loop of `MPI_Bcast` makes them,
-/// on one communicator (one driver, its datagrams of later broadcasts kept
-/// for them), with `ipmc::driver::background`'s rules: each call returns
-/// once the rank owns the message (the root once its datagrams are in the
-/// socket) and leaves what it still owes its neighbours to the background;
-/// the next call comes at once, and runs its stage 1 alongside the chains
-/// still running (up to `background_limit` bytes of messages held; beyond,
-/// it waits for the oldest), a root whose datagrams are out or a rank that
-/// got the whole message by multicast returning before its own chain starts
-/// (up to `AHEAD_LIMIT` bytes of such calls).
+/// A rank running ipmc's broadcasts one call after another, as a program's
+/// loop of `MPI_Bcast` makes them, on one communicator: the component's own
+/// queue (`ipmc::engine::queue`) with its driver, so that what runs
+/// alongside what, when a call returns and what it leaves to the background
+/// are the component's rules. The next call comes as soon as one returns.
+/// Checked on the way: each call's bytes when it returns and when its chain
+/// ends, each `NEED` against what the rank lacks when it goes, the chain's
+/// bytes against what was asked for.
 pub struct IpmcRank {
-    driver: Driver<SimSocket>,
+    queue: Queue<SimSocket, SimMessages, NoWork>,
     msgs: Rc<RefCell<P2pState>>,
     rank: usize,
     size: usize,
-    background_limit: usize,
-    plan: std::collections::VecDeque<Call>,
-    current: Option<Current>,
-    /// Calls that returned and still owe chain frames, oldest first (a
-    /// root's may not have begun its chain yet).
-    rests: std::collections::VecDeque<Current>,
+    plan: VecDeque<Call>,
+    /// The call in progress and its buffer.
+    current: Option<(Call, Vec<u8>)>,
+    /// The root's message of each call, by broadcast number.
+    messages: Vec<Rc<[u8]>>,
+    /// The bytes each broadcast's `NEED` asked for, once it went.
+    asked: HashMap<u64, u64>,
     stats: Datagrams,
 }
 
 impl IpmcRank {
-    /// The rank's calls, the first entered at `now`.
+    /// The rank's calls, the first entered now (it begins at the next step).
     pub fn new(
         io: &HostIo,
         rank: usize,
@@ -135,47 +115,31 @@ impl IpmcRank {
         params: IpmcParams,
         comm_id: u64,
         plan: Vec<Call>,
-        now: Ns,
-    ) -> Result<Self, String> {
+    ) -> Self {
         // Linux reports twice the bytes a socket's datagrams may fill.
         let reported = u32::try_from(io.socket.borrow().rcvbuf * 2).unwrap_or(u32::MAX);
         let datagram_len = params.fragment_size + Protection::new(params.auth).overhead();
         let window = setup::flow_window(params.flow_window, reported, datagram_len);
-        let driver = params.driver(io, comm_id, window);
+        let mut queue = Queue::new(params.background_limit);
+        queue.set_driver(params.driver(io, comm_id, window));
+        queue.keep_finished();
         let mut r = IpmcRank {
-            driver,
+            queue,
             msgs: io.p2p.clone(),
             rank,
             size,
-            background_limit: params.background_limit,
+            messages: plan.iter().map(|c| c.message.clone()).collect(),
             plan: plan.into(),
             current: None,
-            rests: std::collections::VecDeque::new(),
+            asked: HashMap::new(),
             stats: Datagrams::default(),
         };
-        r.begin(now);
-        Ok(r)
+        r.enter();
+        r
     }
 
-    /// Bytes of messages the calls in the background hold.
-    fn held(&self) -> usize {
-        self.rests.iter().map(|c| c.message().len()).sum()
-    }
-
-    /// Whether the next call may begin now: nothing in the background, or
-    /// it and the calls there within the limit.
-    fn may_begin(&self) -> bool {
-        let Some(call) = self.plan.front() else {
-            return false;
-        };
-        let len = call.message.len();
-        self.rests.is_empty()
-            || (len <= self.background_limit && self.held() + len <= self.background_limit)
-    }
-
-    /// Begins the next call, if any, at `now` (stage 1 only: its chain
-    /// starts when nothing is left before it).
-    fn begin(&mut self, now: Ns) {
+    /// Enters the next call, if any.
+    fn enter(&mut self) {
         let Some(call) = self.plan.pop_front() else {
             return;
         };
@@ -184,54 +148,25 @@ impl IpmcRank {
             size: self.size,
             root: call.root,
         };
-        let root_data = (at.rank == at.root).then_some(&call.message[..]);
-        let now = Duration::from_nanos(now);
-        let b = self
-            .driver
-            .begin(at, call.message.len(), root_data, now, &mut self.stats);
-        self.current = Some(Current::Stage1(Box::new(Stage1 {
-            b,
-            at,
-            message: call.message,
-        })));
+        let buf = if at.rank == at.root {
+            call.message.to_vec()
+        } else {
+            vec![0; call.message.len()]
+        };
+        let msgs = SimMessages(self.msgs.clone());
+        self.queue.enter_bcast(at, buf.len(), msgs);
+        self.current = Some((call, buf));
     }
 
-    /// Starts the chain of a call whose turn came.
-    fn start_chain(&self, c: Current) -> Result<Current, String> {
-        match c {
-            Current::Stage1(s) => {
-                let Stage1 { b, at, message } = *s;
-                let run = Run::new(b, SimMessages(self.msgs.clone()), at.rank, at.size)
-                    .map_err(|e| e.to_string())?;
-                Ok(Current::Chain(Box::new(Begun {
-                    run,
-                    message,
-                    asked_bytes: None,
-                })))
-            }
-            chain => Ok(chain),
-        }
-    }
-
-    /// One step of a call's broadcast, and the checks on it.
-    fn step_call(
-        driver: &mut Driver<SimSocket>,
-        call: &mut Begun,
-        now: Ns,
-        stats: &mut Datagrams,
-    ) -> Result<(), String> {
-        driver
-            .step(
-                &mut call.run,
-                Duration::from_nanos(now),
-                Wait::Progress,
-                stats,
-            )
-            .map_err(|e| e.to_string())?;
-        let b = call.run.broadcast();
-        if let (None, Some(asked)) = (call.asked_bytes, b.requested()) {
-            // The NEED went in this step, after the last datagram this rank
-            // read: it must list exactly what the rank lacks.
+    /// Each `NEED` that went since the last look must list exactly what the
+    /// rank lacked (it went in the turn just made, after the last datagram
+    /// the rank read).
+    fn check_needs(&mut self) -> Result<(), String> {
+        for b in self.queue.broadcasts() {
+            let (Some(asked), false) = (b.requested(), self.asked.contains_key(&b.params().bcast))
+            else {
+                continue;
+            };
             let lacking: Vec<u32> = (0..b.fragments()).filter(|&k| !b.owns(k)).collect();
             if asked != lacking {
                 return Err(format!("NEED asked for {asked:?}, lacking {lacking:?}"));
@@ -245,154 +180,87 @@ impl IpmcRank {
                     fragment
                 }
             };
-            call.asked_bytes = Some(asked.iter().map(bytes).sum());
+            self.asked
+                .insert(b.params().bcast, asked.iter().map(bytes).sum());
         }
         Ok(())
     }
 
-    /// The call returns: this rank owns the root's bytes.
-    fn returns(call: &Current) -> Result<(), String> {
-        let b = call.broadcast();
-        if b.data() != &call.message()[..] {
-            return Err(format!(
-                "broadcast {} returned with other bytes than the root's",
-                b.params().bcast
-            ));
+    /// The broadcasts whose chains ended: the root's bytes, and nothing by
+    /// the chain that was not asked for (a datagram late after the `NEED`
+    /// may still bring an asked fragment first).
+    fn check_finished(&mut self) -> Result<(), String> {
+        for b in self.queue.take_finished() {
+            let n = b.params().bcast;
+            if b.data() != &self.messages[n as usize][..] {
+                return Err(format!(
+                    "broadcast {n} ended with other bytes than the root's"
+                ));
+            }
+            let asked = self.asked.remove(&n).unwrap_or(0);
+            if b.params().vrank != 0 && b.bytes_by_chain() > asked {
+                return Err(format!(
+                    "{} bytes came by the chain, {asked} were asked for",
+                    b.bytes_by_chain()
+                ));
+            }
         }
         Ok(())
     }
 
-    /// The call's broadcast is over on this rank.
-    fn finish(call: Box<Begun>, stats: &mut Datagrams) -> Result<(), String> {
-        let b = call.run.broadcast();
-        if b.data() != &call.message[..] {
-            return Err(format!(
-                "broadcast {} ended with other bytes than the root's",
-                b.params().bcast
-            ));
+    /// Turns the call in progress and the work behind it: whether a call
+    /// returned (the next may come).
+    fn turn(&mut self, now: Ns) -> Result<bool, String> {
+        let now = Duration::from_nanos(now);
+        let Some((call, buf)) = &mut self.current else {
+            self.queue
+                .turn(now, Wait::Progress)
+                .map_err(|e| e.to_string())?;
+            return Ok(false);
+        };
+        let turn = self
+            .queue
+            .bcast_turn(buf, now, Wait::Progress, &mut self.stats)
+            .map_err(|e| e.to_string())?;
+        if turn != Turn::Returned {
+            return Ok(false);
         }
-        // The chain brings nothing that was not asked for (a datagram late
-        // after the NEED may still bring an asked fragment first).
-        let asked = call.asked_bytes.unwrap_or(0);
-        if b.params().vrank != 0 && b.bytes_by_chain() > asked {
-            return Err(format!(
-                "{} bytes came by the chain, {asked} were asked for",
-                b.bytes_by_chain()
-            ));
+        if buf[..] != call.message[..] {
+            return Err("a call returned with other bytes than the root's".into());
         }
-        Driver::<SimSocket>::account(b, stats);
-        Ok(())
-    }
-}
-
-impl Current {
-    fn broadcast(&self) -> &Broadcast {
-        match self {
-            Current::Stage1(s) => &s.b,
-            Current::Chain(c) => c.run.broadcast(),
-        }
-    }
-
-    fn message(&self) -> &Rc<[u8]> {
-        match self {
-            Current::Stage1(s) => &s.message,
-            Current::Chain(c) => &c.message,
-        }
+        self.current = None;
+        Ok(true)
     }
 }
 
 impl Program for IpmcRank {
     fn step(&mut self, now: Ns) -> Result<Status, String> {
         loop {
-            // The chains in the background, oldest first.
-            while let Some(rest) = self.rests.pop_front() {
-                let mut rest = self.start_chain(rest)?;
-                let Current::Chain(call) = &mut rest else {
-                    unreachable!("started above")
-                };
-                Self::step_call(&mut self.driver, call, now, &mut self.stats)?;
-                if call.run.is_done() {
-                    let Current::Chain(call) = rest else {
-                        unreachable!("matched above")
-                    };
-                    Self::finish(call, &mut self.stats)?;
-                } else {
-                    self.rests.push_front(rest);
-                    break;
-                }
-            }
             if self.current.is_none() {
-                if !self.may_begin() {
-                    break;
-                }
-                self.begin(now);
+                self.enter();
             }
-            let call = self.current.take().expect("begun above");
-            let in_background = call.message().len() <= self.background_limit;
-            let call = match call {
-                Current::Stage1(mut s) if !self.rests.is_empty() => {
-                    // Stage 1 alongside the chains before; a root whose
-                    // datagrams are out, or a rank that got the whole message
-                    // by multicast, returns, within `AHEAD_LIMIT`.
-                    let later: usize = self
-                        .rests
-                        .iter()
-                        .filter(|c| matches!(c, Current::Stage1(_)))
-                        .map(|c| c.message().len())
-                        .sum();
-                    let ahead = later + s.message.len() <= AHEAD_LIMIT;
-                    let b = &mut s.b;
-                    self.driver
-                        .stage1(b, Duration::from_nanos(now), &mut self.stats);
-                    let call = Current::Stage1(s);
-                    let b = call.broadcast();
-                    if ahead && b.stage1_done() && b.is_complete() {
-                        Self::returns(&call)?;
-                        self.rests.push_back(call);
-                        continue;
-                    }
-                    self.current = Some(call);
-                    break;
-                }
-                call => self.start_chain(call)?,
-            };
-            let Current::Chain(mut begun) = call else {
-                unreachable!("started above")
-            };
-            Self::step_call(&mut self.driver, &mut begun, now, &mut self.stats)?;
-            let run = &begun.run;
-            if run.is_done() {
-                Self::finish(begun, &mut self.stats)?;
-            } else if in_background && run.may_return() {
-                let call = Current::Chain(begun);
-                Self::returns(&call)?;
-                self.rests.push_back(call);
-            } else {
-                self.current = Some(Current::Chain(begun));
+            let returned = self.turn(now)?;
+            self.check_needs()?;
+            self.check_finished()?;
+            if !returned {
                 break;
             }
         }
         let returned = self.current.is_none() && self.plan.is_empty();
         Ok(Status {
             returned,
-            done: returned && self.rests.is_empty(),
+            done: returned && !self.queue.is_busy(),
         })
     }
 
     fn wake_at(&self) -> Option<Ns> {
-        self.current
-            .iter()
-            .chain(self.rests.iter())
-            .filter_map(|c| match c {
-                Current::Chain(c) => Driver::<SimSocket>::wake_at(&c.run),
-                Current::Stage1(s) => s.b.wake_at(),
-            })
-            .map(|d| d.as_nanos() as Ns)
-            .min()
+        self.queue.wake_at().map(|d| d.as_nanos() as Ns)
     }
 
     fn datagrams(&self) -> Option<Datagrams> {
-        Some(self.stats)
+        let mut d = self.stats;
+        d.merge(&self.queue.datagrams());
+        Some(d)
     }
 }
 
@@ -706,8 +574,8 @@ pub fn scatter_allgather(
     ops
 }
 
-/// Starts a rank's broadcast at a time.
-pub type Start = Box<dyn FnOnce(Ns) -> Result<IpmcRank, String>>;
+/// Makes a rank's broadcasts, once the agreement on the group is over.
+pub type Start = Box<dyn FnOnce() -> IpmcRank>;
 
 /// A communicator's first broadcast: ipmc's agreement on the group
 /// (`ipmc::group::setup::Agreement`, the component's own code, every rank
@@ -765,7 +633,7 @@ impl Program for FirstBroadcast {
                 return Err(format!("the agreement failed: {:?}", agreed.joined));
             }
             let start = self.start.take().expect("started once");
-            self.bcast = Some(start(now)?);
+            self.bcast = Some(start());
         }
         self.bcast.as_mut().expect("started").step(now)
     }

@@ -11,6 +11,7 @@ use ipmc::group::setup;
 use ipmc::protocol::datagram::Key;
 
 use crate::allgather;
+use crate::auto::{AutoRank, Previous};
 use crate::barrier::{self, IpmcBarrier};
 use crate::engine::{Engine, Outcome};
 use crate::network::Network;
@@ -25,6 +26,9 @@ use crate::Ns;
 pub enum Algorithm {
     /// ipmc's two-stage multicast broadcast, with the component's driver.
     Ipmc,
+    /// ipmc's automatic choice ([`crate::auto`]): the component's measured
+    /// choice among its candidates, call after call.
+    IpmcAuto,
     /// The same as a communicator's first broadcast: the setup of its group
     /// through rank 0 first.
     IpmcFirst,
@@ -56,6 +60,7 @@ impl Algorithm {
     pub fn name(self) -> &'static str {
         match self {
             Algorithm::Ipmc => "ipmc",
+            Algorithm::IpmcAuto => "ipmc-auto",
             Algorithm::IpmcFirst => "ipmc-first",
             Algorithm::Binomial => "binomial",
             Algorithm::Pipeline => "pipeline",
@@ -71,6 +76,7 @@ impl Algorithm {
     pub fn from_name(name: &str) -> Option<Self> {
         [
             Algorithm::Ipmc,
+            Algorithm::IpmcAuto,
             Algorithm::IpmcFirst,
             Algorithm::BarrierIpmc,
             Algorithm::AllgatherIpmc,
@@ -88,6 +94,7 @@ impl Algorithm {
         matches!(
             self,
             Algorithm::Ipmc
+                | Algorithm::IpmcAuto
                 | Algorithm::IpmcFirst
                 | Algorithm::BarrierIpmc
                 | Algorithm::AllgatherIpmc
@@ -140,6 +147,11 @@ pub struct Scenario {
     /// root and a length, as a program's loop of `MPI_Bcast` does; empty:
     /// the one broadcast of `root` and `size`.
     pub calls: Vec<(usize, usize)>,
+    /// ipmc's automatic choice: the model of the replaced component's
+    /// broadcast, and the component's parameters (`tune_calls`,
+    /// `inject_timing`, `chain_segment_size`).
+    pub previous: Previous,
+    pub choice: Config,
     /// Ranks per node: `nodes` counts the leaders, each node's other ranks
     /// get each message from theirs ([`crate::node`]).
     pub node: Node,
@@ -169,6 +181,8 @@ impl Scenario {
             pipeline_segment: 65536,
             skew_ns: 0,
             calls: Vec::new(),
+            previous: Previous::Tuned,
+            choice: Config::default(),
             node: Node::default(),
             seed: 1,
         }
@@ -184,7 +198,7 @@ impl Scenario {
         let mut engine = Engine::new(self.net.clone(), rng.next_u64());
         let multicast = matches!(
             self.algorithm,
-            Algorithm::Ipmc | Algorithm::IpmcFirst | Algorithm::AllgatherIpmc
+            Algorithm::Ipmc | Algorithm::IpmcAuto | Algorithm::IpmcFirst | Algorithm::AllgatherIpmc
         );
         let collective = self.algorithm.collective();
         if collective != "bcast" && (self.node.ranks > 1 || self.calls.len() > 1) {
@@ -240,7 +254,15 @@ impl Scenario {
                     self.ipmc,
                     comm_id,
                     plan.clone(),
-                    0,
+                )),
+                Algorithm::IpmcAuto => Box::new(AutoRank::new(
+                    &io,
+                    rank,
+                    n,
+                    self.ipmc,
+                    comm_id,
+                    plan.clone(),
+                    (self.previous, self.choice.clone()),
                 )?),
                 Algorithm::IpmcFirst => {
                     let (io2, params, plan) = (io.clone(), self.ipmc, plan.clone());
@@ -248,9 +270,7 @@ impl Scenario {
                         &io,
                         rank,
                         n,
-                        Box::new(move |now| {
-                            IpmcRank::new(&io2, rank, n, params, comm_id, plan, now)
-                        }),
+                        Box::new(move || IpmcRank::new(&io2, rank, n, params, comm_id, plan)),
                     ))
                 }
                 Algorithm::Binomial => Box::new(Schedule::new(
@@ -318,6 +338,10 @@ impl Program for Late {
             });
         }
         self.program.step(now)
+    }
+
+    fn table(&self) -> Option<String> {
+        self.program.table()
     }
 
     fn wake_at(&self) -> Option<Ns> {

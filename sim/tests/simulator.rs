@@ -505,3 +505,30 @@ fn the_multicast_allgather_puts_half_the_rings_bytes_on_the_network() {
     // With 30 % lost, the chain carries what multicast did not.
     assert!(repaired[1] > repaired[0], "{repaired:?}");
 }
+
+/// The component's automatic choice, run by every simulated rank: on the
+/// thesis's network it takes multicast for 64 KiB on 16 nodes; where the
+/// network drops most datagrams, the chain delivers, multicast's measured
+/// loss rules it out, and the ranks agree on another candidate. Every rank
+/// decides alike, or their messages would mismatch and the run fail.
+#[test]
+fn the_automatic_choice_follows_the_network() {
+    let choose = |loss: f64| {
+        let mut net = Network::emulated();
+        net.loss = loss;
+        let mut s = scenario(16, 65536, net, Algorithm::IpmcAuto);
+        s.calls = vec![(0, 65536); 30];
+        s.run().unwrap().table.expect("rank 0's decision table")
+    };
+    let clean = choose(0.0);
+    assert!(
+        clean.contains("32769-65536 bytes: multicast (measured:"),
+        "{clean}"
+    );
+    let lossy = choose(0.9);
+    assert!(
+        lossy.contains("32769-65536 bytes: previous (measured:"),
+        "{lossy}"
+    );
+    assert!(!lossy.contains("multicast loss 0.0%"), "{lossy}");
+}

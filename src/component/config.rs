@@ -2,68 +2,20 @@
 //! a call before any measurement, and whether ipmc serves it at all.
 
 use crate::base::params::Config;
+use crate::engine::algorithm::{Algorithm, AUTO_LARGE};
 use crate::group::groups::{GroupRanges, PortRange};
 use crate::net::interfaces::IfList;
 
-/// A broadcast algorithm of ipmc, or the broadcast of the component ipmc replaced.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
-pub enum Algorithm {
-    /// The root sends to every rank with non-blocking sends and waits for all.
-    Linear,
-    /// The message travels in segments along the ring from the root.
-    Chain,
-    /// Multicast first, then the fragmented chain restores reliability.
-    Multicast,
-    /// The broadcast of the component ipmc replaced on this communicator.
-    Previous,
-    /// Open MPI's binomial tree (coll/base, unsegmented): with the binary
-    /// tree, the fastest of its fixed algorithms for small messages on a
-    /// few to a few dozen nodes, which Open MPI's own choice often passes
-    /// over.
-    Binomial,
-    /// Open MPI's binary tree (coll/base, unsegmented; tuned's algorithm 5).
-    Binary,
-    /// Two levels, where nodes hold several ranks: among one leader per
-    /// node by ipmc, inside each node by Open MPI ([`crate::component::levels`]).
-    TwoLevel,
-}
-
-impl Algorithm {
-    /// Every algorithm, in the order statistics print them.
-    pub const ALL: [Algorithm; 7] = [
-        Algorithm::Linear,
-        Algorithm::Chain,
-        Algorithm::Multicast,
-        Algorithm::Previous,
-        Algorithm::Binomial,
-        Algorithm::Binary,
-        Algorithm::TwoLevel,
-    ];
-
-    /// The name used in logs and statistics.
-    pub fn name(self) -> &'static str {
-        match self {
-            Algorithm::Linear => "linear",
-            Algorithm::Chain => "chain",
-            Algorithm::Multicast => "multicast",
-            Algorithm::Previous => "previous",
-            Algorithm::Binomial => "binomial",
-            Algorithm::Binary => "binary",
-            Algorithm::TwoLevel => "two_level",
-        }
-    }
-
-    /// The algorithm that `coll_ipmc_bcast_algorithm` forces, if any.
-    fn forced(code: usize) -> Option<Algorithm> {
-        match code {
-            1 => Some(Algorithm::Linear),
-            2 => Some(Algorithm::Chain),
-            3 => Some(Algorithm::Multicast),
-            4 => Some(Algorithm::Previous),
-            5 => Some(Algorithm::Binomial),
-            6 => Some(Algorithm::Binary),
-            _ => None,
-        }
+/// The algorithm that `coll_ipmc_bcast_algorithm` forces, if any.
+fn forced(code: usize) -> Option<Algorithm> {
+    match code {
+        1 => Some(Algorithm::Linear),
+        2 => Some(Algorithm::Chain),
+        3 => Some(Algorithm::Multicast),
+        4 => Some(Algorithm::Previous),
+        5 => Some(Algorithm::Binomial),
+        6 => Some(Algorithm::Binary),
+        _ => None,
     }
 }
 
@@ -82,10 +34,9 @@ pub const THESIS_CROSSOVER_SIZE: usize = 1 << 20;
 /// the multicast protocol's fixed costs) ...
 pub const AUTO_SMALL: usize = 2048;
 /// ... and for communicators of fewer nodes than this (with two, one
-/// point-to-point message is all a broadcast is);
+/// point-to-point message is all a broadcast is); the fragmented chain
+/// above [`AUTO_LARGE`], multicast in between.
 pub const AUTO_NODES: usize = 3;
-/// the fragmented chain above this size, multicast in between.
-pub const AUTO_LARGE: usize = 16 << 20;
 
 impl Config {
     /// Checks the values whose syntax the parameter table cannot express;
@@ -116,7 +67,7 @@ impl Config {
 
     /// Whether `coll_ipmc_bcast_algorithm` forces one of ipmc's own algorithms.
     pub fn forces_own_algorithm(&self) -> bool {
-        matches!(Algorithm::forced(self.bcast_algorithm), Some(a) if a != Algorithm::Previous)
+        matches!(forced(self.bcast_algorithm), Some(a) if a != Algorithm::Previous)
     }
 
     /// Whether a communicator whose nodes hold several ranks broadcasts over
@@ -125,7 +76,7 @@ impl Config {
     /// of Open MPI's runs on the whole communicator.
     pub fn takes_two_levels(&self) -> bool {
         !matches!(
-            Algorithm::forced(self.bcast_algorithm),
+            forced(self.bcast_algorithm),
             Some(Algorithm::Previous | Algorithm::Binomial | Algorithm::Binary)
         )
     }
@@ -153,7 +104,7 @@ impl Config {
     }
 
     /// Whether the automatic choice measures its candidates on the calls
-    /// ([`crate::component::tuning`]).
+    /// ([`crate::engine::tuning`]).
     pub fn tunes(&self) -> bool {
         self.is_automatic() && self.tune_calls > 0
     }
@@ -164,7 +115,7 @@ impl Config {
     /// is set, or the automatic rule. Both inputs are equal on every rank
     /// (MPI's rules; [`crate::component::nodes`]), so every rank chooses the same.
     pub fn choose(&self, bytes: usize, nodes: usize) -> Algorithm {
-        if let Some(forced) = Algorithm::forced(self.bcast_algorithm) {
+        if let Some(forced) = forced(self.bcast_algorithm) {
             forced
         } else if self.is_automatic() {
             if nodes < AUTO_NODES || bytes <= AUTO_SMALL {
@@ -460,7 +411,7 @@ mod tests {
         }
         // The forced broadcast algorithms, by the names ipmc logs them under.
         for code in 1..=6 {
-            let name = match Algorithm::forced(code).unwrap() {
+            let name = match forced(code).unwrap() {
                 Algorithm::Previous => "replaced",
                 Algorithm::Chain => "chain",
                 a => a.name(),

@@ -10,14 +10,15 @@ use crate::algorithms::{barrier, chain, linear};
 use crate::base::error::{Error, Result};
 use crate::base::params::Config;
 use crate::base::transport::Transport;
-use crate::component::config::Algorithm;
+use crate::component::background::{Background, Ibcast, Joining, Open};
 use crate::component::levels::{Layout, Levels};
 use crate::component::logging::{tell_once, Notice};
 use crate::component::nodes::Nodes;
 use crate::component::stats::Stats;
-use crate::component::tuning::{self, Due, Sample, Tuner};
-use crate::driver::background::{Background, Ibcast, Joining, Open};
 use crate::driver::multicast::{Driver, Ranks};
+use crate::engine::algorithm::Algorithm;
+use crate::engine::choice::{lost_permille, Ballots, Choice, Next, Timed};
+use crate::engine::tuning::{self, Sample, Tuner};
 use crate::group::setup::{self, Announce};
 use crate::net::interfaces::{self, IfList};
 use crate::net::mcast_socket::{self, McastSocket, OpenError};
@@ -31,8 +32,6 @@ use crate::protocol::datagram;
 /// its message by the chain instead gives multicast up (see
 /// [`tuning`]), and the user hears of it.
 const LOSS_TO_REPORT: u32 = tuning::GIVE_UP_LOSS_PERMILLE;
-/// Messages of fewer datagrams than this do not measure multicast loss.
-const LOSS_FROM_DATAGRAMS: usize = 8;
 
 /// Why ipmc declines a communicator in `comm_query`; `None` accepts it.
 /// Every input is the same on every rank, so all ranks decide alike.
@@ -190,12 +189,9 @@ pub struct Module {
     /// The current broadcast call has started to move messages.
     moved: bool,
     /// The automatic choice's measurements and decisions.
-    tuner: Tuner,
+    choice: Choice,
     /// Two levels, where nodes hold several ranks.
     levels: TwoLevels,
-    /// This rank's measured calls as a root whose answers are awaited in
-    /// the background (see `time_at_root`): ticket and sample.
-    awaited: Vec<(u64, Sample)>,
 }
 
 impl Module {
@@ -206,16 +202,17 @@ impl Module {
         let mut m = Self::with(cfg, comm.rank(), comm.size(), comm.cid(), nodes);
         if let Some(layout) = layout.filter(|l| m.cfg.takes_two_levels() && l.has_two_levels()) {
             m.levels = TwoLevels::Pending(layout);
-            m.tuner = Tuner::over_two_levels(m.cfg.tune_calls, m.rank, m.cfg.inject_timing);
+            let tuner = Tuner::over_two_levels(m.cfg.tune_calls, m.rank, m.cfg.inject_timing);
+            m.choice = Choice::new(tuner);
         }
         m
     }
 
     fn with(cfg: Config, rank: usize, size: usize, cid: u32, nodes: Nodes) -> Self {
+        let limit = cfg.background_limit;
         Module {
             levels: TwoLevels::No,
-            tuner: Tuner::new(cfg.tune_calls, rank, cfg.inject_timing),
-            awaited: Vec::new(),
+            choice: Choice::new(Tuner::new(cfg.tune_calls, rank, cfg.inject_timing)),
             cfg,
             rank,
             size,
@@ -224,7 +221,7 @@ impl Module {
             stats: Stats::default(),
             reported: false,
             multicast: Multicast::NotSetUp,
-            background: Background::default(),
+            background: Background::new(limit),
             broken: false,
             moved: false,
         }
@@ -294,7 +291,7 @@ impl Module {
     /// Called when the communicator is freed: prints the statistics once.
     pub fn disable(&mut self, comm: Comm) {
         if self.cfg.verbose >= 1 && self.rank == 0 && !self.reported {
-            let table = tuning::table(&self.tuner);
+            let table = tuning::table(self.choice.tuner());
             if !table.is_empty() {
                 ompi::print_line(&format!(
                     "ipmc: the broadcasts and barriers of communicator {} ({} nodes, at most {} ranks on one) \
@@ -338,7 +335,7 @@ impl Module {
             }
         }
         // Leaves the group and closes the sockets.
-        self.background = Background::default();
+        self.background = Background::new(self.cfg.background_limit);
         self.multicast = Multicast::Failed;
         if let TwoLevels::Ready(levels) = std::mem::replace(&mut self.levels, TwoLevels::Failed) {
             levels.free();
@@ -365,14 +362,13 @@ impl Module {
         }
         // Every algorithm (and the replaced component's) uses the broadcast
         // tag: the agreement's and the votes' messages, and the frames of the
-        // multicast broadcasts before, must not meet this call's. Only a
-        // multicast broadcast may begin while earlier ones' chains and votes
-        // still run (its own chain follows them).
+        // multicast broadcasts before, must not meet this call's, unless it
+        // goes alongside them (`Algorithm::goes_alongside`; a nonblocking
+        // broadcast in the background leaves multicast no room either).
         self.catch_up(call.comm())?;
         let (alg, sample) = self.plan(call.comm(), bytes)?;
-        // Two levels run on communicators of their own.
-        let queues = alg == Algorithm::TwoLevel
-            || alg == Algorithm::Multicast && self.background.holds_only_multicast();
+        let queues = alg.goes_alongside()
+            && (alg == Algorithm::TwoLevel || self.background.holds_only_multicast());
         if !self.broken && !queues {
             self.background.finish()?;
         }
@@ -396,24 +392,18 @@ impl Module {
         }
         self.stats.record(alg, bytes);
         if let Some((sample, start, (multicast, chain))) = measuring {
-            // The share of the message that this rank got by the chain
-            // instead of multicast: none to get at the root, and too
-            // coarse a sign for messages of a few datagrams, one of which
-            // an unscheduled receiver may read after the chain brought it.
             let (multicast, chain) = (self.bytes_by().0 - multicast, self.bytes_by().1 - chain);
-            let lost = (bytes >= LOSS_FROM_DATAGRAMS * self.cfg.fragment_size)
-                .then(|| (chain * 1000).checked_div(multicast + chain))
-                .flatten()
-                .map(|l| l as u32);
+            let lost = lost_permille(bytes, self.cfg.fragment_size, multicast, chain);
             // Short messages are timed at the root, until every rank has
             // the message (see `tuning::SHORT_UP_TO`).
             if !sample.timed_at_root() {
-                self.tuner.record(sample, Some(start.elapsed()), lost);
+                self.choice
+                    .record(sample, Timed::Here(start.elapsed()), lost);
             } else if call.root() == self.rank {
                 self.time_at_root(call.comm(), sample, start)?;
             } else {
                 call.answer_root()?;
-                self.tuner.record(sample, None, lost);
+                self.choice.record(sample, Timed::AtRoot, lost);
             }
         }
         if self.tunes() {
@@ -468,7 +458,8 @@ impl Module {
         }
         self.stats.barriers.record(alg);
         if let Some(sample) = sample {
-            self.tuner.record(sample, Some(entered.elapsed()), None);
+            self.choice
+                .record(sample, Timed::Here(entered.elapsed()), None);
         }
         if !self.broken && tunes && self.votes_here() {
             self.vote_if_due(comm, tuning::BARRIER)?;
@@ -529,7 +520,8 @@ impl Module {
         tally.calls += 1;
         tally.bytes += total as u64;
         if let Some(sample) = sample {
-            self.tuner.record(sample, Some(entered.elapsed()), None);
+            self.choice
+                .record(sample, Timed::Here(entered.elapsed()), None);
         }
         if !self.broken && tunes && self.votes_here() {
             self.vote_if_due(comm, class)?;
@@ -545,10 +537,9 @@ impl Module {
             return Ok(());
         }
         self.finish_joining(comm)?;
-        self.collect_answers(false)?;
-        if self.tuner.awaits_votes() {
-            self.settle_votes(comm);
-        }
+        let (choice, mut io) = self.ballots(comm, false);
+        choice.take_answers(&mut io)?;
+        self.settle_votes(comm);
         Ok(())
     }
 
@@ -566,15 +557,8 @@ impl Module {
             return Ok((Algorithm::Previous, None));
         }
         if tunes && self.votes_here() {
-            if let Some(plan) = self.tuner.plan_class(class) {
-                return Ok(self.servable(plan));
-            }
-            // This call takes the decision of a vote that has not ended here.
-            self.background.finish()?;
-            self.settle_votes(comm);
-            if let Some(plan) = self.tuner.plan_class(class) {
-                return Ok(self.servable(plan));
-            }
+            let plan = self.measured(comm, class, fixed)?;
+            return Ok(self.servable(plan));
         }
         Ok(self.servable((fixed, None)))
     }
@@ -602,13 +586,8 @@ impl Module {
                 root,
             };
             let before = self.bytes_by();
-            self.background.bcast(
-                comm,
-                at,
-                &mut data,
-                self.cfg.background_limit,
-                &mut self.stats.datagrams,
-            )?;
+            self.background
+                .bcast(comm, at, &mut data, &mut self.stats.datagrams)?;
             // The blocks' bytes are no broadcast's.
             let d = &mut self.stats.datagrams;
             (d.bytes_multicast, d.bytes_chain) = before;
@@ -684,19 +663,56 @@ impl Module {
     /// The algorithm for a blocking broadcast of `bytes` bytes, and what to
     /// measure of it when the automatic choice measures its class.
     fn plan(&mut self, comm: Comm, bytes: usize) -> Result<(Algorithm, Option<Sample>)> {
+        let fixed = self.choose_now(bytes);
         if self.tunes() {
-            if let Some(plan) = self.tuner.plan(bytes) {
-                return Ok(plan);
-            }
-            // This call takes the decision of a vote that has not ended here.
-            self.vote_if_due(comm, tuning::class_of(bytes))?;
-            self.background.finish()?;
-            self.settle_votes(comm);
-            if let Some(plan) = self.tuner.plan(bytes) {
-                return Ok(plan);
+            return self.measured(comm, tuning::class_of(bytes), fixed);
+        }
+        Ok((fixed, None))
+    }
+
+    /// The measured choice's plan of a call of class `class`, waiting for
+    /// what it needs first: the end of a vote whose decision the call takes
+    /// (the background's work finished), the answers to this rank's calls as
+    /// a root that its part in a vote needs.
+    fn measured(
+        &mut self,
+        comm: Comm,
+        class: usize,
+        fixed: Algorithm,
+    ) -> Result<(Algorithm, Option<Sample>)> {
+        // Each wait at most once: after it, every vote in the background
+        // ended and every answer arrived, and nothing more is coming.
+        let (mut finished, mut answered) = (false, false);
+        loop {
+            let (choice, mut io) = self.ballots(comm, false);
+            match choice.plan(class, fixed, &mut io)? {
+                Next::Run(alg, sample) => return Ok((alg, sample)),
+                Next::AwaitVote if !finished => {
+                    self.background.finish()?;
+                    self.settle_votes(comm);
+                    finished = true;
+                }
+                Next::AwaitAnswers if !answered => {
+                    let (choice, mut io) = self.ballots(comm, true);
+                    choice.take_answers(&mut io)?;
+                    answered = true;
+                }
+                Next::AwaitVote | Next::AwaitAnswers => return Ok((fixed, None)),
             }
         }
-        Ok((self.choose_now(bytes), None))
+    }
+
+    /// The measured choice, and its view of this communicator's background
+    /// (`wait`: for every answer to this rank's calls as a root).
+    fn ballots(&mut self, comm: Comm, wait: bool) -> (&mut Choice, OmpiBallots<'_>) {
+        let votes = self.votes_here();
+        let io = OmpiBallots {
+            background: &mut self.background,
+            comm,
+            votes,
+            wait,
+        };
+        (&mut self.choice, io)
     }
 
     /// Whether the automatic choice measures its candidates here: where
@@ -728,7 +744,8 @@ impl Module {
         let mut answers = Answers::expect(comm, self.rank)?;
         loop {
             if answers.test()? {
-                self.tuner.record(sample, Some(start.elapsed()), None);
+                self.choice
+                    .record(sample, Timed::Here(start.elapsed()), None);
                 return Ok(());
             }
             if start.elapsed() >= tuning::ANSWER_WAIT {
@@ -736,46 +753,21 @@ impl Module {
             }
         }
         let ticket = self.background.expect_answers(comm, start, answers)?;
-        self.awaited.push((ticket, sample));
+        self.choice.time_at_root(ticket, sample);
         Ok(())
     }
 
-    /// Records the times of this rank's measured calls as a root whose
-    /// answers arrived (with `wait`, after waiting for all).
-    fn collect_answers(&mut self, wait: bool) -> Result<()> {
-        if self.awaited.is_empty() {
-            return Ok(());
-        }
-        for (ticket, took) in self.background.take_answered(wait)? {
-            if let Some(i) = self.awaited.iter().position(|a| a.0 == ticket) {
-                let (_, sample) = self.awaited.swap_remove(i);
-                // Nothing to get by the chain at the root.
-                self.tuner.record(sample, Some(took), None);
-            }
-        }
-        Ok(())
-    }
-
-    /// After a call of class `class` (a size class, or the barrier's): this
-    /// rank's part of its class's vote goes to the background when it is
-    /// due, after the call's own work, once this rank's answers as a root
-    /// are in.
+    /// After a call of class `class` (a size class, the barrier's or an
+    /// allgather's): this rank's part of its class's vote goes to the
+    /// background when it is due, after the call's own work, once this
+    /// rank's answers as a root are in.
     fn vote_if_due(&mut self, comm: Comm, class: usize) -> Result<()> {
-        let mut due = self.tuner.due_of(class);
-        if due == Due::Answers {
-            self.collect_answers(true)?;
-            due = self.tuner.due_of(class);
-        }
-        if let Due::Vote(class, mine) = due {
-            debug!(
-                "rank {} cid {}: {} measured here: {mine:?}",
-                self.rank,
-                self.cid,
-                tuning::class_name(class)
-            );
-            if self.votes_here() {
-                self.background.vote(comm, class, mine);
-            }
+        let (choice, mut io) = self.ballots(comm, false);
+        if !choice.after_call(class, &mut io)? {
+            // Every answer arrived after this wait.
+            let (choice, mut io) = self.ballots(comm, true);
+            choice.take_answers(&mut io)?;
+            choice.after_call(class, &mut io)?;
         }
         Ok(())
     }
@@ -788,8 +780,8 @@ impl Module {
         if !self.votes_here() {
             return;
         }
-        for (class, result) in self.background.take_votes() {
-            let d = self.tuner.settle(class, &result);
+        let (choice, mut io) = self.ballots(comm, false);
+        for (class, d) in choice.settle(&mut io) {
             debug!(
                 "rank {} cid {}: {}: {} ({:?})",
                 self.rank,
@@ -843,13 +835,11 @@ impl Module {
         if !self.broken {
             self.finish_joining(call.comm())?;
             // The class's decision is read only where every rank takes it.
-            if self.tunes() && self.tuner.must_await_vote(bytes) {
+            if self.tunes() && self.choice.tuner().must_await_vote(bytes) {
                 self.vote_if_due(call.comm(), tuning::class_of(bytes))?;
                 self.background.finish()?;
             }
-            if self.tuner.awaits_votes() {
-                self.settle_votes(call.comm());
-            }
+            self.settle_votes(call.comm());
         }
         if matches!(self.levels, TwoLevels::Pending(_) | TwoLevels::Ready(_)) {
             // Not yet over two levels: whole, the replaced component's is
@@ -859,7 +849,7 @@ impl Module {
             return Ok(false);
         }
         let agreed = if self.tunes() {
-            self.tuner.current(bytes)
+            self.choice.tuner().current(bytes)
         } else {
             None
         };
@@ -994,7 +984,6 @@ impl Module {
             return Err(Error::Unavailable);
         }
         let background = &mut self.background;
-        let limit = self.cfg.background_limit;
         let at = Ranks {
             rank: self.rank,
             size: self.size,
@@ -1003,7 +992,7 @@ impl Module {
         let comm = call.comm();
         let stats = &mut self.stats.datagrams;
         on_message_bytes(call, self.rank, bytes, |buf| {
-            background.bcast(comm, at, buf, limit, stats)
+            background.bcast(comm, at, buf, stats)
         })
     }
 
@@ -1101,6 +1090,34 @@ impl Module {
                 None
             }
         }
+    }
+}
+
+/// The measured choice's view of a communicator's background: votes go
+/// there where the ranks may agree, and the answers to this rank's calls as
+/// a root come from there.
+struct OmpiBallots<'a> {
+    background: &'a mut Background,
+    comm: Comm,
+    /// Whether the ranks may agree here (see `Module::votes_here`).
+    votes: bool,
+    /// Waits for every answer.
+    wait: bool,
+}
+
+impl Ballots for OmpiBallots<'_> {
+    fn vote(&mut self, k: usize, mine: Vec<u32>) {
+        if self.votes {
+            self.background.vote(self.comm, k, mine);
+        }
+    }
+
+    fn take_votes(&mut self) -> Vec<(usize, Vec<u32>)> {
+        self.background.take_votes()
+    }
+
+    fn take_answered(&mut self) -> Result<Vec<(u64, Duration)>> {
+        self.background.take_answered(self.wait)
     }
 }
 

@@ -4,7 +4,7 @@
 use std::fmt::Write;
 
 use crate::base::counters::{Datagrams, VERDICTS};
-use crate::component::config::Algorithm;
+use crate::engine::algorithm::Algorithm;
 
 /// Broadcasts and bytes of one algorithm.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]

@@ -1,6 +1,4 @@
 //! Drives the two-stage protocol over real or simulated I/O (the traits of
-//! [`crate::base::io`]): the driver, and the broadcasts finished in the
-//! background.
+//! [`crate::base::io`]).
 
-pub mod background;
 pub mod multicast;

@@ -2,9 +2,9 @@
 //! ([`crate::protocol::two_stage`]) over a communicator's multicast group and
 //! point-to-point messages for the chain. It is written against the I/O of
 //! [`crate::base::io`] and told the time at every step, so the same driver runs
-//! over real sockets and Open MPI (the broadcasts of
-//! [`crate::driver::background::Background`]) and inside a simulated network (which calls [`Driver::step`] whenever
-//! something happens to a rank).
+//! over real sockets and Open MPI and inside a simulated network (which calls
+//! [`Driver::step`] whenever something happens to a rank); the order of a
+//! communicator's broadcasts is [`crate::engine::queue`]'s.
 
 use std::collections::VecDeque;
 use std::time::Duration;
@@ -192,6 +192,11 @@ impl<M: MessageIo> Run<M> {
     /// The protocol state.
     pub fn broadcast(&self) -> &Broadcast {
         &self.b
+    }
+
+    /// The protocol state, once the run is over.
+    pub fn into_broadcast(self) -> Broadcast {
+        self.b
     }
 
     /// The point-to-point messages.

@@ -547,11 +547,11 @@ unsafe fn serve(
 pub extern "C" fn ipmc_rs_progress() -> c_int {
     // Open MPI calls this on every turn of its progress loop, mostly with
     // nothing to do: that answer needs no panic boundary.
-    if crate::driver::background::is_idle() {
+    if crate::component::background::is_idle() {
         return 0;
     }
     guard("in the background progress and goes on", 0, || {
-        c_int::try_from(crate::driver::background::progress()).unwrap_or(c_int::MAX)
+        c_int::try_from(crate::component::background::progress()).unwrap_or(c_int::MAX)
     })
 }
 
@@ -560,7 +560,7 @@ pub extern "C" fn ipmc_rs_progress() -> c_int {
 #[no_mangle]
 pub extern "C" fn ipmc_rs_finish_all() {
     let what = "finishing the background broadcasts at MPI_Finalize, and goes on";
-    guard(what, (), crate::driver::background::finish_all);
+    guard(what, (), crate::component::background::finish_all);
 }
 
 /// Copies `text` into the C buffer `buf` of `len` bytes, cut to fit, NUL-terminated.

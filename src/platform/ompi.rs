@@ -46,7 +46,7 @@ pub struct Comm(pub(crate) *mut ompi_communicator_t);
 
 // SAFETY: the handle is an address; Open MPI lets any thread use a
 // communicator, and ipmc uses one in background work only under the lock
-// of that work (see `crate::driver::background`).
+// of that work (see `crate::component::background`).
 unsafe impl Send for Comm {}
 
 impl Comm {
@@ -859,7 +859,7 @@ impl MessageIo for Messages {
 // SAFETY: a `Messages` holds handles of Open MPI requests and a communicator,
 // and the buffers they use, which it owns. Open MPI lets any thread test or
 // wait for a request, and ipmc touches a `Messages` only under the lock of its
-// broadcast (see `crate::driver::background`), never from two threads at once.
+// broadcast (see `crate::component::background`), never from two threads at once.
 unsafe impl Send for Messages {}
 
 impl Drop for Messages {

@@ -139,6 +139,24 @@ pub fn build_for(prefix: Option<&Path>) -> Built {
     }
 }
 
+/// The simulator's output for `args` (`sim/`, built here if need be).
+pub fn simulate(args: &[&str]) -> String {
+    let out = Command::new(env!("CARGO"))
+        .current_dir(repo())
+        .args(["run", "--locked", "--quiet", "--release", "-p", "ipmc-sim"])
+        .args(["--bin", "ipmc-simulate", "--"])
+        .args(args)
+        .output()
+        .expect("cargo runs");
+    let text = String::from_utf8_lossy(&out.stdout).into_owned();
+    assert!(
+        out.status.success(),
+        "simulate {args:?} failed:\n{text}{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    text
+}
+
 fn run_ok(cmd: &mut Command) {
     let out = cmd
         .output()

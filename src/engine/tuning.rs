@@ -20,7 +20,7 @@
 
 use std::time::Duration;
 
-use crate::component::config::{Algorithm, AUTO_LARGE};
+use crate::engine::algorithm::{Algorithm, AUTO_LARGE};
 
 /// Class k holds the messages of 2^(k-1) + 1 … 2^k bytes (class 0: 1 byte).
 pub fn class_of(bytes: usize) -> usize {
@@ -324,13 +324,6 @@ pub fn barrier_candidates(two_levels: bool) -> &'static [Algorithm] {
 pub const ALLGATHER_CANDIDATES: [Algorithm; 3] =
     [Algorithm::Previous, Algorithm::Chain, Algorithm::Multicast];
 
-/// Whether calls of `alg` may begin while a vote's messages are under way:
-/// multicast's (its chain follows them), and those over two levels, which
-/// run on other communicators.
-fn goes_ahead_of_votes(alg: Algorithm) -> bool {
-    matches!(alg, Algorithm::Multicast | Algorithm::TwoLevel)
-}
-
 impl Tuner {
     pub fn new(samples: usize, rank: usize, inject: bool) -> Self {
         Self::with(samples, rank, inject, false)
@@ -422,7 +415,7 @@ impl Tuner {
                     // again, else a candidate whose calls need not wait for
                     // the vote.
                     let interim =
-                        last.or_else(|| cands.iter().copied().find(|&a| goes_ahead_of_votes(a)));
+                        last.or_else(|| cands.iter().copied().find(|a| a.goes_alongside()));
                     *ended = Some(Ended { at: call, interim });
                 }
                 Some((
@@ -600,7 +593,7 @@ impl Tuner {
     /// multicast the agreed choice.
     fn made_up(&self, alg: Algorithm, candidate: usize, n: usize) -> u32 {
         let own = 1000 * (1 + ((self.rank + candidate) % n) as u32);
-        own + if goes_ahead_of_votes(alg) { 0 } else { 500 }
+        own + if alg.goes_alongside() { 0 } else { 500 }
     }
 
     /// Takes the vote's result for class `k` (the same vector on every

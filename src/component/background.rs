@@ -14,33 +14,25 @@
 //!   root and came after the root's call returned (their tag is another,
 //!   and no other work waits for them).
 //!
-//! Each communicator has one [`Background`]: its multicast driver and its
-//! work, in the order the calls came. Broadcasts' chains run one after
-//! another (the chain frames of consecutive broadcasts share a tag and must
-//! never cross): the next chain begins when the one before owes nothing
-//! more. A blocking multicast broadcast may begin while the multicast
-//! broadcasts before it still owe chain frames, up to `background_limit`
-//! bytes of messages held in all: its stage 1 runs alongside their chains,
-//! and a root whose datagrams are out, or a rank that got the whole message
-//! by multicast, returns and leaves its chain to follow theirs (up to
-//! [`AHEAD_LIMIT`] bytes), so that no rank waits for one that has not
-//! entered an earlier broadcast. Any other call first finishes all work
-//! before it.
+//! Each communicator has one [`Background`]: its
+//! [`Queue`](crate::engine::queue::Queue) (the multicast driver and the work
+//! in the order the calls came, with the rules of what may run alongside
+//! what), the agreement on its group, and the answers to its measured calls.
 //!
-//! Work in the background holds a reference on its communicator: MPI lets a
-//! program free a communicator while operations on it are pending, and the
-//! communicator (with ipmc's module) must outlive them. The reference is
+//! Work in the background holds a reference on its communicator (one for
+//! all its queued work): MPI lets a program free a communicator while
+//! operations on it are pending, and the communicator (with ipmc's module)
+//! must outlive them. The reference is
 //! given back with no lock held, since that may destroy the communicator and
 //! run the module's `disable`. `MPI_Finalize` begins by finishing all
 //! background work ([`finish_all`]), so that no reference of ipmc's is left
 //! when it destroys the communicators.
 
-use std::collections::VecDeque;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard, Weak};
 use std::time::{Duration, Instant};
 
-use log::{debug, warn};
+use log::warn;
 
 use crate::algorithms::nonblocking::{Shape, Steps};
 use crate::base::counters::Datagrams;
@@ -48,15 +40,11 @@ use crate::base::error::{Error, Result};
 use crate::base::io::Wait;
 use crate::base::params::Config;
 use crate::driver::multicast::{Driver, Ranks, Run};
+use crate::engine::queue::{self, Queue, Turn, Work};
 use crate::group::setup::{Agreed, Agreement, Announce, Facts};
-use crate::group::vote::Vote;
 use crate::net::mcast_socket::{McastSocket, OpenError};
 use crate::platform::ompi;
 use crate::platform::ompi::{Answers, Comm, Messages, Request, UserMessage};
-use crate::protocol::two_stage::Broadcast;
-
-/// A broadcast's chain over Open MPI.
-type OmpiRun = Run<Messages>;
 
 /// How a rank opens and joins its socket for an announced group.
 pub type Open = Box<dyn FnMut(&Announce) -> Result<McastSocket, OpenError> + Send>;
@@ -123,7 +111,7 @@ pub struct Ibcast {
 
 /// An `MPI_Ibcast`'s algorithm, and its state once begun.
 enum How {
-    Multicast(Option<(Box<OmpiRun>, Instant)>),
+    Multicast(Option<Box<Run<Messages>>>),
     PointToPoint(Shape, Option<Box<Steps<Messages>>>),
 }
 
@@ -153,10 +141,13 @@ impl Ibcast {
             how,
         }
     }
+}
 
+impl Work<McastSocket> for Ibcast {
     fn turn(
         &mut self,
         d: Option<&mut Driver<McastSocket>>,
+        now: Duration,
         wait: Wait,
         stats: &mut Datagrams,
     ) -> Result<bool> {
@@ -173,15 +164,15 @@ impl Ibcast {
                 let d = d.expect("multicast work runs once the group is agreed");
                 if state.is_none() {
                     let data = root_data(message, at)?;
-                    let b = d.begin(at, message.bytes(), data.as_deref(), Duration::ZERO, stats);
+                    let b = d.begin(at, message.bytes(), data.as_deref(), now, stats);
                     let run = Run::new(b, Messages::new(*comm), at.rank, at.size)?;
-                    *state = Some((Box::new(run), Instant::now()));
+                    *state = Some(Box::new(run));
                 }
-                let (run, start) = state.as_mut().expect("begun above");
-                d.step(run, start.elapsed(), wait, stats)?;
+                let run = state.as_mut().expect("begun above");
+                d.step(run, now, wait, stats)?;
                 if request.is_some() && (run.may_return() || run.is_done()) {
                     let b = run.broadcast();
-                    returns("ibcast", b, "complete", stats);
+                    queue::account(b, "ibcast", "completes", stats);
                     complete(request, message, at, b.data())?;
                 }
                 Ok(run.is_done())
@@ -203,30 +194,13 @@ impl Ibcast {
             }
         }
     }
-}
 
-const MULTICAST_READY: &str = "multicast runs once the group is agreed";
-
-/// Bytes of a rank's multicast broadcasts that may return before their
-/// chains start: many small broadcasts ahead of a rank that has not entered
-/// them, as Open MPI's broadcast of eagerly sent messages allows, and not so
-/// many that a root floods its receivers' socket buffers (with 16 MiB, 100
-/// broadcasts of 64 KiB back to back on the emulated cluster took 1.8 ×
-/// longer). Beyond it a broadcast waits for the chains before.
-pub const AHEAD_LIMIT: usize = 256 << 10;
-
-/// A broadcast (`what`: `bcast` or `ibcast`) returns or completes its
-/// request: its bytes to the statistics.
-fn returns(what: &str, b: &Broadcast, how: &str, stats: &mut Datagrams) {
-    Driver::<McastSocket>::account(b, stats);
-    debug!(
-        "{what} {} of {} bytes {how} on vrank {}: {} by multicast, {} by chain",
-        b.params().bcast,
-        b.params().message_len,
-        b.params().vrank,
-        b.bytes_by_multicast(),
-        b.bytes_by_chain()
-    );
+    /// A nonblocking broadcast's request completes with the error.
+    fn fail(mut self, e: Error) {
+        if let Some(request) = self.request.take() {
+            request.complete(Err(e));
+        }
+    }
 }
 
 /// The root's message, read when its broadcast begins.
@@ -253,104 +227,13 @@ fn complete(
     Ok(())
 }
 
-/// A vote of the automatic choice on a size class's measurements; its
-/// messages are posted when its turn comes, after the work before it.
-struct VoteJob {
-    msgs: Messages,
-    class: usize,
-    mine: Vec<u32>,
-    vote: Option<Vote<Messages>>,
-    result: Option<Vec<u32>>,
-}
-
-impl VoteJob {
-    fn turn(&mut self, wait: Wait) -> Result<bool> {
-        if self.vote.is_none() {
-            let comm = self.msgs.comm();
-            let mine = std::mem::take(&mut self.mine);
-            self.vote = Some(Vote::start(&mut self.msgs, comm.rank(), comm.size(), mine)?);
-        }
-        let vote = self.vote.as_mut().expect("started above");
-        self.result = vote.poll(&mut self.msgs, wait)?;
-        Ok(self.result.is_some())
-    }
-}
-
-/// A blocking multicast broadcast that returned while the chains of the
-/// broadcasts before it still ran (the root's datagrams were out, or the
-/// rank had the whole message by multicast): when its turn comes its chain
-/// starts, and it becomes a [`Job::Rest`].
-struct Later {
-    comm: Comm,
-    at: Ranks,
-    /// Taken when the chain starts.
-    b: Option<Broadcast>,
-}
-
-impl Later {
-    fn message_len(&self) -> usize {
-        self.b.as_ref().map_or(0, |b| b.params().message_len)
-    }
-}
-
-/// A piece of a communicator's work in the background.
-enum Job {
-    /// What a broadcast that returned still owes its neighbours.
-    Rest(Box<OmpiRun>),
-    Later(Box<Later>),
-    Ibcast(Box<Ibcast>),
-    Vote(Box<VoteJob>),
-}
-
-impl Job {
-    /// One turn; whether the job is over. `d` is the multicast driver, once
-    /// the group is agreed (only multicast work uses it).
-    fn turn(
-        &mut self,
-        d: Option<&mut Driver<McastSocket>>,
-        wait: Wait,
-        stats: &mut Datagrams,
-    ) -> Result<bool> {
-        if let Job::Later(later) = self {
-            let b = later.b.take().expect("a broadcast's chain starts once");
-            let run = Run::new(b, Messages::new(later.comm), later.at.rank, later.at.size)?;
-            *self = Job::Rest(Box::new(run));
-        }
-        match self {
-            Job::Rest(run) => {
-                run.turn(wait)?;
-                Ok(run.is_done())
-            }
-            Job::Later(_) => unreachable!("started above"),
-            Job::Ibcast(ib) => ib.turn(d, wait, stats),
-            Job::Vote(v) => v.turn(wait),
-        }
-    }
-
-    fn comm(&self) -> Comm {
-        match self {
-            Job::Rest(run) => run.comm(),
-            Job::Later(later) => later.comm,
-            Job::Ibcast(ib) => ib.comm,
-            Job::Vote(v) => v.msgs.comm(),
-        }
-    }
-
-    /// Gives the job up after `e`: a nonblocking broadcast's request
-    /// completes with the error.
-    fn fail(self, e: Error) {
-        if let Job::Ibcast(mut ib) = self {
-            if let Some(request) = ib.request.take() {
-                request.complete(Err(e));
-            }
-        }
-    }
-}
+/// A communicator's queue over Open MPI.
+type OmpiQueue = Queue<McastSocket, Messages, Ibcast>;
 
 /// The answers to one measured call of this rank as its root. It holds a
-/// reference on the communicator, as a job does: the receives hold Open
-/// MPI's own, and the last one given back frees the communicator, whose
-/// module then takes this slot's lock.
+/// reference on the communicator, as queued work does: the receives hold
+/// Open MPI's own, and the last one given back frees the communicator,
+/// whose module then takes this slot's lock.
 struct Awaited {
     /// `None`: messages that only need to complete (a barrier's
     /// point-to-point releases), not timed.
@@ -361,22 +244,18 @@ struct Awaited {
 }
 
 /// One communicator's multicast driver and work.
-#[derive(Default)]
 struct Slot {
+    /// The time the queue is told is since this.
+    epoch: Instant,
     /// The agreement on the group, kept after it ended until the module
     /// takes what it agreed.
     joining: Option<Joining>,
-    /// The driver, once the group is agreed.
-    driver: Option<Driver<McastSocket>>,
-    /// Work in the order of the calls; the first one runs.
-    jobs: VecDeque<Job>,
+    queue: OmpiQueue,
+    /// The communicator, while the queue holds work (its reference).
+    held: Option<Comm>,
     /// Background work failed (and was given up); the next broadcast on the
     /// communicator reports it.
     broken: Option<Error>,
-    /// What the work in the background did with datagrams.
-    datagrams: Datagrams,
-    /// Votes that ended: the size class and the agreed vector.
-    voted: Vec<(usize, Vec<u32>)>,
     /// Measured calls whose answers this rank receives as their root.
     awaited: Vec<Awaited>,
     /// Those whose answers all arrived: ticket, and time from the call's
@@ -387,6 +266,42 @@ struct Slot {
 }
 
 impl Slot {
+    fn new(background_limit: usize) -> Self {
+        Slot {
+            epoch: Instant::now(),
+            joining: None,
+            queue: Queue::new(background_limit),
+            held: None,
+            broken: None,
+            awaited: Vec::new(),
+            answered: Vec::new(),
+            tickets: 0,
+        }
+    }
+
+    fn now(&self) -> Duration {
+        self.epoch.elapsed()
+    }
+
+    /// Holds a reference on `comm` while the queue holds work, and gives it
+    /// back (to `ended`) when the queue is empty.
+    fn hold(&mut self, comm: Option<Comm>, ended: &mut Vec<Comm>) {
+        match (self.queue.is_busy(), self.held) {
+            (true, None) => {
+                let comm = comm.expect("queued work came with its communicator");
+                comm.retain();
+                RUNNING.fetch_add(1, Ordering::Relaxed);
+                self.held = Some(comm);
+            }
+            (false, Some(comm)) => {
+                RUNNING.fetch_sub(1, Ordering::Relaxed);
+                ended.push(comm);
+                self.held = None;
+            }
+            _ => {}
+        }
+    }
+
     /// One turn of the slot's work; the communicators of the work that ended
     /// go to `ended`, for their reference to be given back. Whether work is
     /// left.
@@ -399,29 +314,14 @@ impl Slot {
                 ended.push(joining.comm());
             }
         }
-        while let Some(job) = self.jobs.front_mut() {
-            match job.turn(self.driver.as_mut(), wait, &mut self.datagrams) {
-                Ok(true) => {
-                    let job = self.jobs.pop_front().expect("checked");
-                    RUNNING.fetch_sub(1, Ordering::Relaxed);
-                    ended.push(job.comm());
-                    if let Job::Vote(v) = job {
-                        self.voted
-                            .push((v.class, v.result.expect("the vote ended")));
-                    }
-                }
-                Ok(false) => break,
-                Err(e) => {
-                    self.abandon(e, ended);
-                    return Err(e);
-                }
-            }
-        }
+        let turned = self.queue.turn(self.now(), wait);
+        self.hold(None, ended);
+        turned?;
         Ok(self.busy())
     }
 
     fn busy(&self) -> bool {
-        !self.jobs.is_empty() || self.joining.as_ref().is_some_and(|j| !j.is_done())
+        self.queue.is_busy() || self.joining.as_ref().is_some_and(|j| !j.is_done())
     }
 
     /// Notes the measured calls whose answers all arrived, with the time;
@@ -460,104 +360,36 @@ impl Slot {
         ended.push(a.comm);
     }
 
-    /// The message bytes that the queue's blocking multicast broadcasts
-    /// hold, if it holds nothing else but votes.
-    fn multicast_bytes(&self) -> Option<usize> {
-        self.jobs
-            .iter()
-            .map(|job| match job {
-                Job::Rest(run) => Some(run.broadcast().params().message_len),
-                Job::Later(later) => Some(later.message_len()),
-                // Its messages go when its turn comes, as a chain's do.
-                Job::Vote(_) => Some(0),
-                Job::Ibcast(_) => None,
-            })
-            .sum()
-    }
-
-    /// The message bytes of the broadcasts that returned before their
-    /// chains started.
-    fn later_bytes(&self) -> usize {
-        self.jobs
-            .iter()
-            .map(|job| match job {
-                Job::Later(later) => later.message_len(),
-                _ => 0,
-            })
-            .sum()
-    }
-
     /// See [`Background::bcast`].
     fn bcast(
         &mut self,
         comm: Comm,
         at: Ranks,
         data: &mut [u8],
-        limit: usize,
         stats: &mut Datagrams,
         ended: &mut Vec<Comm>,
     ) -> Result<()> {
         if let Some(e) = self.broken.take() {
             return Err(e);
         }
-        let in_background = data.len() <= limit;
-        // The oldest work finishes first while the queue would hold more.
-        let fits = |slot: &Self| {
-            in_background
-                && slot
-                    .multicast_bytes()
-                    .is_some_and(|held| held + data.len() <= limit)
-        };
-        while !self.jobs.is_empty() && !fits(self) {
-            self.turn(Wait::Progress, ended)?;
-        }
-        let start = Instant::now();
-        let d = self.driver.as_mut().expect(MULTICAST_READY);
-        let mut b = d.begin(at, data.len(), Some(&*data), Duration::ZERO, stats);
-        // The root has nothing else to do before stage 1 (its chain starts
-        // after it), so it sleeps rather than spin against ranks that share
-        // its cores.
-        std::thread::sleep(b.stage1_start().unwrap_or_default());
-        // Stage 1 runs alongside the chains before; a root whose datagrams
-        // are out, or a rank that got the whole message by multicast, leaves
-        // its chain to follow them, within `AHEAD_LIMIT`.
-        let ahead = self.later_bytes() + data.len() <= AHEAD_LIMIT;
-        while !self.jobs.is_empty() {
-            let d = self.driver.as_mut().expect(MULTICAST_READY);
-            d.stage1(&mut b, start.elapsed(), stats);
-            if ahead && b.stage1_done() && b.is_complete() {
-                if b.params().vrank != 0 {
-                    data.copy_from_slice(b.data());
+        self.queue.enter_bcast(at, data.len(), Messages::new(comm));
+        // A failed job gives up the queue (the call's own failure leaves
+        // the work before it be).
+        let result = loop {
+            let now = self.now();
+            match self.queue.bcast_turn(data, now, Wait::Progress, stats) {
+                Ok(Turn::Returned) => break Ok(()),
+                Ok(Turn::Sleep(until)) => std::thread::sleep(until.saturating_sub(now)),
+                Ok(Turn::Pending) => {
+                    if let Err(e) = self.look_answers(ended) {
+                        break Err(e);
+                    }
                 }
-                returns("bcast", &b, "returns before its chain", stats);
-                let later = Later {
-                    comm,
-                    at,
-                    b: Some(b),
-                };
-                self.push(Job::Later(Box::new(later)));
-                return Ok(());
+                Err(e) => break Err(e),
             }
-            self.turn(Wait::Progress, ended)?;
-        }
-        let d = self.driver.as_mut().expect(MULTICAST_READY);
-        let mut run = Run::new(b, Messages::new(comm), at.rank, at.size)?;
-        loop {
-            d.step(&mut run, start.elapsed(), Wait::Progress, stats)?;
-            if run.is_done() || (in_background && run.may_return()) {
-                break;
-            }
-        }
-        let b = run.broadcast();
-        if b.params().vrank != 0 {
-            data.copy_from_slice(b.data());
-        }
-        let how = if run.is_done() { "done" } else { "returns" };
-        returns("bcast", b, how, stats);
-        if !run.is_done() {
-            self.push(Job::Rest(Box::new(run)));
-        }
-        Ok(())
+        };
+        self.hold(Some(comm), ended);
+        result
     }
 
     /// Gives up all work after `e`.
@@ -567,11 +399,8 @@ impl Slot {
             RUNNING.fetch_sub(1, Ordering::Relaxed);
             ended.push(joining.comm());
         }
-        for job in self.jobs.drain(..) {
-            RUNNING.fetch_sub(1, Ordering::Relaxed);
-            ended.push(job.comm());
-            job.fail(e);
-        }
+        self.queue.abandon(e);
+        self.hold(None, ended);
         // Their receives are cancelled.
         while let Some(a) = self.awaited.pop() {
             self.forget(a, ended);
@@ -583,16 +412,30 @@ impl Slot {
         if let Some(e) = self.broken.take() {
             return Err(e);
         }
-        while !self.jobs.is_empty() {
-            self.turn(Wait::Progress, ended)?;
+        while self.queue.is_busy() {
+            if let Err(e) = self.turn(Wait::Progress, ended) {
+                self.abandon(e, ended);
+                return Err(e);
+            }
         }
         Ok(())
     }
 
-    fn push(&mut self, job: Job) {
-        job.comm().retain();
-        RUNNING.fetch_add(1, Ordering::Relaxed);
-        self.jobs.push_back(job);
+    /// Queues `push`'s work on `comm` and moves the work on at once as far
+    /// as it can. After a failure in the background nothing more runs here
+    /// until a blocking broadcast reports it: the work fails.
+    fn start(&mut self, comm: Comm, push: impl FnOnce(&mut OmpiQueue), ended: &mut Vec<Comm>) {
+        push(&mut self.queue);
+        self.hold(Some(comm), ended);
+        if let Some(e) = self.broken {
+            self.queue.abandon(e);
+            self.hold(None, ended);
+            return;
+        }
+        if let Err(e) = self.turn(Wait::Look, ended) {
+            self.abandon(e, ended);
+            self.broken = Some(e);
+        }
     }
 }
 
@@ -621,22 +464,43 @@ fn release(ended: Vec<Comm>) {
 }
 
 /// A communicator's multicast driver and its work in the background.
-#[derive(Default)]
 pub struct Background {
+    background_limit: usize,
     slot: Option<Arc<Mutex<Slot>>>,
 }
 
 impl Background {
+    /// No work yet; blocking broadcasts of at most `background_limit` bytes
+    /// leave what they owe their neighbours here.
+    pub fn new(background_limit: usize) -> Self {
+        Background {
+            background_limit,
+            slot: None,
+        }
+    }
+
     /// The communicator's slot, locked (made and known to the progress engine
     /// the first time).
     fn slot(&mut self) -> MutexGuard<'_, Slot> {
+        let limit = self.background_limit;
         let slot = self.slot.get_or_insert_with(|| {
-            let slot = Arc::new(Mutex::new(Slot::default()));
+            let slot = Arc::new(Mutex::new(Slot::new(limit)));
             locked(&SLOTS).push(Arc::downgrade(&slot));
             ompi::register_progress();
             slot
         });
         locked(slot)
+    }
+
+    /// Runs `f` on the slot and gives back the references of the work that
+    /// ended, with no lock held. The callers are calls on the communicator
+    /// (or its `disable` during `MPI_Finalize`): these are never the last
+    /// references.
+    fn with_slot<T>(&mut self, f: impl FnOnce(&mut Slot, &mut Vec<Comm>) -> T) -> T {
+        let mut ended = Vec::new();
+        let out = f(&mut self.slot(), &mut ended);
+        release(ended);
+        out
     }
 
     /// Leaves the agreement on the group to the progress engine.
@@ -665,7 +529,7 @@ impl Background {
 
     /// Multicasts from now on with `driver`.
     pub fn set_driver(&mut self, driver: Driver<McastSocket>) {
-        self.slot().driver = Some(driver);
+        self.slot().queue.set_driver(driver);
     }
 
     /// Finishes all work of the communicator, waiting as long as it takes:
@@ -675,40 +539,21 @@ impl Background {
         if self.slot.is_none() {
             return Ok(());
         }
-        let mut ended = Vec::new();
-        let result = self.slot().finish_jobs(&mut ended);
-        // The caller is a broadcast on the communicator, or its `disable`
-        // during `MPI_Finalize`: either way these are not the last references.
-        release(ended);
-        result
+        self.with_slot(Slot::finish_jobs)
     }
 
     /// One blocking two-stage broadcast of `data` (the root's message; filled
-    /// in on the other ranks). The work before it in the queue, if any, is
-    /// multicast broadcasts' chains and votes (the caller finished all other
-    /// work, as it must before any other broadcast); the oldest of them finish first
-    /// while they and this message would hold more than `background_limit`
-    /// bytes. It returns once this rank owns the message (the root: once
-    /// every datagram is handed to the socket) and has told its predecessor
-    /// what it lacked; what it still owes its neighbours is finished in the
-    /// background when the message is at most `background_limit` bytes, else
-    /// before it returns.
+    /// in on the other ranks), by the rules of [`crate::engine::queue`]: the
+    /// caller finished all work before it but multicast broadcasts' chains
+    /// and votes, as it must before any other broadcast.
     pub fn bcast(
         &mut self,
         comm: Comm,
         at: Ranks,
         data: &mut [u8],
-        background_limit: usize,
         stats: &mut Datagrams,
     ) -> Result<()> {
-        let mut ended = Vec::new();
-        let result = self
-            .slot()
-            .bcast(comm, at, data, background_limit, stats, &mut ended);
-        // The caller is a broadcast on the communicator: not the last
-        // references.
-        release(ended);
-        result
+        self.with_slot(|slot, ended| slot.bcast(comm, at, data, stats, ended))
     }
 
     /// The release of ipmc's barrier ([`crate::algorithms::barrier`]) on
@@ -726,19 +571,19 @@ impl Background {
     ) -> Result<bool> {
         self.finish()?;
         let mut slot = self.slot();
-        let d = slot.driver.as_mut().expect(MULTICAST_READY);
-        let start = Instant::now();
+        let d = slot.queue.driver().ok_or(Error::Unavailable)?;
         let byte = [0u8; crate::algorithms::barrier::RELEASE_LEN];
         let mut b = d.begin(at, byte.len(), Some(&byte), Duration::ZERO, stats);
+        let started = Instant::now();
         if at.rank == at.root {
             std::thread::sleep(b.stage1_start().unwrap_or_default());
             while !b.stage1_done() {
-                d.stage1(&mut b, start.elapsed(), stats);
+                d.stage1(&mut b, started.elapsed(), stats);
             }
             return Ok(true);
         }
         loop {
-            d.stage1(&mut b, start.elapsed(), stats);
+            d.stage1(&mut b, started.elapsed(), stats);
             if b.is_complete() {
                 return Ok(true);
             }
@@ -754,7 +599,7 @@ impl Background {
     /// alongside.
     pub fn holds_only_multicast(&self) -> bool {
         match &self.slot {
-            Some(s) => locked(s).multicast_bytes().is_some(),
+            Some(s) => locked(s).queue.holds_only_multicast(),
             None => true,
         }
     }
@@ -763,37 +608,18 @@ impl Background {
     /// before it; it moves on at once as far as it can. (A multicast one
     /// only once the group is agreed.)
     pub fn ibcast(&mut self, ib: Ibcast) {
-        self.start(Job::Ibcast(Box::new(ib)));
+        let comm = ib.comm;
+        self.with_slot(|slot, ended| slot.start(comm, |q| q.push_work(ib), ended));
     }
 
     /// Leaves this rank's part in a vote on size class `class` (its vector
     /// `mine`) to the background, after the work before it.
     pub fn vote(&mut self, comm: Comm, class: usize, mine: Vec<u32>) {
-        self.start(Job::Vote(Box::new(VoteJob {
-            msgs: Messages::new(comm),
-            class,
-            mine,
-            vote: None,
-            result: None,
-        })));
-    }
-
-    /// Queues `job` after the work before it and moves the work on at once
-    /// as far as it can. After a failure in the background nothing more
-    /// runs here until a blocking broadcast reports it: the job fails.
-    fn start(&mut self, job: Job) {
-        let mut ended = Vec::new();
-        let mut slot = self.slot();
-        if let Some(e) = slot.broken {
-            job.fail(e);
-            return;
-        }
-        slot.push(job);
-        if let Err(e) = slot.turn(Wait::Look, &mut ended) {
-            slot.broken = Some(e);
-        }
-        drop(slot);
-        release(ended);
+        let (rank, size) = (comm.rank(), comm.size());
+        let msgs = Messages::new(comm);
+        self.with_slot(|slot, ended| {
+            slot.start(comm, |q| q.push_vote(msgs, rank, size, class, mine), ended)
+        });
     }
 
     /// Leaves the `answers` to this rank's measured call as its root on
@@ -849,25 +675,20 @@ impl Background {
         if wait {
             self.finish()?;
         }
-        let mut ended = Vec::new();
-        let mut slot = self.slot();
-        let result = if wait {
-            slot.await_answers(&mut ended)
-        } else {
-            slot.look_answers(&mut ended)
-        };
-        let answered = std::mem::take(&mut slot.answered);
-        drop(slot);
-        // The caller is a broadcast on the communicator, or its `disable`:
-        // not the last references.
-        release(ended);
-        result.map(|()| answered)
+        self.with_slot(|slot, ended| {
+            let result = if wait {
+                slot.await_answers(ended)
+            } else {
+                slot.look_answers(ended)
+            };
+            result.map(|()| std::mem::take(&mut slot.answered))
+        })
     }
 
     /// The votes that ended since the last call: size class and result.
     pub fn take_votes(&mut self) -> Vec<(usize, Vec<u32>)> {
         match &self.slot {
-            Some(s) => std::mem::take(&mut locked(s).voted),
+            Some(s) => locked(s).queue.take_votes(),
             None => Vec::new(),
         }
     }
@@ -881,7 +702,7 @@ impl Background {
     pub fn datagrams(&self) -> Datagrams {
         self.slot
             .as_ref()
-            .map(|s| locked(s).datagrams)
+            .map(|s| locked(s).queue.datagrams())
             .unwrap_or_default()
     }
 }
@@ -940,6 +761,7 @@ pub fn progress() -> usize {
         }
         if let Err(e) = slot.turn(Wait::Look, &mut ended) {
             warn!("background work on a communicator failed: {e}");
+            slot.abandon(e, &mut ended);
             slot.broken = Some(e);
         }
         true

@@ -1,0 +1,358 @@
+//! ipmc's automatic choice on the simulated cluster (`--only ipmc-auto`):
+//! every rank runs the component's measured choice
+//! (`ipmc::engine::choice`, with the tuner of `ipmc::engine::tuning`) call
+//! after call, as a program's loop of `MPI_Bcast` makes them. Its
+//! candidates run the component's own code where they are ipmc's (multicast
+//! through the engine's queue, the chain and linear broadcasts of
+//! `ipmc::algorithms::nonblocking`); the replaced component's broadcast is a
+//! model of tuned's ([`Previous`]). Votes go through the engine's queue over
+//! the simulated network, and each rank times its calls in virtual time.
+//!
+//! Not modelled: messages of up to 8 KiB (the component times them at their
+//! root, on answers from every rank), Open MPI's binomial and binary trees as
+//! candidates (they serve only such messages), two levels.
+
+use std::cell::RefCell;
+use std::collections::VecDeque;
+use std::rc::Rc;
+use std::time::Duration;
+
+use ipmc::algorithms::nonblocking::{Shape, Steps};
+use ipmc::base::counters::Datagrams;
+use ipmc::base::error::Result as IpmcResult;
+use ipmc::base::io::Wait;
+use ipmc::base::params::Config;
+use ipmc::driver::multicast::Ranks;
+use ipmc::engine::algorithm::Algorithm;
+use ipmc::engine::choice::{lost_permille, Ballots, Choice, Next, Timed};
+use ipmc::engine::queue::{NoWork, Queue, Turn};
+use ipmc::engine::tuning::{self, Sample, Tuner};
+use ipmc::group::setup;
+use ipmc::protocol::datagram::Protection;
+
+use crate::engine::HostIo;
+use crate::p2p::{P2pState, SimMessages};
+use crate::programs::{self, Call, IpmcParams, Program, Schedule, Status};
+use crate::socket::SimSocket;
+use crate::Ns;
+
+/// The model of the replaced component's broadcast (Open MPI tuned's).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Previous {
+    Binomial,
+    Pipeline,
+    ScatterAllgather,
+    /// As tuned 4.1.4's fixed rule on communicators of 128 to 2047 ranks
+    /// (`ompi_coll_tuned_bcast_intra_dec_fixed`), by the closest model: its
+    /// k-nomial tree below 512 KiB as the binomial one, its scatter and
+    /// allgather from there.
+    Tuned,
+}
+
+impl Previous {
+    /// The model for a message of `len` bytes.
+    fn model(self, len: usize) -> Previous {
+        match self {
+            Previous::Tuned if len < 512 << 10 => Previous::Binomial,
+            Previous::Tuned => Previous::ScatterAllgather,
+            model => model,
+        }
+    }
+}
+
+/// How the rank serves the call in progress.
+enum Serving {
+    /// By multicast, through the queue: the rank's buffer.
+    Multicast(Vec<u8>),
+    /// By ipmc's linear or chain broadcast.
+    Steps(Box<Steps<SimMessages>>),
+    /// By the model of the replaced component's.
+    Model(Schedule),
+}
+
+/// Where the rank stands.
+enum State {
+    /// Between calls: the next one is planned.
+    Between,
+    /// The call takes a vote's decision: the queue's work finishes first.
+    AwaitVote,
+    /// A call of an algorithm other than multicast waits for the queue's
+    /// work to finish (every algorithm uses the broadcast tag).
+    Waiting(Algorithm, Option<Sample>),
+    Serving(Serving, Option<Sample>),
+}
+
+/// The choice's view of the queue.
+struct SimBallots<'a> {
+    queue: &'a mut Queue<SimSocket, SimMessages, NoWork>,
+    msgs: &'a Rc<RefCell<P2pState>>,
+    rank: usize,
+    size: usize,
+}
+
+impl Ballots for SimBallots<'_> {
+    fn vote(&mut self, k: usize, mine: Vec<u32>) {
+        let msgs = SimMessages(self.msgs.clone());
+        self.queue.push_vote(msgs, self.rank, self.size, k, mine);
+    }
+
+    fn take_votes(&mut self) -> Vec<(usize, Vec<u32>)> {
+        self.queue.take_votes()
+    }
+
+    fn take_answered(&mut self) -> IpmcResult<Vec<(u64, Duration)>> {
+        Ok(Vec::new())
+    }
+}
+
+/// A rank whose calls ipmc's automatic choice serves.
+pub struct AutoRank {
+    io: HostIo,
+    queue: Queue<SimSocket, SimMessages, NoWork>,
+    choice: Choice,
+    cfg: Config,
+    previous: Previous,
+    rank: usize,
+    size: usize,
+    fragment_size: usize,
+    plan: VecDeque<Call>,
+    state: State,
+    /// When the rank entered the call in progress.
+    entered: Option<Ns>,
+    stats: Datagrams,
+}
+
+impl AutoRank {
+    pub fn new(
+        io: &HostIo,
+        rank: usize,
+        size: usize,
+        params: IpmcParams,
+        comm_id: u64,
+        plan: Vec<Call>,
+        (previous, cfg): (Previous, Config),
+    ) -> std::result::Result<Self, String> {
+        if let Some(c) = plan.iter().find(|c| c.message.len() <= 8192) {
+            return Err(format!(
+                "the automatic choice is simulated for messages above 8 KiB, not {} bytes",
+                c.message.len()
+            ));
+        }
+        let reported = u32::try_from(io.socket.borrow().rcvbuf * 2).unwrap_or(u32::MAX);
+        let datagram_len = params.fragment_size + Protection::new(params.auth).overhead();
+        let window = setup::flow_window(params.flow_window, reported, datagram_len);
+        let mut queue = Queue::new(params.background_limit);
+        queue.set_driver(params.driver(io, comm_id, window));
+        Ok(AutoRank {
+            io: io.clone(),
+            queue,
+            choice: Choice::new(Tuner::new(cfg.tune_calls, rank, cfg.inject_timing)),
+            cfg,
+            previous,
+            rank,
+            size,
+            fragment_size: params.fragment_size,
+            plan: plan.into(),
+            state: State::Between,
+            entered: None,
+            stats: Datagrams::default(),
+        })
+    }
+
+    fn ballots(&mut self) -> (&mut Choice, SimBallots<'_>) {
+        let io = SimBallots {
+            queue: &mut self.queue,
+            msgs: &self.io.p2p,
+            rank: self.rank,
+            size: self.size,
+        };
+        (&mut self.choice, io)
+    }
+
+    /// Begins serving the call in front with `alg`.
+    fn serve(&mut self, alg: Algorithm) -> Serving {
+        let call = self.plan.front().expect("a call in progress");
+        let (len, root) = (call.message.len(), call.root);
+        let root_data = (self.rank == root).then(|| call.message.to_vec());
+        let at = (self.rank, self.size, root);
+        let msgs = SimMessages(self.io.p2p.clone());
+        match alg {
+            Algorithm::Multicast => {
+                let ranks = Ranks {
+                    rank: self.rank,
+                    size: self.size,
+                    root,
+                };
+                self.queue.enter_bcast(ranks, len, msgs);
+                Serving::Multicast(root_data.unwrap_or_else(|| vec![0; len]))
+            }
+            Algorithm::Linear => Serving::Steps(Box::new(Steps::new(
+                msgs,
+                Shape::Linear,
+                at,
+                len,
+                root_data,
+            ))),
+            Algorithm::Chain => {
+                let shape = Shape::Chain(self.cfg.chain_segment_size);
+                Serving::Steps(Box::new(Steps::new(msgs, shape, at, len, root_data)))
+            }
+            _ => {
+                let vrank = (self.rank + self.size - root) % self.size;
+                let real = |v: usize| (v + root) % self.size;
+                let ops = match self.previous.model(len) {
+                    Previous::Binomial | Previous::Tuned => {
+                        programs::binomial(vrank, self.size, len, real)
+                    }
+                    Previous::Pipeline => programs::pipeline(vrank, self.size, len, 65536, real),
+                    Previous::ScatterAllgather => {
+                        programs::scatter_allgather(vrank, self.size, len, real)
+                    }
+                };
+                Serving::Model(Schedule::new(&self.io, ops))
+            }
+        }
+    }
+
+    /// One turn of the call being served: whether it returned (blocking
+    /// point-to-point calls once all their messages completed, as the
+    /// component's and tuned's do).
+    fn turn(&mut self, serving: &mut Serving, now: Ns) -> std::result::Result<bool, String> {
+        let e = |e: ipmc::base::error::Error| e.to_string();
+        let message = &self.plan.front().expect("a call in progress").message;
+        match serving {
+            Serving::Multicast(buf) => {
+                let t = Duration::from_nanos(now);
+                let turn = self
+                    .queue
+                    .bcast_turn(buf, t, Wait::Progress, &mut self.stats);
+                if turn.map_err(e)? != Turn::Returned {
+                    return Ok(false);
+                }
+                if buf[..] != message[..] {
+                    return Err("a call returned with other bytes than the root's".into());
+                }
+                Ok(true)
+            }
+            Serving::Steps(steps) => {
+                steps.turn(Wait::Progress).map_err(e)?;
+                if !steps.is_done() {
+                    return Ok(false);
+                }
+                if steps.data() != &message[..] {
+                    return Err("a call returned with other bytes than the root's".into());
+                }
+                Ok(true)
+            }
+            Serving::Model(schedule) => Ok(schedule.step(now)?.done),
+        }
+    }
+
+    /// The call in front returned at `now`: measured, and this rank's part
+    /// of a vote sent when due.
+    fn returned(&mut self, sample: Option<Sample>, lost: Option<u32>, now: Ns) -> IpmcResult<()> {
+        let call = self.plan.pop_front().expect("a call in progress");
+        let entered = self.entered.take().expect("entered");
+        if let Some(sample) = sample {
+            let took = Duration::from_nanos(now - entered);
+            self.choice.record(sample, Timed::Here(took), lost);
+        }
+        let k = tuning::class_of(call.message.len());
+        let (choice, mut io) = self.ballots();
+        // Messages above 8 KiB: no answers awaited.
+        choice.after_call(k, &mut io)?;
+        Ok(())
+    }
+
+    /// The decision table, as the component prints it at
+    /// `coll_ipmc_verbose` 1.
+    pub fn table(&self) -> String {
+        tuning::table(self.choice.tuner())
+    }
+}
+
+impl Program for AutoRank {
+    fn step(&mut self, now: Ns) -> std::result::Result<Status, String> {
+        let e = |e: ipmc::base::error::Error| e.to_string();
+        loop {
+            let t = Duration::from_nanos(now);
+            match std::mem::replace(&mut self.state, State::Between) {
+                State::Between => {
+                    self.queue.turn(t, Wait::Progress).map_err(e)?;
+                    let Some(call) = self.plan.front() else {
+                        break;
+                    };
+                    let len = call.message.len();
+                    self.entered.get_or_insert(now);
+                    let fixed = self.cfg.choose(len, self.size);
+                    let (choice, mut io) = self.ballots();
+                    choice.settle(&mut io);
+                    match choice
+                        .plan(tuning::class_of(len), fixed, &mut io)
+                        .map_err(e)?
+                    {
+                        Next::Run(alg, sample) => self.state = State::Waiting(alg, sample),
+                        Next::AwaitVote => self.state = State::AwaitVote,
+                        Next::AwaitAnswers => return Err("answers are not simulated".into()),
+                    }
+                }
+                State::AwaitVote => {
+                    self.queue.turn(t, Wait::Progress).map_err(e)?;
+                    if self.queue.is_busy() {
+                        self.state = State::AwaitVote;
+                        break;
+                    }
+                    let (choice, mut io) = self.ballots();
+                    choice.settle(&mut io);
+                }
+                State::Waiting(alg, sample) => {
+                    if !alg.goes_alongside() {
+                        self.queue.turn(t, Wait::Progress).map_err(e)?;
+                        if self.queue.is_busy() {
+                            self.state = State::Waiting(alg, sample);
+                            break;
+                        }
+                    }
+                    self.state = State::Serving(self.serve(alg), sample);
+                }
+                State::Serving(mut serving, sample) => {
+                    let before = (self.stats.bytes_multicast, self.stats.bytes_chain);
+                    if !self.turn(&mut serving, now)? {
+                        self.state = State::Serving(serving, sample);
+                        break;
+                    }
+                    let len = self.plan.front().expect("serving").message.len();
+                    let lost = matches!(serving, Serving::Multicast(_))
+                        .then(|| {
+                            let (m, c) = (self.stats.bytes_multicast, self.stats.bytes_chain);
+                            lost_permille(len, self.fragment_size, m - before.0, c - before.1)
+                        })
+                        .flatten();
+                    self.returned(sample, lost, now).map_err(e)?;
+                }
+            }
+        }
+        let returned = self.plan.is_empty();
+        Ok(Status {
+            returned,
+            done: returned && !self.queue.is_busy(),
+        })
+    }
+
+    fn wake_at(&self) -> Option<Ns> {
+        let model = match &self.state {
+            State::Serving(Serving::Model(s), _) => s.wake_at(),
+            _ => None,
+        };
+        let queue = self.queue.wake_at().map(|d| d.as_nanos() as Ns);
+        queue.into_iter().chain(model).min()
+    }
+
+    fn datagrams(&self) -> Option<Datagrams> {
+        Some(self.stats)
+    }
+
+    fn table(&self) -> Option<String> {
+        Some(AutoRank::table(self))
+    }
+}

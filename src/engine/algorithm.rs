@@ -1,0 +1,64 @@
+//! The algorithms a call may take: ipmc's and the replaced component's.
+
+/// A broadcast algorithm of ipmc, or the broadcast of the component ipmc replaced.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum Algorithm {
+    /// The root sends to every rank with non-blocking sends and waits for all.
+    Linear,
+    /// The message travels in segments along the ring from the root.
+    Chain,
+    /// Multicast first, then the fragmented chain restores reliability.
+    Multicast,
+    /// The broadcast of the component ipmc replaced on this communicator.
+    Previous,
+    /// Open MPI's binomial tree (coll/base, unsegmented): with the binary
+    /// tree, the fastest of its fixed algorithms for small messages on a
+    /// few to a few dozen nodes, which Open MPI's own choice often passes
+    /// over.
+    Binomial,
+    /// Open MPI's binary tree (coll/base, unsegmented; tuned's algorithm 5).
+    Binary,
+    /// Two levels, where nodes hold several ranks: among one leader per
+    /// node by ipmc, inside each node by Open MPI (`component::levels`).
+    TwoLevel,
+}
+
+impl Algorithm {
+    /// Every algorithm, in the order statistics print them.
+    pub const ALL: [Algorithm; 7] = [
+        Algorithm::Linear,
+        Algorithm::Chain,
+        Algorithm::Multicast,
+        Algorithm::Previous,
+        Algorithm::Binomial,
+        Algorithm::Binary,
+        Algorithm::TwoLevel,
+    ];
+
+    /// Whether a call of it may begin while the communicator's queued
+    /// multicast work (chains, votes) still runs: multicast's (its chain
+    /// follows theirs) and the two levels' (they run on communicators of
+    /// their own). Every other algorithm uses the broadcast tag on this
+    /// communicator and waits for that work to finish.
+    pub fn goes_alongside(self) -> bool {
+        matches!(self, Algorithm::Multicast | Algorithm::TwoLevel)
+    }
+
+    /// The name used in logs and statistics.
+    pub fn name(self) -> &'static str {
+        match self {
+            Algorithm::Linear => "linear",
+            Algorithm::Chain => "chain",
+            Algorithm::Multicast => "multicast",
+            Algorithm::Previous => "previous",
+            Algorithm::Binomial => "binomial",
+            Algorithm::Binary => "binary",
+            Algorithm::TwoLevel => "two_level",
+        }
+    }
+}
+
+/// Above this size the automatic choice does not multicast (multicast keeps
+/// a copy of the message per rank while it runs): the fragmented chain and
+/// the replaced broadcast serve such messages.
+pub const AUTO_LARGE: usize = 16 << 20;
