@@ -27,8 +27,6 @@ use ipmc::engine::algorithm::Algorithm;
 use ipmc::engine::choice::{lost_permille, Ballots, Choice, Next, Timed};
 use ipmc::engine::queue::{NoWork, Queue, Turn};
 use ipmc::engine::tuning::{self, Sample, Tuner};
-use ipmc::group::setup;
-use ipmc::protocol::datagram::Protection;
 
 use crate::engine::HostIo;
 use crate::p2p::{P2pState, SimMessages};
@@ -138,14 +136,9 @@ impl AutoRank {
                 c.message.len()
             ));
         }
-        let reported = u32::try_from(io.socket.borrow().rcvbuf * 2).unwrap_or(u32::MAX);
-        let datagram_len = params.fragment_size + Protection::new(params.auth).overhead();
-        let window = setup::flow_window(params.flow_window, reported, datagram_len);
-        let mut queue = Queue::new(params.background_limit);
-        queue.set_driver(params.driver(io, comm_id, window));
         Ok(AutoRank {
             io: io.clone(),
-            queue,
+            queue: params.queue(io, comm_id),
             choice: Choice::new(Tuner::new(cfg.tune_calls, rank, cfg.inject_timing)),
             cfg,
             previous,

@@ -61,6 +61,19 @@ pub struct IpmcParams {
 }
 
 impl IpmcParams {
+    /// A communicator's queue of broadcasts (`ipmc::engine::queue`) with
+    /// the component's driver on `io`'s socket, flow control's window sized
+    /// as ipmc sizes it.
+    pub fn queue(&self, io: &HostIo, comm_id: u64) -> Queue<SimSocket, SimMessages, NoWork> {
+        // Linux reports twice the bytes a socket's datagrams may fill.
+        let reported = u32::try_from(io.socket.borrow().rcvbuf * 2).unwrap_or(u32::MAX);
+        let datagram_len = self.fragment_size + Protection::new(self.auth).overhead();
+        let window = setup::flow_window(self.flow_window, reported, datagram_len);
+        let mut queue = Queue::new(self.background_limit);
+        queue.set_driver(self.driver(io, comm_id, window));
+        queue
+    }
+
     /// The component's driver on `io`'s socket, with flow control's window
     /// of `window` datagrams (0: none) and no loss injected.
     pub fn driver(&self, io: &HostIo, comm_id: u64, window: u32) -> Driver<SimSocket> {
@@ -116,12 +129,7 @@ impl IpmcRank {
         comm_id: u64,
         plan: Vec<Call>,
     ) -> Self {
-        // Linux reports twice the bytes a socket's datagrams may fill.
-        let reported = u32::try_from(io.socket.borrow().rcvbuf * 2).unwrap_or(u32::MAX);
-        let datagram_len = params.fragment_size + Protection::new(params.auth).overhead();
-        let window = setup::flow_window(params.flow_window, reported, datagram_len);
-        let mut queue = Queue::new(params.background_limit);
-        queue.set_driver(params.driver(io, comm_id, window));
+        let mut queue = params.queue(io, comm_id);
         queue.keep_finished();
         let mut r = IpmcRank {
             queue,
