@@ -591,7 +591,13 @@ fn ranks_fed_different_timings_agree_on_every_decision() {
     // made-up times: the same decisions on the same times, votes through
     // the simulated network. (Its loss is its own network's.)
     let np_arg = np.to_string();
-    for (class, size) in [("8193-16384 bytes", "16K"), ("32769-65536 bytes", "64K")] {
+    // Classes of two candidates and of three (the chain from 64 KiB).
+    let classes = [
+        ("8193-16384 bytes", "16K"),
+        ("65537-131072 bytes", "128K"),
+        ("524289-1048576 bytes", "1M"),
+    ];
+    for (class, size) in classes {
         let measured = |row: &str| {
             row.split("; multicast loss")
                 .next()

@@ -6,11 +6,12 @@
 //! through the engine's queue, the chain and linear broadcasts of
 //! `ipmc::algorithms::nonblocking`); the replaced component's broadcast is a
 //! model of tuned's ([`Previous`]). Votes go through the engine's queue over
-//! the simulated network, and each rank times its calls in virtual time.
+//! the simulated network, and each rank times its calls in virtual time
+//! (short messages at their root, until every rank answered, with a tag of
+//! their own, as the component does).
 //!
-//! Not modelled: messages of up to 8 KiB (the component times them at their
-//! root, on answers from every rank), Open MPI's binomial and binary trees as
-//! candidates (they serve only such messages), two levels.
+//! Not modelled: messages of up to 2 KiB (Open MPI's binomial and binary
+//! trees are candidates there), two levels.
 
 use std::cell::RefCell;
 use std::collections::VecDeque;
@@ -29,7 +30,7 @@ use ipmc::engine::queue::{NoWork, Queue, Turn};
 use ipmc::engine::tuning::{self, Sample, Tuner};
 
 use crate::engine::HostIo;
-use crate::p2p::{P2pState, SimMessages};
+use crate::p2p::{P2pState, SimMessages, ANSWERS};
 use crate::programs::{self, Call, IpmcParams, Program, Schedule, Status};
 use crate::socket::SimSocket;
 use crate::Ns;
@@ -78,11 +79,32 @@ enum State {
     /// work to finish (every algorithm uses the broadcast tag).
     Waiting(Algorithm, Option<Sample>),
     Serving(Serving, Option<Sample>),
+    /// The root of a measured call of a short message waits in the call
+    /// for every other rank's answer (receives `waiting`) until `until`.
+    TimingAtRoot {
+        sample: Sample,
+        k: usize,
+        waiting: Vec<usize>,
+        entered: Ns,
+        until: Ns,
+    },
+    /// This rank's part in class `k`'s vote (or, `None`, the plan of the
+    /// next call) waits for the answers to its calls as a root.
+    AwaitAnswers(Option<usize>),
+}
+
+/// A measured call of this rank as its root whose answers came after it
+/// returned: the choice's ticket, the receives still waiting, its entry.
+struct Awaited {
+    ticket: u64,
+    waiting: Vec<usize>,
+    entered: Ns,
 }
 
 /// The choice's view of the queue.
 struct SimBallots<'a> {
     queue: &'a mut Queue<SimSocket, SimMessages, NoWork>,
+    answered: &'a mut Vec<(u64, Duration)>,
     msgs: &'a Rc<RefCell<P2pState>>,
     rank: usize,
     size: usize,
@@ -99,7 +121,7 @@ impl Ballots for SimBallots<'_> {
     }
 
     fn take_answered(&mut self) -> IpmcResult<Vec<(u64, Duration)>> {
-        Ok(Vec::new())
+        Ok(std::mem::take(self.answered))
     }
 }
 
@@ -117,6 +139,9 @@ pub struct AutoRank {
     state: State,
     /// When the rank entered the call in progress.
     entered: Option<Ns>,
+    awaited: Vec<Awaited>,
+    answered: Vec<(u64, Duration)>,
+    tickets: u64,
     stats: Datagrams,
 }
 
@@ -130,9 +155,10 @@ impl AutoRank {
         plan: Vec<Call>,
         (previous, cfg): (Previous, Config),
     ) -> std::result::Result<Self, String> {
-        if let Some(c) = plan.iter().find(|c| c.message.len() <= 8192) {
+        if let Some(c) = plan.iter().find(|c| c.message.len() <= tuning::TREES_UP_TO) {
             return Err(format!(
-                "the automatic choice is simulated for messages above 8 KiB, not {} bytes",
+                "the automatic choice is simulated for messages above {} bytes, not {}",
+                tuning::TREES_UP_TO,
                 c.message.len()
             ));
         }
@@ -148,6 +174,9 @@ impl AutoRank {
             plan: plan.into(),
             state: State::Between,
             entered: None,
+            awaited: Vec::new(),
+            answered: Vec::new(),
+            tickets: 0,
             stats: Datagrams::default(),
         })
     }
@@ -155,6 +184,7 @@ impl AutoRank {
     fn ballots(&mut self) -> (&mut Choice, SimBallots<'_>) {
         let io = SimBallots {
             queue: &mut self.queue,
+            answered: &mut self.answered,
             msgs: &self.io.p2p,
             rank: self.rank,
             size: self.size,
@@ -241,20 +271,74 @@ impl AutoRank {
         }
     }
 
-    /// The call in front returned at `now`: measured, and this rank's part
-    /// of a vote sent when due.
-    fn returned(&mut self, sample: Option<Sample>, lost: Option<u32>, now: Ns) -> IpmcResult<()> {
+    /// The call in front returned at `now`: measured (a short message at
+    /// its root: this rank answers it, or waits for the answers), and this
+    /// rank's part of a vote sent when due. The state that follows.
+    fn returned(
+        &mut self,
+        sample: Option<Sample>,
+        lost: Option<u32>,
+        now: Ns,
+    ) -> IpmcResult<State> {
         let call = self.plan.pop_front().expect("a call in progress");
         let entered = self.entered.take().expect("entered");
-        if let Some(sample) = sample {
-            let took = Duration::from_nanos(now - entered);
-            self.choice.record(sample, Timed::Here(took), lost);
-        }
         let k = tuning::class_of(call.message.len());
+        match sample {
+            Some(sample) if !sample.timed_at_root() => {
+                let took = Duration::from_nanos(now - entered);
+                self.choice.record(sample, Timed::Here(took), lost);
+            }
+            Some(sample) if call.root == self.rank => {
+                let mut p2p = self.io.p2p.borrow_mut();
+                let waiting = (0..self.size)
+                    .filter(|&r| r != self.rank)
+                    .map(|r| p2p.recv_tagged(r, ANSWERS))
+                    .collect();
+                let until = entered + tuning::ANSWER_WAIT.as_nanos() as Ns;
+                return Ok(State::TimingAtRoot {
+                    sample,
+                    k,
+                    waiting,
+                    entered,
+                    until,
+                });
+            }
+            Some(sample) => {
+                self.io
+                    .p2p
+                    .borrow_mut()
+                    .send_tagged(call.root, ANSWERS, 0, Vec::new());
+                self.choice.record(sample, Timed::AtRoot, lost);
+            }
+            None => {}
+        }
+        self.after_call(k)
+    }
+
+    /// After a call of class `k`: this rank's part of its vote, when due.
+    fn after_call(&mut self, k: usize) -> IpmcResult<State> {
         let (choice, mut io) = self.ballots();
-        // Messages above 8 KiB: no answers awaited.
-        choice.after_call(k, &mut io)?;
-        Ok(())
+        Ok(if choice.after_call(k, &mut io)? {
+            State::Between
+        } else {
+            State::AwaitAnswers(Some(k))
+        })
+    }
+
+    /// Notes the measured calls of this rank as a root whose answers all
+    /// arrived; whether none is awaited any more.
+    fn look_answers(&mut self, now: Ns) -> bool {
+        let mut p2p = self.io.p2p.borrow_mut();
+        self.awaited.retain_mut(|a| {
+            a.waiting.retain(|&id| p2p.test(id).is_none());
+            if !a.waiting.is_empty() {
+                return true;
+            }
+            let took = Duration::from_nanos(now - a.entered);
+            self.answered.push((a.ticket, took));
+            false
+        });
+        self.awaited.is_empty()
     }
 
     /// The decision table, as the component prints it at
@@ -272,6 +356,7 @@ impl Program for AutoRank {
             match std::mem::replace(&mut self.state, State::Between) {
                 State::Between => {
                     self.queue.turn(t, Wait::Progress).map_err(e)?;
+                    self.look_answers(now);
                     let Some(call) = self.plan.front() else {
                         break;
                     };
@@ -279,15 +364,14 @@ impl Program for AutoRank {
                     self.entered.get_or_insert(now);
                     let fixed = self.cfg.choose(len, self.size);
                     let (choice, mut io) = self.ballots();
+                    choice.take_answers(&mut io).map_err(e)?;
                     choice.settle(&mut io);
-                    match choice
-                        .plan(tuning::class_of(len), fixed, &mut io)
-                        .map_err(e)?
-                    {
-                        Next::Run(alg, sample) => self.state = State::Waiting(alg, sample),
-                        Next::AwaitVote => self.state = State::AwaitVote,
-                        Next::AwaitAnswers => return Err("answers are not simulated".into()),
-                    }
+                    self.state = match choice.plan(tuning::class_of(len), fixed, &mut io) {
+                        Ok(Next::Run(alg, sample)) => State::Waiting(alg, sample),
+                        Ok(Next::AwaitVote) => State::AwaitVote,
+                        Ok(Next::AwaitAnswers) => State::AwaitAnswers(None),
+                        Err(err) => return Err(e(err)),
+                    };
                 }
                 State::AwaitVote => {
                     self.queue.turn(t, Wait::Progress).map_err(e)?;
@@ -308,6 +392,53 @@ impl Program for AutoRank {
                     }
                     self.state = State::Serving(self.serve(alg), sample);
                 }
+                State::TimingAtRoot {
+                    sample,
+                    k,
+                    mut waiting,
+                    entered,
+                    until,
+                } => {
+                    waiting.retain(|&id| self.io.p2p.borrow_mut().test(id).is_none());
+                    if waiting.is_empty() {
+                        let took = Duration::from_nanos(now - entered);
+                        self.choice.record(sample, Timed::Here(took), None);
+                    } else if now < until {
+                        self.state = State::TimingAtRoot {
+                            sample,
+                            k,
+                            waiting,
+                            entered,
+                            until,
+                        };
+                        break;
+                    } else {
+                        // Later answers are noted between calls.
+                        let ticket = self.tickets;
+                        self.tickets += 1;
+                        self.choice.time_at_root(ticket, sample);
+                        self.awaited.push(Awaited {
+                            ticket,
+                            waiting,
+                            entered,
+                        });
+                    }
+                    self.state = self.after_call(k).map_err(e)?;
+                }
+                State::AwaitAnswers(k) => {
+                    self.queue.turn(t, Wait::Progress).map_err(e)?;
+                    if !self.look_answers(now) {
+                        self.state = State::AwaitAnswers(k);
+                        break;
+                    }
+                    let (choice, mut io) = self.ballots();
+                    choice.take_answers(&mut io).map_err(e)?;
+                    if let Some(k) = k {
+                        if !choice.after_call(k, &mut io).map_err(e)? {
+                            return Err("a vote lacks answers that all came".into());
+                        }
+                    }
+                }
                 State::Serving(mut serving, sample) => {
                     let before = (self.stats.bytes_multicast, self.stats.bytes_chain);
                     if !self.turn(&mut serving, now)? {
@@ -321,20 +452,21 @@ impl Program for AutoRank {
                             lost_permille(len, self.fragment_size, m - before.0, c - before.1)
                         })
                         .flatten();
-                    self.returned(sample, lost, now).map_err(e)?;
+                    self.state = self.returned(sample, lost, now).map_err(e)?;
                 }
             }
         }
-        let returned = self.plan.is_empty();
+        let returned = self.plan.is_empty() && matches!(self.state, State::Between);
         Ok(Status {
             returned,
-            done: returned && !self.queue.is_busy(),
+            done: returned && !self.queue.is_busy() && self.awaited.is_empty(),
         })
     }
 
     fn wake_at(&self) -> Option<Ns> {
         let model = match &self.state {
             State::Serving(Serving::Model(s), _) => s.wake_at(),
+            State::TimingAtRoot { until, .. } => Some(*until),
             _ => None,
         };
         let queue = self.queue.wake_at().map(|d| d.as_nanos() as Ns);

@@ -12,7 +12,7 @@ use ipmc::base::counters::Datagrams;
 use ipmc::protocol::datagram::{self, Auth, Protection};
 
 use crate::network::{self, Network};
-use crate::p2p::{NetMsg, Out, P2pState};
+use crate::p2p::{NetMsg, Out, P2pState, Tag};
 use crate::programs::Program;
 use crate::socket::SocketState;
 use crate::Ns;
@@ -107,6 +107,7 @@ impl Ord for Queued {
 struct Message {
     src: usize,
     dst: usize,
+    tag: Tag,
     send_id: usize,
     len: usize,
     data: Vec<u8>,
@@ -605,12 +606,19 @@ impl Engine {
 
     fn start_message(&mut self, h: usize, at: Ns, out: Out) {
         match out {
-            Out::Send { id, dst, len, data } => {
+            Out::Send {
+                id,
+                dst,
+                tag,
+                len,
+                data,
+            } => {
                 self.counters.messages_sent += 1;
                 let msg = self.messages.len() as NetMsg;
                 self.messages.push(Some(Message {
                     src: h,
                     dst,
+                    tag,
                     send_id: id,
                     len,
                     data,
@@ -1056,7 +1064,7 @@ impl Engine {
                 self.counters.messages_delivered += 1;
                 let mut p2p = self.hosts[h].io.p2p.borrow_mut();
                 if self.net.is_eager(m.len) {
-                    p2p.eager(m.src, m.len, m.data);
+                    p2p.eager(m.src, m.tag, m.len, m.data);
                 } else {
                     p2p.rendezvous_data(*msg, m.len, m.data);
                     drop(p2p);
@@ -1064,7 +1072,8 @@ impl Engine {
                 }
             }
             Body::Request(msg) => {
-                self.hosts[h].io.p2p.borrow_mut().request(p.src, *msg);
+                let tag = self.message(*msg).tag;
+                self.hosts[h].io.p2p.borrow_mut().request(p.src, tag, *msg);
                 // A receive already posted answers at once.
                 let outs: Vec<Out> = std::mem::take(&mut self.hosts[h].io.p2p.borrow_mut().out);
                 let at = self.now.max(self.hosts[h].busy_until);

@@ -46,7 +46,7 @@ communicator's first broadcast, the agreement on its group first.
 --calls N makes ipmc's ranks broadcast N times back to back (T: when the
 slowest rank's last call returned); --per-rank also prints when each rank
 returned (returned_us=...). --only ipmc-auto runs ipmc's automatic choice,
-the component's own, on those calls (messages above 8 KiB): each rank
+the component's own, on those calls (messages above 2 KiB): each rank
 measures the candidates on the first calls and the ranks vote; rank 0's
 decision table follows the result line. --previous (binomial, pipeline,
 scatter-allgather, tuned; default tuned: binomial below 512 KiB, then

@@ -13,12 +13,20 @@ use ipmc::base::io::{MessageIo, Wait};
 /// A message handed to the network: its index in the engine's table.
 pub type NetMsg = u32;
 
+/// A message's tag: messages match per sender and tag, as in MPI.
+pub type Tag = u8;
+/// The broadcasts' messages (chains, votes, the models' sends).
+pub const BCAST: Tag = 0;
+/// The answers that time a measured call at its root.
+pub const ANSWERS: Tag = 1;
+
 /// What a rank asked of the network during a step.
 pub enum Out {
     /// Start message `id` (a send of this rank) of `len` bytes to `dst`.
     Send {
         id: usize,
         dst: usize,
+        tag: Tag,
         len: usize,
         data: Vec<u8>,
     },
@@ -46,8 +54,8 @@ struct Slot {
 pub struct P2pState {
     slots: Vec<Option<Slot>>,
     free: Vec<usize>,
-    posted: HashMap<usize, VecDeque<usize>>,
-    arrived: HashMap<usize, VecDeque<Arrival>>,
+    posted: HashMap<(usize, Tag), VecDeque<usize>>,
+    arrived: HashMap<(usize, Tag), VecDeque<Arrival>>,
     /// Receives matched to a rendezvous message whose data is on its way.
     bound: HashMap<NetMsg, usize>,
     pub out: Vec<Out>,
@@ -73,6 +81,16 @@ impl P2pState {
     /// Starts a send of `len` bytes (`data` is empty for the models, which
     /// move no bytes).
     pub fn send(&mut self, dst: usize, len: usize, data: Vec<u8>) -> usize {
+        self.send_tagged(dst, BCAST, len, data)
+    }
+
+    /// Posts a receive from `src`.
+    pub fn recv(&mut self, src: usize) -> usize {
+        self.recv_tagged(src, BCAST)
+    }
+
+    /// Starts a send of `len` bytes with tag `tag`.
+    pub fn send_tagged(&mut self, dst: usize, tag: Tag, len: usize, data: Vec<u8>) -> usize {
         self.messages += 1;
         self.bytes += len as u64;
         let id = self.slot(Slot {
@@ -81,12 +99,18 @@ impl P2pState {
             data: Vec::new(),
             done: false,
         });
-        self.out.push(Out::Send { id, dst, len, data });
+        self.out.push(Out::Send {
+            id,
+            dst,
+            tag,
+            len,
+            data,
+        });
         id
     }
 
-    /// Posts a receive from `src`.
-    pub fn recv(&mut self, src: usize) -> usize {
+    /// Posts a receive from `src` of a message with tag `tag`.
+    pub fn recv_tagged(&mut self, src: usize, tag: Tag) -> usize {
         self.messages += 1;
         let id = self.slot(Slot {
             is_recv: true,
@@ -94,8 +118,8 @@ impl P2pState {
             data: Vec::new(),
             done: false,
         });
-        self.posted.entry(src).or_default().push_back(id);
-        self.matching(src);
+        self.posted.entry((src, tag)).or_default().push_back(id);
+        self.matching((src, tag));
         id
     }
 
@@ -125,14 +149,14 @@ impl P2pState {
         }
     }
 
-    /// The network: a whole eager message from `src`.
-    pub fn eager(&mut self, src: usize, len: usize, data: Vec<u8>) {
-        self.arrive(src, Arrival::Eager { len, data });
+    /// The network: a whole eager message from `src` with tag `tag`.
+    pub fn eager(&mut self, src: usize, tag: Tag, len: usize, data: Vec<u8>) {
+        self.arrive((src, tag), Arrival::Eager { len, data });
     }
 
-    /// The network: a rendezvous request from `src`.
-    pub fn request(&mut self, src: usize, msg: NetMsg) {
-        self.arrive(src, Arrival::Request { msg });
+    /// The network: a rendezvous request from `src` with tag `tag`.
+    pub fn request(&mut self, src: usize, tag: Tag, msg: NetMsg) {
+        self.arrive((src, tag), Arrival::Request { msg });
     }
 
     /// The network: the data of rendezvous message `msg`.
@@ -141,9 +165,9 @@ impl P2pState {
         self.complete(id, len, data);
     }
 
-    fn arrive(&mut self, src: usize, a: Arrival) {
-        self.arrived.entry(src).or_default().push_back(a);
-        self.matching(src);
+    fn arrive(&mut self, from: (usize, Tag), a: Arrival) {
+        self.arrived.entry(from).or_default().push_back(a);
+        self.matching(from);
     }
 
     fn complete(&mut self, id: usize, len: usize, data: Vec<u8>) {
@@ -155,10 +179,10 @@ impl P2pState {
         slot.done = true;
     }
 
-    fn matching(&mut self, src: usize) {
+    fn matching(&mut self, from: (usize, Tag)) {
         loop {
             let (Some(posted), Some(arrived)) =
-                (self.posted.get_mut(&src), self.arrived.get_mut(&src))
+                (self.posted.get_mut(&from), self.arrived.get_mut(&from))
             else {
                 return;
             };

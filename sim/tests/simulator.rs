@@ -532,3 +532,28 @@ fn the_automatic_choice_follows_the_network() {
     );
     assert!(!lossy.contains("multicast loss 0.0%"), "{lossy}");
 }
+
+/// Short messages: the component's choice times each measured call at its
+/// root, until every rank answered (with a tag of its own, so the answers
+/// never meet a chain's frames); the answers that come after the root's
+/// short wait in the call are taken in later, and the vote waits for them.
+/// Every rank must decide, and as the made-up times say.
+#[test]
+fn the_automatic_choice_times_short_messages_at_their_root() {
+    for (inject, nodes) in [(true, 5), (false, 16)] {
+        let mut s = scenario(nodes, 4096, Network::emulated(), Algorithm::IpmcAuto);
+        s.calls = vec![(0, 4096); 60];
+        s.choice.inject_timing = inject;
+        let table = s.run().unwrap().table.expect("rank 0's decision table");
+        assert!(
+            table.contains("2049-4096 bytes: multicast (measured:"),
+            "{table}"
+        );
+        if inject {
+            assert!(
+                table.contains("previous 2500 us, multicast 2000 us"),
+                "{table}"
+            );
+        }
+    }
+}
