@@ -193,13 +193,13 @@ impl AutoRank {
     }
 
     /// Begins serving the call in front with `alg`.
-    fn serve(&mut self, alg: Algorithm) -> Serving {
+    fn serve(&mut self, alg: Algorithm) -> std::result::Result<Serving, String> {
         let call = self.plan.front().expect("a call in progress");
         let (len, root) = (call.message.len(), call.root);
         let root_data = (self.rank == root).then(|| call.message.to_vec());
         let at = (self.rank, self.size, root);
         let msgs = SimMessages(self.io.p2p.clone());
-        match alg {
+        Ok(match alg {
             Algorithm::Multicast => {
                 let ranks = Ranks {
                     rank: self.rank,
@@ -220,7 +220,7 @@ impl AutoRank {
                 let shape = Shape::Chain(self.cfg.chain_segment_size);
                 Serving::Steps(Box::new(Steps::new(msgs, shape, at, len, root_data)))
             }
-            _ => {
+            Algorithm::Previous => {
                 let vrank = (self.rank + self.size - root) % self.size;
                 let real = |v: usize| (v + root) % self.size;
                 let ops = match self.previous.model(len) {
@@ -234,7 +234,9 @@ impl AutoRank {
                 };
                 Serving::Model(Schedule::new(&self.io, ops))
             }
-        }
+            // Candidates of messages of up to 2 KiB, or of two levels.
+            other => return Err(format!("{} is not simulated here", other.name())),
+        })
     }
 
     /// One turn of the call being served: whether it returned (blocking
@@ -390,7 +392,7 @@ impl Program for AutoRank {
                             break;
                         }
                     }
-                    self.state = State::Serving(self.serve(alg), sample);
+                    self.state = State::Serving(self.serve(alg)?, sample);
                 }
                 State::TimingAtRoot {
                     sample,
