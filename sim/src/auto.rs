@@ -10,8 +10,8 @@
 //! (short messages at their root, until every rank answered, with a tag of
 //! their own, as the component does).
 //!
-//! Not modelled: messages of up to 2 KiB (Open MPI's binomial and binary
-//! trees are candidates there), two levels.
+//! Open MPI's binomial and binary trees, candidates up to 2 KiB, are models
+//! too. Not modelled: two levels.
 
 use std::cell::RefCell;
 use std::collections::VecDeque;
@@ -35,10 +35,12 @@ use crate::programs::{self, Call, IpmcParams, Program, Schedule, Status};
 use crate::socket::SimSocket;
 use crate::Ns;
 
-/// The model of the replaced component's broadcast (Open MPI tuned's).
+/// The model of the replaced component's broadcast (Open MPI tuned's), or
+/// of one of Open MPI's trees that the choice measures itself.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Previous {
     Binomial,
+    Binary,
     Pipeline,
     ScatterAllgather,
     /// As tuned 4.1.4's fixed rule on communicators of 128 to 2047 ranks
@@ -155,13 +157,6 @@ impl AutoRank {
         plan: Vec<Call>,
         (previous, cfg): (Previous, Config),
     ) -> std::result::Result<Self, String> {
-        if let Some(c) = plan.iter().find(|c| c.message.len() <= tuning::TREES_UP_TO) {
-            return Err(format!(
-                "the automatic choice is simulated for messages above {} bytes, not {}",
-                tuning::TREES_UP_TO,
-                c.message.len()
-            ));
-        }
         Ok(AutoRank {
             io: io.clone(),
             queue: params.queue(io, comm_id),
@@ -220,10 +215,15 @@ impl AutoRank {
                 let shape = Shape::Chain(self.cfg.chain_segment_size);
                 Serving::Steps(Box::new(Steps::new(msgs, shape, at, len, root_data)))
             }
-            Algorithm::Previous => {
+            Algorithm::Previous | Algorithm::Binomial | Algorithm::Binary => {
                 let vrank = (self.rank + self.size - root) % self.size;
                 let real = |v: usize| (v + root) % self.size;
-                let ops = match self.previous.model(len) {
+                let model = match alg {
+                    Algorithm::Binomial => Previous::Binomial,
+                    Algorithm::Binary => Previous::Binary,
+                    _ => self.previous.model(len),
+                };
+                let ops = match model {
                     Previous::Binomial | Previous::Tuned => {
                         programs::binomial(vrank, self.size, len, real)
                     }
@@ -231,10 +231,11 @@ impl AutoRank {
                     Previous::ScatterAllgather => {
                         programs::scatter_allgather(vrank, self.size, len, real)
                     }
+                    Previous::Binary => programs::binary(vrank, self.size, len, real),
                 };
                 Serving::Model(Schedule::new(&self.io, ops))
             }
-            // Candidates of messages of up to 2 KiB, or of two levels.
+            // Two levels.
             other => return Err(format!("{} is not simulated here", other.name())),
         })
     }

@@ -46,10 +46,10 @@ communicator's first broadcast, the agreement on its group first.
 --calls N makes ipmc's ranks broadcast N times back to back (T: when the
 slowest rank's last call returned); --per-rank also prints when each rank
 returned (returned_us=...). --only ipmc-auto runs ipmc's automatic choice,
-the component's own, on those calls (messages above 2 KiB): each rank
+the component's own, on those calls: each rank
 measures the candidates on the first calls and the ranks vote; rank 0's
-decision table follows the result line. --previous (binomial, pipeline,
-scatter-allgather, tuned; default tuned: binomial below 512 KiB, then
+decision table follows the result line. --previous (binomial, binary,
+pipeline, scatter-allgather, tuned; default tuned: binomial below 512 KiB, then
 scatter-allgather) is the model of Open MPI's broadcast among them;
 --inject-timing feeds the choice coll_ipmc_inject_timing's made-up times.
 --ranks-per-node R makes every node hold R ranks: the broadcast runs among
@@ -182,6 +182,7 @@ fn parse(argv: &[String]) -> Result<Option<Args>, String> {
             "--previous" => {
                 previous = match value.as_str() {
                     "binomial" => Previous::Binomial,
+                    "binary" => Previous::Binary,
                     "pipeline" => Previous::Pipeline,
                     "scatter-allgather" => Previous::ScatterAllgather,
                     "tuned" => Previous::Tuned,

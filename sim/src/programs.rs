@@ -481,7 +481,53 @@ pub fn bmtree(vrank: usize, size: usize) -> (Option<usize>, Vec<usize>) {
 /// unsegmented: a rank receives from its parent, then sends to all its
 /// children at once (`isend` each, then wait for all).
 pub fn binomial(vrank: usize, size: usize, len: usize, real: impl Fn(usize) -> usize) -> Vec<Op> {
-    let (parent, children) = bmtree(vrank, size);
+    tree_bcast(bmtree(vrank, size), len, real)
+}
+
+/// A rank's place in Open MPI's binary tree (`ompi_coll_base_topo_build_tree`
+/// with fanout 2) over `size` virtual ranks rooted at 0: level by level, a
+/// rank at level l (2^l of them) has the children `vrank + 2^l` and
+/// `vrank + 2^(l+1)`. For 7 ranks: 0 → 1, 2; 1 → 3, 5; 2 → 4, 6.
+pub fn bintree(vrank: usize, size: usize) -> (Option<usize>, Vec<usize>) {
+    // The level: the nodes of the levels above and of this one exceed vrank.
+    let (mut level, mut nodes) = (0, 1);
+    while nodes <= vrank {
+        level += 1;
+        nodes += 1 << level;
+    }
+    let delta = 1 << level;
+    let children = (1..=2)
+        .map(|i| vrank + delta * i)
+        .filter(|&c| c < size)
+        .collect();
+    let parent = match vrank {
+        0 => None,
+        1 | 2 => Some(0),
+        v => {
+            let (above, mut p) = (delta - 1, v);
+            while p >= above {
+                p -= delta / 2;
+            }
+            Some(p)
+        }
+    };
+    (parent, children)
+}
+
+/// Open MPI's binary-tree broadcast (`ompi_coll_base_bcast_intra_bintree`,
+/// tuned's 5), unsegmented: as the binomial one, on the binary tree.
+pub fn binary(vrank: usize, size: usize, len: usize, real: impl Fn(usize) -> usize) -> Vec<Op> {
+    tree_bcast(bintree(vrank, size), len, real)
+}
+
+/// Open MPI's generic tree broadcast of one segment
+/// (`ompi_coll_base_bcast_intra_generic`): a rank receives from its parent,
+/// then sends to all its children at once.
+fn tree_bcast(
+    (parent, children): (Option<usize>, Vec<usize>),
+    len: usize,
+    real: impl Fn(usize) -> usize,
+) -> Vec<Op> {
     let mut ops: Vec<Op> = parent.map(|p| Op::recv(real(p))).into_iter().collect();
     let after = parent.map(|_| 0);
     ops.extend(children.iter().map(|&c| Op::send(real(c), len, after)));
@@ -658,6 +704,35 @@ impl Program for FirstBroadcast {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// Open MPI's example (`coll_base_topo.c`: fanout 2, 7 ranks), and a
+    /// parent for every child.
+    #[test]
+    fn bintree_is_open_mpis() {
+        let children = |size| (0..size).map(|v| bintree(v, size).1).collect::<Vec<_>>();
+        assert_eq!(
+            children(7),
+            [
+                vec![1, 2],
+                vec![3, 5],
+                vec![4, 6],
+                vec![],
+                vec![],
+                vec![],
+                vec![]
+            ]
+        );
+        for size in 1..40 {
+            for v in 0..size {
+                for c in bintree(v, size).1 {
+                    assert_eq!(bintree(c, size).0, Some(v), "{v} -> {c} of {size}");
+                }
+                if let Some(p) = bintree(v, size).0 {
+                    assert!(bintree(p, size).1.contains(&v), "{p} -> {v} of {size}");
+                }
+            }
+        }
+    }
 
     /// Open MPI's own examples (`coll_base_topo.c`) and the 6-rank tree.
     #[test]

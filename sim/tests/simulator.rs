@@ -537,23 +537,33 @@ fn the_automatic_choice_follows_the_network() {
 /// root, until every rank answered (with a tag of its own, so the answers
 /// never meet a chain's frames); the answers that come after the root's
 /// short wait in the call are taken in later, and the vote waits for them.
-/// Every rank must decide, and as the made-up times say.
+/// Every rank must decide, and as the made-up times say; up to 2 KiB Open
+/// MPI's binomial and binary trees are candidates too.
 #[test]
 fn the_automatic_choice_times_short_messages_at_their_root() {
-    for (inject, nodes) in [(true, 5), (false, 16)] {
-        let mut s = scenario(nodes, 4096, Network::emulated(), Algorithm::IpmcAuto);
-        s.calls = vec![(0, 4096); 60];
-        s.choice.inject_timing = inject;
-        let table = s.run().unwrap().table.expect("rank 0's decision table");
-        assert!(
-            table.contains("2049-4096 bytes: multicast (measured:"),
-            "{table}"
-        );
-        if inject {
-            assert!(
-                table.contains("previous 2500 us, multicast 2000 us"),
-                "{table}"
-            );
+    let cases = [
+        (
+            4096,
+            "2049-4096 bytes",
+            "previous 2500 us, multicast 2000 us",
+        ),
+        (
+            1024,
+            "513-1024 bytes",
+            "previous 4500 us, binomial 4500 us, binary 4500 us, multicast 4000 us",
+        ),
+    ];
+    for (size, class, made_up) in cases {
+        for (inject, nodes) in [(true, 5), (false, 16)] {
+            let mut s = scenario(nodes, size, Network::emulated(), Algorithm::IpmcAuto);
+            s.calls = vec![(0, size); 80];
+            s.choice.inject_timing = inject;
+            let table = s.run().unwrap().table.expect("rank 0's decision table");
+            let decided = format!("{class}: multicast (measured:");
+            assert!(table.contains(&decided), "{table}");
+            if inject {
+                assert!(table.contains(made_up), "{table}");
+            }
         }
     }
 }

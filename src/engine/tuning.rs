@@ -131,7 +131,7 @@ const SHORT_FACTOR: usize = 4;
 /// 3 to 16 emulated hosts (the binomial tree up to 4, the binary one from
 /// 8; Open MPI's own choice matched them only at 4). From 4 KiB multicast
 /// or the replaced broadcast won.
-pub const TREES_UP_TO: usize = 2048;
+const TREES_UP_TO: usize = 2048;
 
 /// Whether a rank's part of a vote is due after a call (see [`Tuner::due`]).
 #[derive(Debug, PartialEq, Eq)]
