@@ -286,16 +286,16 @@ impl Slot {
     /// Holds a reference on `comm` while the queue holds work, and gives it
     /// back (to `ended`) when the queue is empty.
     fn hold(&mut self, comm: Option<Comm>, ended: &mut Vec<Comm>) {
-        match (self.queue.is_busy(), self.held) {
-            (true, None) => {
-                let comm = comm.expect("queued work came with its communicator");
+        match (self.queue.is_busy(), self.held, comm) {
+            // Work is queued only by calls that name their communicator.
+            (true, None, Some(comm)) => {
                 comm.retain();
                 RUNNING.fetch_add(1, Ordering::Relaxed);
                 self.held = Some(comm);
             }
-            (false, Some(comm)) => {
+            (false, Some(held), _) => {
                 RUNNING.fetch_sub(1, Ordering::Relaxed);
-                ended.push(comm);
+                ended.push(held);
                 self.held = None;
             }
             _ => {}
