@@ -141,6 +141,10 @@ pub struct AutoRank {
     state: State,
     /// When the rank entered the call in progress.
     entered: Option<Ns>,
+    /// A call returned: the next one is entered at the rank's next step,
+    /// after the host's work of this one (its answers too), as a program
+    /// enters its next call once the last returned.
+    next_call_at: Option<Ns>,
     awaited: Vec<Awaited>,
     answered: Vec<(u64, Duration)>,
     tickets: u64,
@@ -169,6 +173,7 @@ impl AutoRank {
             plan: plan.into(),
             state: State::Between,
             entered: None,
+            next_call_at: None,
             awaited: Vec::new(),
             answered: Vec::new(),
             tickets: 0,
@@ -358,6 +363,10 @@ impl Program for AutoRank {
             let t = Duration::from_nanos(now);
             match std::mem::replace(&mut self.state, State::Between) {
                 State::Between => {
+                    if self.next_call_at.is_some_and(|t| now < t) {
+                        break;
+                    }
+                    self.next_call_at = None;
                     self.queue.turn(t, Wait::Progress).map_err(e)?;
                     self.look_answers(now);
                     let Some(call) = self.plan.front() else {
@@ -427,6 +436,8 @@ impl Program for AutoRank {
                         });
                     }
                     self.state = self.after_call(k).map_err(e)?;
+                    self.next_call_at = Some(now + 1);
+                    break;
                 }
                 State::AwaitAnswers(k) => {
                     self.queue.turn(t, Wait::Progress).map_err(e)?;
@@ -456,6 +467,10 @@ impl Program for AutoRank {
                         })
                         .flatten();
                     self.state = self.returned(sample, lost, now).map_err(e)?;
+                    if !matches!(self.state, State::TimingAtRoot { .. }) {
+                        self.next_call_at = Some(now + 1);
+                        break;
+                    }
                 }
             }
         }
@@ -473,7 +488,11 @@ impl Program for AutoRank {
             _ => None,
         };
         let queue = self.queue.wake_at().map(|d| d.as_nanos() as Ns);
-        queue.into_iter().chain(model).min()
+        queue
+            .into_iter()
+            .chain(model)
+            .chain(self.next_call_at)
+            .min()
     }
 
     fn datagrams(&self) -> Option<Datagrams> {
