@@ -348,7 +348,7 @@ impl<S: DatagramIo> Driver<S> {
     /// One step of a broadcast at time `now`: stage 1's datagrams as far as
     /// the socket takes them, the datagrams waiting, and a turn of the chain.
     /// Nothing here waits; the caller steps again when something may have
-    /// changed (or at [`Driver::wake_at`]).
+    /// changed (or at [`Broadcast::wake_at`]).
     pub fn step<M: MessageIo>(
         &mut self,
         run: &mut Run<M>,
@@ -380,18 +380,6 @@ impl<S: DatagramIo> Driver<S> {
         if self.wants_datagrams(b) {
             self.receive(b, stats);
         }
-    }
-
-    /// When a broadcast waiting for nothing but time needs its next step:
-    /// the root's start of stage 1.
-    pub fn wake_at<M: MessageIo>(run: &Run<M>) -> Option<Duration> {
-        run.b.wake_at()
-    }
-
-    /// Adds a finished broadcast's bytes to the statistics.
-    pub fn account(b: &Broadcast, stats: &mut Datagrams) {
-        stats.bytes_multicast += b.bytes_by_multicast();
-        stats.bytes_chain += b.bytes_by_chain();
     }
 }
 

@@ -11,7 +11,7 @@
 //! - A blocking broadcast returns once this rank owns the message (the root:
 //!   once every datagram went to the socket) and has told its predecessor
 //!   what it lacked; what it still owes its neighbours stays here as a
-//!   [`Job`] when the message is at most `background_limit` bytes, else it
+//!   job when the message is at most `background_limit` bytes, else it
 //!   finishes before returning.
 //! - A blocking broadcast may begin while the blocking broadcasts before it
 //!   still owe chain frames, up to `background_limit` bytes of messages held
@@ -374,21 +374,9 @@ impl<S: DatagramIo, M: MessageIo, W: Work<S>> Queue<S, M, W> {
     /// One turn of the blocking broadcast entered last, at time `now`, on
     /// `data` (the root's message, read when it begins; the other ranks'
     /// buffer, written when it returns), with the queued work before it.
+    /// After an error the call is over (each path takes it, or gives the
+    /// queue up).
     pub fn bcast_turn(
-        &mut self,
-        data: &mut [u8],
-        now: Duration,
-        wait: Wait,
-        stats: &mut Datagrams,
-    ) -> Result<Turn> {
-        let turn = self.bcast_step(data, now, wait, stats);
-        if turn.is_err() {
-            self.call = None;
-        }
-        turn
-    }
-
-    fn bcast_step(
         &mut self,
         data: &mut [u8],
         now: Duration,
