@@ -1,7 +1,8 @@
 //! ipmc's automatic choice on the simulated cluster (`--only ipmc-auto`):
-//! every rank runs the component's measured choice
-//! (`ipmc::engine::choice`, with the tuner of `ipmc::engine::tuning`) call
-//! after call, as a program's loop of `MPI_Bcast` makes them. Its
+//! every rank runs the component's calls (`ipmc::engine::call`, with the
+//! measured choice of `ipmc::engine::choice` and `ipmc::engine::tuning`)
+//! one after another, as a program's loop of `MPI_Bcast` makes them, and
+//! does what each says. Its
 //! candidates run the component's own code where they are ipmc's (multicast
 //! through the engine's queue, the chain and linear broadcasts of
 //! `ipmc::algorithms::nonblocking`); the replaced component's broadcast is a
@@ -25,13 +26,14 @@ use ipmc::base::io::Wait;
 use ipmc::base::params::Config;
 use ipmc::driver::multicast::Ranks;
 use ipmc::engine::algorithm::Algorithm;
-use ipmc::engine::choice::{lost_permille, Ballots, Choice, Next, Timed};
+use ipmc::engine::call::{Action, Call, Collective};
+use ipmc::engine::choice::{lost_permille, Ballots, Choice};
 use ipmc::engine::queue::{NoWork, Queue, Turn};
-use ipmc::engine::tuning::{self, Sample, Tuner};
+use ipmc::engine::tuning::{self, Tuner};
 
 use crate::engine::HostIo;
 use crate::p2p::{P2pState, SimMessages, ANSWERS};
-use crate::programs::{self, Call, IpmcParams, Program, Schedule, Status};
+use crate::programs::{self, Call as PlannedCall, IpmcParams, Program, Schedule, Status};
 use crate::socket::SimSocket;
 use crate::Ns;
 
@@ -71,28 +73,21 @@ enum Serving {
     Model(Schedule),
 }
 
-/// Where the rank stands.
-enum State {
-    /// Between calls: the next one is planned.
-    Between,
-    /// The call takes a vote's decision: the queue's work finishes first.
-    AwaitVote,
-    /// A call of an algorithm other than multicast waits for the queue's
-    /// work to finish (every algorithm uses the broadcast tag).
-    Waiting(Algorithm, Option<Sample>),
-    Serving(Serving, Option<Sample>),
+/// What a rank in a call does before it asks the call again.
+enum Doing {
+    /// Nothing: it asks.
+    Ask,
+    /// It waits for the queue's work to finish.
+    FinishQueue,
+    /// It waits for every answer to its measured calls as a root.
+    AwaitAnswers,
+    Serving(Serving),
     /// The root of a measured call of a short message waits in the call
     /// for every other rank's answer (receives `waiting`) until `until`.
     TimingAtRoot {
-        sample: Sample,
-        k: usize,
         waiting: Vec<usize>,
-        entered: Ns,
         until: Ns,
     },
-    /// This rank's part in class `k`'s vote (or, `None`, the plan of the
-    /// next call) waits for the answers to its calls as a root.
-    AwaitAnswers(Option<usize>),
 }
 
 /// A measured call of this rank as its root whose answers came after it
@@ -137,10 +132,10 @@ pub struct AutoRank {
     rank: usize,
     size: usize,
     fragment_size: usize,
-    plan: VecDeque<Call>,
-    state: State,
-    /// When the rank entered the call in progress.
-    entered: Option<Ns>,
+    plan: VecDeque<PlannedCall>,
+    /// The call in progress, and what the rank does in it; `None` between
+    /// calls.
+    state: Option<(Call, Doing)>,
     /// A call returned: the next one is entered at the rank's next step,
     /// after the host's work of this one (its answers too), as a program
     /// enters its next call once the last returned.
@@ -158,7 +153,7 @@ impl AutoRank {
         size: usize,
         params: IpmcParams,
         comm_id: u64,
-        plan: Vec<Call>,
+        plan: Vec<PlannedCall>,
         (previous, cfg): (Previous, Config),
     ) -> std::result::Result<Self, String> {
         Ok(AutoRank {
@@ -171,8 +166,7 @@ impl AutoRank {
             size,
             fragment_size: params.fragment_size,
             plan: plan.into(),
-            state: State::Between,
-            entered: None,
+            state: None,
             next_call_at: None,
             awaited: Vec::new(),
             answered: Vec::new(),
@@ -279,60 +273,6 @@ impl AutoRank {
         }
     }
 
-    /// The call in front returned at `now`: measured (a short message at
-    /// its root: this rank answers it, or waits for the answers), and this
-    /// rank's part of a vote sent when due. The state that follows.
-    fn returned(
-        &mut self,
-        sample: Option<Sample>,
-        lost: Option<u32>,
-        now: Ns,
-    ) -> IpmcResult<State> {
-        let call = self.plan.pop_front().expect("a call in progress");
-        let entered = self.entered.take().expect("entered");
-        let k = tuning::class_of(call.message.len());
-        match sample {
-            Some(sample) if !sample.timed_at_root() => {
-                let took = Duration::from_nanos(now - entered);
-                self.choice.record(sample, Timed::Here(took), lost);
-            }
-            Some(sample) if call.root == self.rank => {
-                let mut p2p = self.io.p2p.borrow_mut();
-                let waiting = (0..self.size)
-                    .filter(|&r| r != self.rank)
-                    .map(|r| p2p.recv_tagged(r, ANSWERS))
-                    .collect();
-                let until = entered + tuning::ANSWER_WAIT.as_nanos() as Ns;
-                return Ok(State::TimingAtRoot {
-                    sample,
-                    k,
-                    waiting,
-                    entered,
-                    until,
-                });
-            }
-            Some(sample) => {
-                self.io
-                    .p2p
-                    .borrow_mut()
-                    .send_tagged(call.root, ANSWERS, 0, Vec::new());
-                self.choice.record(sample, Timed::AtRoot, lost);
-            }
-            None => {}
-        }
-        self.after_call(k)
-    }
-
-    /// After a call of class `k`: this rank's part of its vote, when due.
-    fn after_call(&mut self, k: usize) -> IpmcResult<State> {
-        let (choice, mut io) = self.ballots();
-        Ok(if choice.after_call(k, &mut io)? {
-            State::Between
-        } else {
-            State::AwaitAnswers(Some(k))
-        })
-    }
-
     /// Notes the measured calls of this rank as a root whose answers all
     /// arrived; whether none is awaited any more.
     fn look_answers(&mut self, now: Ns) -> bool {
@@ -361,8 +301,8 @@ impl Program for AutoRank {
         let e = |e: ipmc::base::error::Error| e.to_string();
         loop {
             let t = Duration::from_nanos(now);
-            match std::mem::replace(&mut self.state, State::Between) {
-                State::Between => {
+            let (mut call, doing) = match self.state.take() {
+                None => {
                     if self.next_call_at.is_some_and(|t| now < t) {
                         break;
                     }
@@ -373,90 +313,67 @@ impl Program for AutoRank {
                         break;
                     };
                     let len = call.message.len();
-                    self.entered.get_or_insert(now);
-                    let fixed = self.cfg.choose(len, self.size);
-                    let (choice, mut io) = self.ballots();
-                    choice.take_answers(&mut io).map_err(e)?;
-                    choice.settle(&mut io);
-                    self.state = match choice.plan(tuning::class_of(len), fixed, &mut io) {
-                        Ok(Next::Run(alg, sample)) => State::Waiting(alg, sample),
-                        Ok(Next::AwaitVote) => State::AwaitVote,
-                        Ok(Next::AwaitAnswers) => State::AwaitAnswers(None),
-                        Err(err) => return Err(e(err)),
-                    };
+                    let what = Collective::Bcast { root: call.root };
+                    let class = (tuning::class_of(len), self.cfg.choose(len, self.size));
+                    let call = Call::new(what, self.rank, class, self.cfg.tunes(), true, t);
+                    self.state = Some((call, Doing::Ask));
+                    continue;
                 }
-                State::AwaitVote => {
-                    self.queue.turn(t, Wait::Progress).map_err(e)?;
-                    if self.queue.is_busy() {
-                        self.state = State::AwaitVote;
-                        break;
-                    }
+                Some(in_call) => in_call,
+            };
+            let doing = match doing {
+                Doing::Ask => {
+                    let only_multicast = self.queue.holds_only_multicast();
                     let (choice, mut io) = self.ballots();
-                    choice.settle(&mut io);
-                }
-                State::Waiting(alg, sample) => {
-                    if !alg.goes_alongside() {
-                        self.queue.turn(t, Wait::Progress).map_err(e)?;
-                        if self.queue.is_busy() {
-                            self.state = State::Waiting(alg, sample);
+                    match call.next(choice, &mut io, only_multicast).map_err(e)? {
+                        Action::Decided(_) => Doing::Ask,
+                        Action::FinishQueue => Doing::FinishQueue,
+                        Action::AwaitAnswers => Doing::AwaitAnswers,
+                        Action::Run(alg) => Doing::Serving(self.serve(alg)?),
+                        Action::AnswerRoot => {
+                            let root = self.plan.front().expect("a call in progress").root;
+                            let mut p2p = self.io.p2p.borrow_mut();
+                            p2p.send_tagged(root, ANSWERS, 0, Vec::new());
+                            Doing::Ask
+                        }
+                        Action::TimeAtRoot { until } => {
+                            let mut p2p = self.io.p2p.borrow_mut();
+                            let waiting = (0..self.size)
+                                .filter(|&r| r != self.rank)
+                                .map(|r| p2p.recv_tagged(r, ANSWERS))
+                                .collect();
+                            let until = until.as_nanos() as Ns;
+                            Doing::TimingAtRoot { waiting, until }
+                        }
+                        Action::Return => {
+                            self.plan.pop_front();
+                            // The next call is entered at the next step,
+                            // after the host's work of this one.
+                            self.next_call_at = Some(now + 1);
                             break;
                         }
                     }
-                    self.state = State::Serving(self.serve(alg)?, sample);
                 }
-                State::TimingAtRoot {
-                    sample,
-                    k,
-                    mut waiting,
-                    entered,
-                    until,
-                } => {
-                    waiting.retain(|&id| self.io.p2p.borrow_mut().test(id).is_none());
-                    if waiting.is_empty() {
-                        let took = Duration::from_nanos(now - entered);
-                        self.choice.record(sample, Timed::Here(took), None);
-                    } else if now < until {
-                        self.state = State::TimingAtRoot {
-                            sample,
-                            k,
-                            waiting,
-                            entered,
-                            until,
-                        };
+                Doing::FinishQueue => {
+                    self.queue.turn(t, Wait::Progress).map_err(e)?;
+                    if self.queue.is_busy() {
+                        self.state = Some((call, Doing::FinishQueue));
                         break;
-                    } else {
-                        // Later answers are noted between calls.
-                        let ticket = self.tickets;
-                        self.tickets += 1;
-                        self.choice.time_at_root(ticket, sample);
-                        self.awaited.push(Awaited {
-                            ticket,
-                            waiting,
-                            entered,
-                        });
                     }
-                    self.state = self.after_call(k).map_err(e)?;
-                    self.next_call_at = Some(now + 1);
-                    break;
+                    Doing::Ask
                 }
-                State::AwaitAnswers(k) => {
+                Doing::AwaitAnswers => {
                     self.queue.turn(t, Wait::Progress).map_err(e)?;
                     if !self.look_answers(now) {
-                        self.state = State::AwaitAnswers(k);
+                        self.state = Some((call, Doing::AwaitAnswers));
                         break;
                     }
-                    let (choice, mut io) = self.ballots();
-                    choice.take_answers(&mut io).map_err(e)?;
-                    if let Some(k) = k {
-                        if !choice.after_call(k, &mut io).map_err(e)? {
-                            return Err("a vote lacks answers that all came".into());
-                        }
-                    }
+                    Doing::Ask
                 }
-                State::Serving(mut serving, sample) => {
+                Doing::Serving(mut serving) => {
                     let before = (self.stats.bytes_multicast, self.stats.bytes_chain);
                     if !self.turn(&mut serving, now)? {
-                        self.state = State::Serving(serving, sample);
+                        self.state = Some((call, Doing::Serving(serving)));
                         break;
                     }
                     let len = self.plan.front().expect("serving").message.len();
@@ -466,15 +383,34 @@ impl Program for AutoRank {
                             lost_permille(len, self.fragment_size, m - before.0, c - before.1)
                         })
                         .flatten();
-                    self.state = self.returned(sample, lost, now).map_err(e)?;
-                    if !matches!(self.state, State::TimingAtRoot { .. }) {
-                        self.next_call_at = Some(now + 1);
-                        break;
-                    }
+                    call.ran(t, lost);
+                    Doing::Ask
                 }
-            }
+                Doing::TimingAtRoot { mut waiting, until } => {
+                    waiting.retain(|&id| self.io.p2p.borrow_mut().test(id).is_none());
+                    if waiting.is_empty() {
+                        call.answered(&mut self.choice, t);
+                    } else if now < until {
+                        self.state = Some((call, Doing::TimingAtRoot { waiting, until }));
+                        break;
+                    } else {
+                        // Later answers are noted between calls.
+                        let ticket = self.tickets;
+                        self.tickets += 1;
+                        call.answers_late(&mut self.choice, ticket);
+                        let entered = call.entered().as_nanos() as Ns;
+                        self.awaited.push(Awaited {
+                            ticket,
+                            waiting,
+                            entered,
+                        });
+                    }
+                    Doing::Ask
+                }
+            };
+            self.state = Some((call, doing));
         }
-        let returned = self.plan.is_empty() && matches!(self.state, State::Between);
+        let returned = self.plan.is_empty() && self.state.is_none();
         Ok(Status {
             returned,
             done: returned && !self.queue.is_busy() && self.awaited.is_empty(),
@@ -483,8 +419,8 @@ impl Program for AutoRank {
 
     fn wake_at(&self) -> Option<Ns> {
         let model = match &self.state {
-            State::Serving(Serving::Model(s), _) => s.wake_at(),
-            State::TimingAtRoot { until, .. } => Some(*until),
+            Some((_, Doing::Serving(Serving::Model(s)))) => s.wake_at(),
+            Some((_, Doing::TimingAtRoot { until, .. })) => Some(*until),
             _ => None,
         };
         let queue = self.queue.wake_at().map(|d| d.as_nanos() as Ns);

@@ -662,26 +662,28 @@ impl Background {
         });
     }
 
-    /// The measured calls whose answers all arrived since the last call
-    /// (ticket and time); with `wait`, after waiting for every one. Before
-    /// that wait, the work in the background finishes: a rank may owe
-    /// the chain frames that another rank needs before it can answer, and
-    /// while this rank waits it holds its work's lock, which the progress
-    /// engine then passes by.
-    pub fn take_answered(&mut self, wait: bool) -> Result<Vec<(u64, Duration)>> {
+    /// Waits until every answer to this rank's measured calls as a root
+    /// arrived. Before that wait, the work in the background finishes: a
+    /// rank may owe the chain frames that another rank needs before it can
+    /// answer, and while this rank waits it holds its work's lock, which the
+    /// progress engine then passes by.
+    pub fn await_answers(&mut self) -> Result<()> {
+        if self.slot.is_none() {
+            return Ok(());
+        }
+        self.finish()?;
+        self.with_slot(Slot::await_answers)
+    }
+
+    /// The measured calls whose answers all arrived since the last call:
+    /// ticket and time.
+    pub fn take_answered(&mut self) -> Result<Vec<(u64, Duration)>> {
         if self.slot.is_none() {
             return Ok(Vec::new());
         }
-        if wait {
-            self.finish()?;
-        }
         self.with_slot(|slot, ended| {
-            let result = if wait {
-                slot.await_answers(ended)
-            } else {
-                slot.look_answers(ended)
-            };
-            result.map(|()| std::mem::take(&mut slot.answered))
+            slot.look_answers(ended)
+                .map(|()| std::mem::take(&mut slot.answered))
         })
     }
 

@@ -17,8 +17,9 @@ use crate::component::nodes::Nodes;
 use crate::component::stats::Stats;
 use crate::driver::multicast::{Driver, Ranks};
 use crate::engine::algorithm::Algorithm;
-use crate::engine::choice::{lost_permille, Ballots, Choice, Next, Timed};
-use crate::engine::tuning::{self, Sample, Tuner};
+use crate::engine::call::{Action, Call as EngineCall, Collective};
+use crate::engine::choice::{lost_permille, Ballots, Choice};
+use crate::engine::tuning::{self, Decision, Tuner};
 use crate::group::setup::{self, Announce};
 use crate::net::interfaces::{self, IfList};
 use crate::net::mcast_socket::{self, McastSocket, OpenError};
@@ -328,7 +329,7 @@ impl Module {
                     self.rank,
                     comm.name()
                 );
-            } else if let Err(e) = self.background.take_answered(true) {
+            } else if let Err(e) = self.background.await_answers() {
                 // Every rank sent its answers within its broadcasts; a
                 // receive left behind would meet a later communicator's.
                 warn!("rank {}: answers on {} failed: {e}", self.rank, comm.name());
@@ -356,59 +357,45 @@ impl Module {
             self.stats.empty += 1;
             return Ok(());
         }
-        if !self.broken && matches!(self.levels, TwoLevels::Pending(_)) {
+        if self.broken {
+            self.moved = true;
+            call.previous()?;
+            self.stats.record(Algorithm::Previous, bytes);
+            return Ok(());
+        }
+        if matches!(self.levels, TwoLevels::Pending(_)) {
             self.moved = true;
             self.split_levels(call.comm())?;
         }
-        // Every algorithm (and the replaced component's) uses the broadcast
-        // tag: the agreement's and the votes' messages, and the frames of the
-        // multicast broadcasts before, must not meet this call's, unless it
-        // goes alongside them (`Algorithm::goes_alongside`; a nonblocking
-        // broadcast in the background leaves multicast no room either).
-        self.catch_up(call.comm())?;
-        let (alg, sample) = self.plan(call.comm(), bytes)?;
-        let queues = alg.goes_alongside()
-            && (alg == Algorithm::TwoLevel || self.background.holds_only_multicast());
-        if !self.broken && !queues {
-            self.background.finish()?;
-        }
-        debug!(
-            "rank {} cid {}: bcast of {bytes} bytes from root {} with {}",
-            self.rank,
-            self.cid,
-            call.root(),
-            alg.name()
-        );
-        self.moved = true;
-        // Clock and counters only for a measured call.
-        let measuring = sample.map(|sample| (sample, entered, self.bytes_by()));
-        match alg {
-            Algorithm::Previous => call.previous()?,
-            Algorithm::Binomial => call.binomial()?,
-            Algorithm::Binary => call.binary()?,
-            Algorithm::Multicast => self.run_multicast(call, bytes)?,
-            Algorithm::TwoLevel => self.run_levels(call)?,
-            _ => self.run(alg, call, bytes)?,
-        }
-        self.stats.record(alg, bytes);
-        if let Some((sample, start, (multicast, chain))) = measuring {
-            let (multicast, chain) = (self.bytes_by().0 - multicast, self.bytes_by().1 - chain);
-            let lost = lost_permille(bytes, self.cfg.fragment_size, multicast, chain);
-            // Short messages are timed at the root, until every rank has
-            // the message (see `tuning::SHORT_UP_TO`).
-            if !sample.timed_at_root() {
-                self.choice
-                    .record(sample, Timed::Here(start.elapsed()), lost);
-            } else if call.root() == self.rank {
-                self.time_at_root(call.comm(), sample, start)?;
-            } else {
-                call.answer_root()?;
-                self.choice.record(sample, Timed::AtRoot, lost);
+        self.finish_joining(call.comm())?;
+        let what = Collective::Bcast { root: call.root() };
+        let class = (tuning::class_of(bytes), self.choose_now(bytes));
+        let ready = self.multicast_ready();
+        let c = EngineCall::new(what, self.rank, class, self.tunes(), ready, Duration::ZERO);
+        let alg = self.drive(call.comm(), c, entered, |m, part| match part {
+            Part::AnswerRoot => call.answer_root().map(|()| None),
+            Part::Run(alg) => {
+                debug!(
+                    "rank {} cid {}: bcast of {bytes} bytes from root {} with {}",
+                    m.rank,
+                    m.cid,
+                    call.root(),
+                    alg.name()
+                );
+                let before = m.bytes_by();
+                match alg {
+                    Algorithm::Previous => call.previous()?,
+                    Algorithm::Binomial => call.binomial()?,
+                    Algorithm::Binary => call.binary()?,
+                    Algorithm::Multicast => m.run_multicast(call, bytes)?,
+                    Algorithm::TwoLevel => m.run_levels(call)?,
+                    _ => m.run(alg, call, bytes)?,
+                }
+                let (multicast, chain) = (m.bytes_by().0 - before.0, m.bytes_by().1 - before.1);
+                Ok(lost_permille(bytes, m.cfg.fragment_size, multicast, chain))
             }
-        }
-        if self.tunes() {
-            self.vote_if_due(call.comm(), tuning::class_of(bytes))?;
-        }
+        })?;
+        self.stats.record(alg, bytes);
         Ok(())
     }
 
@@ -420,11 +407,17 @@ impl Module {
         let entered = Instant::now();
         self.moved = false;
         let comm = call.comm();
-        if !self.broken && matches!(self.levels, TwoLevels::Pending(_)) {
+        if self.broken {
+            self.moved = true;
+            call.previous()?;
+            self.stats.barriers.record(Algorithm::Previous);
+            return Ok(());
+        }
+        if matches!(self.levels, TwoLevels::Pending(_)) {
             self.moved = true;
             self.split_levels(comm)?;
         }
-        self.catch_up(comm)?;
+        self.finish_joining(comm)?;
         let fixed = if !self.cfg.forces_barrier() {
             Algorithm::Previous
         } else if self.over_levels() {
@@ -432,38 +425,37 @@ impl Module {
         } else {
             Algorithm::Multicast
         };
-        let tunes = self.cfg.tunes_barrier();
-        let (alg, sample) = self.plan_of(comm, tuning::BARRIER, tunes, fixed)?;
         // The release is a multicast broadcast, which may begin while the
         // broadcasts before it still run their chains; the arrivals and the
         // replaced barrier have a tag of their own.
-        if alg == Algorithm::Multicast && !self.background.holds_only_multicast() {
-            self.background.finish()?;
-        }
-        debug!(
-            "rank {} cid {}: barrier with {}",
+        let measured = self.cfg.tunes_barrier() && self.votes_here();
+        let ready = self.multicast_ready();
+        let class = (tuning::BARRIER, fixed);
+        let c = EngineCall::new(
+            Collective::Other,
             self.rank,
-            self.cid,
-            alg.name()
+            class,
+            measured,
+            ready,
+            Duration::ZERO,
         );
-        self.moved = true;
-        match alg {
-            Algorithm::Multicast => self.run_barrier(comm)?,
-            Algorithm::Linear => call.linear()?,
-            Algorithm::TwoLevel => match &self.levels {
-                TwoLevels::Ready(levels) => levels.barrier()?,
-                _ => return Err(Error::Unavailable),
-            },
-            _ => call.previous()?,
-        }
+        let alg = self.drive(comm, c, entered, |m, part| {
+            let Part::Run(alg) = part else {
+                return Ok(None);
+            };
+            debug!("rank {} cid {}: barrier with {}", m.rank, m.cid, alg.name());
+            match alg {
+                Algorithm::Multicast => m.run_barrier(comm)?,
+                Algorithm::Linear => call.linear()?,
+                Algorithm::TwoLevel => match &m.levels {
+                    TwoLevels::Ready(levels) => levels.barrier()?,
+                    _ => return Err(Error::Unavailable),
+                },
+                _ => call.previous()?,
+            }
+            Ok(None)
+        })?;
         self.stats.barriers.record(alg);
-        if let Some(sample) = sample {
-            self.choice
-                .record(sample, Timed::Here(entered.elapsed()), None);
-        }
-        if !self.broken && tunes && self.votes_here() {
-            self.vote_if_due(comm, tuning::BARRIER)?;
-        }
         Ok(())
     }
 
@@ -478,89 +470,97 @@ impl Module {
         let blocks: Vec<usize> = (0..self.size).map(|i| call.block_bytes(i)).collect();
         let total: usize = blocks.iter().sum();
         let block = total.div_ceil(self.size);
-        self.catch_up(comm)?;
-        let class = tuning::allgather_class(block);
+        if self.broken {
+            self.moved = true;
+            call.previous()?;
+            self.stats.allgather_previous.record(total);
+            return Ok(());
+        }
+        self.finish_joining(comm)?;
         let one_level = matches!(self.levels, TwoLevels::No | TwoLevels::Failed);
-        let tunes = self.cfg.tunes_allgather() && one_level && total > 0;
         let fixed = if self.cfg.forces_allgather() && one_level && total > 0 {
             Algorithm::Multicast
         } else {
             Algorithm::Previous
         };
-        let (alg, sample) = self.plan_of(comm, class, tunes, fixed)?;
-        if alg == Algorithm::Multicast && !self.background.holds_only_multicast() {
-            self.background.finish()?;
-        }
-        debug!(
-            "rank {} cid {}: {} of {total} bytes with {}",
+        let measured = self.cfg.tunes_allgather() && one_level && total > 0 && self.votes_here();
+        let ready = self.multicast_ready();
+        let class = (tuning::allgather_class(block), fixed);
+        let c = EngineCall::new(
+            Collective::Other,
             self.rank,
-            self.cid,
-            if call.varies() {
-                "allgatherv"
-            } else {
-                "allgather"
-            },
-            alg.name()
+            class,
+            measured,
+            ready,
+            Duration::ZERO,
         );
-        self.moved = true;
+        let alg = self.drive(comm, c, entered, |m, part| {
+            let Part::Run(alg) = part else {
+                return Ok(None);
+            };
+            debug!(
+                "rank {} cid {}: {} of {total} bytes with {}",
+                m.rank,
+                m.cid,
+                if call.varies() {
+                    "allgatherv"
+                } else {
+                    "allgather"
+                },
+                alg.name()
+            );
+            match alg {
+                Algorithm::Multicast => m.run_allgather(call, &blocks)?,
+                Algorithm::Chain => call.ring()?,
+                _ => call.previous()?,
+            }
+            Ok(None)
+        })?;
         let tally = match alg {
-            Algorithm::Multicast => {
-                self.run_allgather(call, &blocks)?;
-                &mut self.stats.allgather_multicast
-            }
-            Algorithm::Chain => {
-                call.ring()?;
-                &mut self.stats.allgather_ring
-            }
-            _ => {
-                call.previous()?;
-                &mut self.stats.allgather_previous
-            }
+            Algorithm::Multicast => &mut self.stats.allgather_multicast,
+            Algorithm::Chain => &mut self.stats.allgather_ring,
+            _ => &mut self.stats.allgather_previous,
         };
-        tally.calls += 1;
-        tally.bytes += total as u64;
-        if let Some(sample) = sample {
-            self.choice
-                .record(sample, Timed::Here(entered.elapsed()), None);
-        }
-        if !self.broken && tunes && self.votes_here() {
-            self.vote_if_due(comm, class)?;
-        }
+        tally.record(total);
         Ok(())
     }
 
-    /// What every call takes in first: the agreement on the group finished,
-    /// the answers that timed measured calls, the votes that ended. A broken
-    /// module's background work is left alone (see `poison`).
-    fn catch_up(&mut self, comm: Comm) -> Result<()> {
-        if self.broken {
-            return Ok(());
-        }
-        self.finish_joining(comm)?;
-        let (choice, mut io) = self.ballots(comm, false);
-        choice.take_answers(&mut io)?;
-        self.settle_votes(comm);
-        Ok(())
-    }
-
-    /// The algorithm of a barrier or allgather of class `class`, and what to
-    /// measure of it: measured where `tunes` and the ranks can agree, else
-    /// `fixed`.
-    fn plan_of(
+    /// Drives the engine's `call` on `comm`, entered at `entered`, to its
+    /// end, doing what it says: `part` does the call's own parts (runs an
+    /// algorithm, returning the share of the message that multicast lost
+    /// where that tells; answers the root). Returns the algorithm that ran.
+    /// Not on a broken module, whose background work is left alone (see
+    /// `poison`).
+    fn drive(
         &mut self,
         comm: Comm,
-        class: usize,
-        tunes: bool,
-        fixed: Algorithm,
-    ) -> Result<(Algorithm, Option<Sample>)> {
-        if self.broken {
-            return Ok((Algorithm::Previous, None));
+        mut call: EngineCall,
+        entered: Instant,
+        mut part: impl FnMut(&mut Self, Part) -> Result<Option<u32>>,
+    ) -> Result<Algorithm> {
+        let mut ran = Algorithm::Previous;
+        loop {
+            let only_multicast = self.background.holds_only_multicast();
+            let (choice, mut io) = self.ballots(comm);
+            match call.next(choice, &mut io, only_multicast)? {
+                Action::Decided(decided) => self.tell(comm, decided),
+                Action::FinishQueue => self.background.finish()?,
+                Action::AwaitAnswers => self.background.await_answers()?,
+                Action::Run(alg) => {
+                    self.moved = true;
+                    let lost = part(self, Part::Run(alg))?;
+                    call.ran(entered.elapsed(), lost);
+                    ran = alg;
+                }
+                Action::AnswerRoot => {
+                    part(self, Part::AnswerRoot)?;
+                }
+                Action::TimeAtRoot { until } => {
+                    self.time_at_root(comm, &mut call, entered, until)?
+                }
+                Action::Return => return Ok(ran),
+            }
         }
-        if tunes && self.votes_here() {
-            let plan = self.measured(comm, class, fixed)?;
-            return Ok(self.servable(plan));
-        }
-        Ok(self.servable((fixed, None)))
     }
 
     /// ipmc's allgather: every rank's block (rank `i`'s of `blocks[i]`
@@ -596,17 +596,6 @@ impl Module {
             }
         }
         Ok(())
-    }
-
-    /// A plan, or the replaced component where ipmc's multicast cannot run
-    /// (no group agreed: every rank knows it alike).
-    fn servable(&self, plan: (Algorithm, Option<Sample>)) -> (Algorithm, Option<Sample>) {
-        match plan {
-            (Algorithm::Multicast, s) if !matches!(self.multicast, Multicast::Ready) => {
-                (Algorithm::Previous, s)
-            }
-            plan => plan,
-        }
     }
 
     /// ipmc's barrier ([`barrier`]): the arrivals up their tree to rank 0,
@@ -660,57 +649,13 @@ impl Module {
         (d.bytes_multicast, d.bytes_chain)
     }
 
-    /// The algorithm for a blocking broadcast of `bytes` bytes, and what to
-    /// measure of it when the automatic choice measures its class.
-    fn plan(&mut self, comm: Comm, bytes: usize) -> Result<(Algorithm, Option<Sample>)> {
-        let fixed = self.choose_now(bytes);
-        if self.tunes() {
-            return self.measured(comm, tuning::class_of(bytes), fixed);
-        }
-        Ok((fixed, None))
-    }
-
-    /// The measured choice's plan of a call of class `class`, waiting for
-    /// what it needs first: the end of a vote whose decision the call takes
-    /// (the background's work finished), the answers to this rank's calls as
-    /// a root that its part in a vote needs.
-    fn measured(
-        &mut self,
-        comm: Comm,
-        class: usize,
-        fixed: Algorithm,
-    ) -> Result<(Algorithm, Option<Sample>)> {
-        // Each wait at most once: after it, every vote in the background
-        // ended and every answer arrived, and nothing more is coming.
-        let (mut finished, mut answered) = (false, false);
-        loop {
-            let (choice, mut io) = self.ballots(comm, false);
-            match choice.plan(class, fixed, &mut io)? {
-                Next::Run(alg, sample) => return Ok((alg, sample)),
-                Next::AwaitVote if !finished => {
-                    self.background.finish()?;
-                    self.settle_votes(comm);
-                    finished = true;
-                }
-                Next::AwaitAnswers if !answered => {
-                    let (choice, mut io) = self.ballots(comm, true);
-                    choice.take_answers(&mut io)?;
-                    answered = true;
-                }
-                Next::AwaitVote | Next::AwaitAnswers => return Ok((fixed, None)),
-            }
-        }
-    }
-
-    /// The measured choice, and its view of this communicator's background
-    /// (`wait`: for every answer to this rank's calls as a root).
-    fn ballots(&mut self, comm: Comm, wait: bool) -> (&mut Choice, OmpiBallots<'_>) {
+    /// The measured choice, and its view of this communicator's background.
+    fn ballots(&mut self, comm: Comm) -> (&mut Choice, OmpiBallots<'_>) {
         let votes = self.votes_here();
         let io = OmpiBallots {
             background: &mut self.background,
             comm,
             votes,
-            wait,
         };
         (&mut self.choice, io)
     }
@@ -731,57 +676,49 @@ impl Module {
         matches!(self.levels, TwoLevels::Ready(_))
     }
 
-    /// Times a measured call of a short message at its root (this rank),
-    /// which began at `start`: until every other rank answered that it has
-    /// the message, for at most [`tuning::ANSWER_WAIT`] from the call's
-    /// start. Waiting in the call, the root sees each answer when it
-    /// arrives; out of MPI (computing, or sleeping before its next call) it
-    /// would see them only when it next drives the progress engine, which
-    /// would make a candidate whose root returns early (multicast's) look
-    /// slow. Answers that take longer are noted in the background, so the
-    /// root never waits long for a rank that has not entered the call.
-    fn time_at_root(&mut self, comm: Comm, sample: Sample, start: Instant) -> Result<()> {
+    fn multicast_ready(&self) -> bool {
+        matches!(self.multicast, Multicast::Ready)
+    }
+
+    /// Times `call`, a measured call of a short message, at its root (this
+    /// rank), which entered it at `entered`: until every other rank answered
+    /// that it has the message, for at most `until` from the call's entry
+    /// ([`tuning::ANSWER_WAIT`]). Waiting in the call, the root sees each
+    /// answer when it arrives; out of MPI (computing, or sleeping before its
+    /// next call) it would see them only when it next drives the progress
+    /// engine, which would make a candidate whose root returns early
+    /// (multicast's) look slow. Answers that take longer are noted in the
+    /// background, so the root never waits long for a rank that has not
+    /// entered the call.
+    fn time_at_root(
+        &mut self,
+        comm: Comm,
+        call: &mut EngineCall,
+        entered: Instant,
+        until: Duration,
+    ) -> Result<()> {
         let mut answers = Answers::expect(comm, self.rank)?;
         loop {
             if answers.test()? {
-                self.choice
-                    .record(sample, Timed::Here(start.elapsed()), None);
+                call.answered(&mut self.choice, entered.elapsed());
                 return Ok(());
             }
-            if start.elapsed() >= tuning::ANSWER_WAIT {
+            if entered.elapsed() >= until {
                 break;
             }
         }
-        let ticket = self.background.expect_answers(comm, start, answers)?;
-        self.choice.time_at_root(ticket, sample);
+        let ticket = self.background.expect_answers(comm, entered, answers)?;
+        call.answers_late(&mut self.choice, ticket);
         Ok(())
     }
 
-    /// After a call of class `class` (a size class, the barrier's or an
-    /// allgather's): this rank's part of its class's vote goes to the
-    /// background when it is due, after the call's own work, once this
-    /// rank's answers as a root are in.
-    fn vote_if_due(&mut self, comm: Comm, class: usize) -> Result<()> {
-        let (choice, mut io) = self.ballots(comm, false);
-        if !choice.after_call(class, &mut io)? {
-            // Every answer arrived after this wait.
-            let (choice, mut io) = self.ballots(comm, true);
-            choice.take_answers(&mut io)?;
-            choice.after_call(class, &mut io)?;
-        }
-        Ok(())
-    }
-
-    /// Takes the decisions of the votes that ended. A class that gave up
-    /// multicast because it lost most of its data is the user's business:
-    /// the process of rank 0 in `MPI_COMM_WORLD` says so, once for the job
-    /// (the communicator's rank 0 logs it at `coll_ipmc_verbose` 1).
-    fn settle_votes(&mut self, comm: Comm) {
-        if !self.votes_here() {
-            return;
-        }
-        let (choice, mut io) = self.ballots(comm, false);
-        for (class, d) in choice.settle(&mut io) {
+    /// Logs the decisions of votes that ended (class and decision). A class
+    /// that gave up multicast because it lost most of its data is the
+    /// user's business: the process of rank 0 in `MPI_COMM_WORLD` says so,
+    /// once for the job (the communicator's rank 0 logs it at
+    /// `coll_ipmc_verbose` 1).
+    fn tell(&mut self, comm: Comm, decided: Vec<(usize, Decision)>) {
+        for (class, d) in decided {
             debug!(
                 "rank {} cid {}: {}: {} ({:?})",
                 self.rank,
@@ -825,6 +762,7 @@ impl Module {
     /// component (counted as its fallbacks; its messages have a tag of their
     /// own, so they never meet ipmc's).
     pub fn ibcast(&mut self, call: &BcastCall, request: impl FnOnce() -> Request) -> Result<bool> {
+        let entered = Instant::now();
         self.moved = false;
         let bytes = call.bytes();
         if bytes == 0 {
@@ -832,59 +770,65 @@ impl Module {
             request().complete(Ok(()));
             return Ok(true);
         }
-        if !self.broken {
-            self.finish_joining(call.comm())?;
-            // The class's decision is read only where every rank takes it.
-            if self.tunes() && self.choice.tuner().must_await_vote(bytes) {
-                self.vote_if_due(call.comm(), tuning::class_of(bytes))?;
-                self.background.finish()?;
-            }
-            self.settle_votes(call.comm());
-        }
-        if matches!(self.levels, TwoLevels::Pending(_) | TwoLevels::Ready(_)) {
-            // Not yet over two levels: whole, the replaced component's is
-            // the one that knows the nodes.
-            self.stats.nonblocking += 1;
+        self.stats.nonblocking += 1;
+        if self.broken {
             self.stats.record(Algorithm::Previous, bytes);
             return Ok(false);
         }
-        let agreed = if self.tunes() {
-            self.choice.tuner().current(bytes)
-        } else {
-            None
-        };
-        let alg = agreed.unwrap_or_else(|| self.choose_now(bytes));
-        self.stats.nonblocking += 1;
-        let how = match alg {
-            Algorithm::Multicast if matches!(self.multicast, Multicast::Ready) => None,
-            Algorithm::Linear => Some(Shape::Linear),
-            Algorithm::Chain => Some(Shape::Chain(self.cfg.chain_segment_size)),
-            _ => {
-                self.stats.record(Algorithm::Previous, bytes);
-                return Ok(false);
-            }
-        };
-        debug!(
-            "rank {} cid {}: ibcast of {bytes} bytes from root {} with {}",
+        self.finish_joining(call.comm())?;
+        let class = (tuning::class_of(bytes), self.choose_now(bytes));
+        let ready = self.multicast_ready();
+        let c = EngineCall::new(
+            Collective::Ibcast,
             self.rank,
-            self.cid,
-            call.root(),
-            alg.name()
+            class,
+            self.tunes(),
+            ready,
+            Duration::ZERO,
         );
-        self.moved = true;
-        let at = Ranks {
-            rank: self.rank,
-            size: self.size,
-            root: call.root(),
-        };
-        let (comm, message) = (call.comm(), call.keep_message());
-        let ib = match how {
-            None => Ibcast::multicast(comm, at, message, request()),
-            Some(shape) => Ibcast::point_to_point(comm, at, message, request(), shape),
-        };
-        self.background.ibcast(ib);
-        self.stats.record(alg, bytes);
-        Ok(true)
+        let mut request = Some(request);
+        let mut served = false;
+        let alg = self.drive(call.comm(), c, entered, |m, part| {
+            let Part::Run(alg) = part else {
+                return Ok(None);
+            };
+            // Not over two levels: whole, the replaced component's is the
+            // one that knows the nodes.
+            let shape = match alg {
+                _ if !matches!(m.levels, TwoLevels::No | TwoLevels::Failed) => None,
+                Algorithm::Multicast => Some(None),
+                Algorithm::Linear => Some(Some(Shape::Linear)),
+                Algorithm::Chain => Some(Some(Shape::Chain(m.cfg.chain_segment_size))),
+                _ => None,
+            };
+            let (Some(shape), Some(request)) = (shape, request.take()) else {
+                m.moved = false;
+                return Ok(None);
+            };
+            debug!(
+                "rank {} cid {}: ibcast of {bytes} bytes from root {} with {}",
+                m.rank,
+                m.cid,
+                call.root(),
+                alg.name()
+            );
+            let at = Ranks {
+                rank: m.rank,
+                size: m.size,
+                root: call.root(),
+            };
+            let (comm, message) = (call.comm(), call.keep_message());
+            let ib = match shape {
+                None => Ibcast::multicast(comm, at, message, request()),
+                Some(shape) => Ibcast::point_to_point(comm, at, message, request(), shape),
+            };
+            m.background.ibcast(ib);
+            served = true;
+            Ok(None)
+        })?;
+        self.stats
+            .record(if served { alg } else { Algorithm::Previous }, bytes);
+        Ok(served)
     }
 
     /// The algorithm for a broadcast of `bytes` bytes now: multicast only
@@ -1093,6 +1037,12 @@ impl Module {
     }
 }
 
+/// A part of a call that its own code does for the engine's call.
+enum Part {
+    Run(Algorithm),
+    AnswerRoot,
+}
+
 /// The measured choice's view of a communicator's background: votes go
 /// there where the ranks may agree, and the answers to this rank's calls as
 /// a root come from there.
@@ -1101,8 +1051,6 @@ struct OmpiBallots<'a> {
     comm: Comm,
     /// Whether the ranks may agree here (see `Module::votes_here`).
     votes: bool,
-    /// Waits for every answer.
-    wait: bool,
 }
 
 impl Ballots for OmpiBallots<'_> {
@@ -1117,7 +1065,7 @@ impl Ballots for OmpiBallots<'_> {
     }
 
     fn take_answered(&mut self) -> Result<Vec<(u64, Duration)>> {
-        self.background.take_answered(self.wait)
+        self.background.take_answered()
     }
 }
 

@@ -13,6 +13,14 @@ pub struct Tally {
     pub bytes: u64,
 }
 
+impl Tally {
+    /// One call of `bytes` bytes.
+    pub fn record(&mut self, bytes: usize) {
+        self.calls += 1;
+        self.bytes += bytes as u64;
+    }
+}
+
 /// What one rank did on one communicator.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct Stats {

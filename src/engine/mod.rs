@@ -3,6 +3,7 @@
 //! simulator run the same code.
 
 pub mod algorithm;
+pub mod call;
 pub mod choice;
 pub mod queue;
 pub mod tuning;

@@ -440,7 +440,12 @@ impl Tuner {
     /// fixed rule serves). The caller first finishes the vote where
     /// [`Tuner::must_await_vote`] says so.
     pub fn current(&self, bytes: usize) -> Option<Algorithm> {
-        self.classes[class_of(bytes)].next_unmeasured()
+        self.current_of(class_of(bytes))
+    }
+
+    /// As [`Tuner::current`], for class `k`.
+    pub fn current_of(&self, k: usize) -> Option<Algorithm> {
+        self.classes[k].next_unmeasured()
     }
 
     /// Whether the class of `bytes` needs its vote's decision before its
