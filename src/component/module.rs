@@ -391,8 +391,14 @@ impl Module {
                     Algorithm::TwoLevel => m.run_levels(call)?,
                     _ => m.run(alg, call, bytes)?,
                 }
+                // What multicast lost, in datagrams of the size the group
+                // agreed.
+                let (Algorithm::Multicast, Some(fragment)) = (alg, m.background.fragment_size())
+                else {
+                    return Ok(None);
+                };
                 let (multicast, chain) = (m.bytes_by().0 - before.0, m.bytes_by().1 - before.1);
-                Ok(lost_permille(bytes, m.cfg.fragment_size, multicast, chain))
+                Ok(lost_permille(bytes, fragment, multicast, chain))
             }
         })?;
         self.stats.record(alg, bytes);

@@ -313,6 +313,11 @@ impl<S: DatagramIo> Driver<S> {
         }
     }
 
+    /// The payload of one datagram, as the group agreed.
+    pub fn fragment_size(&self) -> usize {
+        self.fragment_size
+    }
+
     /// Starts the next broadcast on this rank at time `now`: the root's
     /// message is `root_data`. Datagrams of it that came early are handed in.
     pub fn begin(
