@@ -38,28 +38,33 @@ def ratio(a, b):
     return f"{a / b:.2f}" if a is not None and b else "–"
 
 
+def markdown(head, rows):
+    """A Markdown table of `head` and `rows` (lists of cells)."""
+    lines = [head, ["---"] * len(head)] + rows
+    return "\n".join("| " + " | ".join(line) + " |" for line in lines)
+
+
 def size_table(res, nbytes):
     """Markdown table over p for one size: times in ms and ratios to ipmc."""
     others = [peer for peer in ("ipmc-mcast", "default", "han") if res.has(peer)]
-    head = ["p", "ipmc"] + others + (["best tuned", "(algorithm)"] if res.tuned_peers() else [])
-    head += [f"{peer} / ipmc" for peer in others] + (["best tuned / ipmc"] if res.tuned_peers() else [])
-    rows = ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
+    tuned = bool(res.tuned_peers())
+    head = ["p", "ipmc"] + others + (["best tuned", "(algorithm)"] if tuned else [])
+    head += [f"{peer} / ipmc" for peer in others] + (["best tuned / ipmc"] if tuned else [])
     head += ["fastest peer", "ipmc / fastest"]
-    rows[0] = "| " + " | ".join(head) + " |"
-    rows[1] = "|" + "---|" * len(head)
+    rows = []
     for p in res.hosts:
         ipmc = res.time("ipmc", p, nbytes)
         row = [str(p), cell(res, "ipmc", p, nbytes)] + [cell(res, peer, p, nbytes) for peer in others]
         best, best_us = res.best_tuned(p, nbytes)
-        if res.tuned_peers():
+        if tuned:
             row += [human_ms(best_us), best or "–"]
         row += [ratio(res.time(peer, p, nbytes), ipmc) for peer in others]
-        if res.tuned_peers():
+        if tuned:
             row += [ratio(best_us, ipmc)]
         fastest, fastest_us = res.fastest(p, nbytes)
         row += [f"{fastest} {human_ms(fastest_us)}" if fastest else "–", mark(res, p, nbytes, fastest)]
-        rows.append("| " + " | ".join(row) + " |")
-    return "\n".join(rows)
+        rows.append(row)
+    return markdown(head, rows)
 
 
 def mark(res, p, nbytes, fastest):
@@ -74,10 +79,8 @@ def mark(res, p, nbytes, fastest):
 
 def every_peer_table(res, nbytes):
     peers = [p["name"] for p in res.peers]
-    rows = ["| p | " + " | ".join(peers) + " |", "|" + "---|" * (len(peers) + 1)]
-    for p in res.hosts:
-        rows.append(f"| {p} | " + " | ".join(cell(res, peer, p, nbytes) for peer in peers) + " |")
-    return "\n".join(rows)
+    rows = [[str(p)] + [cell(res, peer, p, nbytes) for peer in peers] for p in res.hosts]
+    return markdown(["p"] + peers, rows)
 
 
 def write_table_md(path, res, targets):
