@@ -4,6 +4,7 @@
  *
  *   bcast_bench [--sizes S1,S2,...] [--rounds R] [--big-rounds R2]
  *               [--big-from BYTES] [--root-delay US] [--warmup W]
+ *               [--late-rank L --late-us U]
  *
  * Sizes of BYTES or more are measured in R2 rounds (default: R), so that the
  * largest messages, whose every round is long, can use fewer.
@@ -16,6 +17,11 @@
  * up to 4 candidates of 8 calls up to 8 KiB, 3 of 2 above, then 16 calls
  * while the ranks agree; its decision serves from call 49 or 23 at most).
  * W = 0 records from the first call.
+ *
+ * With --late-rank L, rank L (not the root) enters every broadcast U µs
+ * after the barrier (--late-us, default 2000; the root enters after
+ * --root-delay): the targets' times then show whom one late rank holds
+ * back, and by how much.
  *
  * For each message size, each round and each target rank t (1 .. p-1):
  *   1. the root fills the message with a fresh pattern and computes its
@@ -72,6 +78,11 @@ struct reply {
     uint64_t sum;
     uint64_t sum_ns;
 };
+
+/* The rank that enters every recorded and unrecorded broadcast late (-1:
+   none), and by how much after the barrier. */
+static int late_rank = -1;
+static int late_us = 2000;
 
 static void die(const char *what)
 {
@@ -190,6 +201,9 @@ static double one_round(MPI_Comm comm, int rank, int target, unsigned char *buf,
             MPI_Abort(comm, 3);
         }
     } else {
+        if (rank == late_rank) {
+            usleep((useconds_t) late_us);
+        }
         MPI_Bcast(buf, n, MPI_BYTE, 0, comm);
         if (rank == target) {
             t_sum = -MPI_Wtime();
@@ -264,6 +278,10 @@ int main(int argc, char **argv)
             warmup = (int) number(v, 1000000, "--warmup must be 0 .. 1000000");
         } else if (!strcmp(argv[i], "--root-delay")) {
             root_delay_us = (int) number(v, 10000000, "--root-delay must be 0 .. 10000000 µs");
+        } else if (!strcmp(argv[i], "--late-rank")) {
+            late_rank = (int) number(v, 1000000, "--late-rank must be a rank");
+        } else if (!strcmp(argv[i], "--late-us")) {
+            late_us = (int) number(v, 10000000, "--late-us must be 0 .. 10000000 µs");
         } else {
             die("unknown option (see the comment at the top of bench/bcast_bench.c)");
         }
@@ -273,6 +291,9 @@ int main(int argc, char **argv)
     }
     if (p < 2 || rounds < 1 || big_rounds < 1 || nsizes < 1) {
         die("needs 2 or more ranks, 1 or more rounds and sizes");
+    }
+    if (late_rank == 0 || late_rank >= p) {
+        die("--late-rank must name a rank other than the root (0)");
     }
     for (int s = 0; s < nsizes; s++) {
         if (sizes[s] < 1) {
