@@ -538,6 +538,49 @@ fn nonblocking_broadcasts_by_linear_and_chain() {
     assert_eq!(calls_by(&freed, "linear"), 4 * 2, "{output}");
 }
 
+/// `MPI_Ibcast` under the automatic choice: the blocking broadcasts of
+/// `ibcast_check` (one of 64 KiB per round) measure their class, and the
+/// nonblocking ones of that class, neither measured nor counted, take its
+/// decision: while the vote runs, the interim algorithm, then, once the
+/// class's next blocking call would wait for the vote, the decision after
+/// it. Every rank must take the same algorithm for every call, or their
+/// messages would mismatch (wrong bytes or a hang).
+#[test]
+fn nonblocking_broadcasts_take_the_measured_choice() {
+    let mca = [
+        ("coll_ipmc_print_statistics", "1"),
+        ("coll_ipmc_inject_timing", "1"),
+        ("coll_ipmc_verbose", "1"),
+    ];
+    let args = ["--max-bytes", "65536", "--rounds", "40"];
+    let run = mpirun(4, &mca, "ibcast_check", &args);
+    assert!(
+        run.ok && run.output.contains("ibcast_check: PASS"),
+        "run failed:\n{}",
+        run.output
+    );
+    let rows = common::world_decisions(&run.output);
+    assert!(
+        rows.iter()
+            .any(|r| r.contains("32769-65536 bytes: multicast (measured")),
+        "the 64 KiB class was not decided: {rows:?}\n{}",
+        run.output
+    );
+    let stats = stats_lines(&run.output);
+    for comm in ["world", "dup"] {
+        let lines: Vec<&Line> = stats.iter().filter(|s| s["comm"] == comm).collect();
+        assert_eq!(lines.len(), 4, "{}", run.output);
+        for alg in common::ALGORITHMS {
+            let first = tally(lines[0], alg);
+            for s in &lines {
+                assert_eq!(tally(s, alg), first, "{alg} on {comm}: {lines:?}");
+            }
+        }
+        assert!(lines.iter().all(|s| num(s, "ibcasts") > 0), "{lines:?}");
+        assert!(tally(lines[0], "multicast").0 > 0, "{lines:?}");
+    }
+}
+
 /// The automatic choice: every rank times its own calls, and the ranks
 /// agree in the background. Here every rank is fed made-up times
 /// (`coll_ipmc_inject_timing`) by which each rank alone would choose another
