@@ -12,7 +12,8 @@
 //! their own, as the component does).
 //!
 //! Open MPI's binomial and binary trees, candidates up to 2 KiB, are models
-//! too. Not modelled: two levels.
+//! too. With barriers for calls (`--only barrier-auto`), ipmc's barrier runs
+//! against models of the linear and Bruck barriers. Not modelled: two levels.
 
 use std::cell::RefCell;
 use std::collections::VecDeque;
@@ -31,8 +32,9 @@ use ipmc::engine::choice::{lost_permille, Ballots, Choice};
 use ipmc::engine::queue::{NoWork, Queue, Turn};
 use ipmc::engine::tuning::{self, Tuner};
 
+use crate::barrier::{self, BarrierRank};
 use crate::engine::HostIo;
-use crate::p2p::{P2pState, SimMessages, ANSWERS};
+use crate::p2p::{P2pState, SimMessages, ANSWERS, BARRIER};
 use crate::programs::{self, Call as PlannedCall, IpmcParams, Program, Schedule, Status};
 use crate::socket::SimSocket;
 use crate::Ns;
@@ -69,8 +71,11 @@ enum Serving {
     Multicast(Vec<u8>),
     /// By ipmc's linear or chain broadcast.
     Steps(Box<Steps<SimMessages>>),
-    /// By the model of the replaced component's.
+    /// By the model of the replaced component's (or of Open MPI's linear
+    /// barrier).
     Model(Schedule),
+    /// By ipmc's barrier, with the queue's driver.
+    Barrier(Box<BarrierRank>),
 }
 
 /// What a rank in a call does before it asks the call again.
@@ -133,6 +138,8 @@ pub struct AutoRank {
     size: usize,
     fragment_size: usize,
     plan: VecDeque<PlannedCall>,
+    /// The calls are barriers (their messages unused), not broadcasts.
+    barriers: bool,
     /// The call in progress, and what the rank does in it; `None` between
     /// calls.
     state: Option<(Call, Doing)>,
@@ -147,13 +154,14 @@ pub struct AutoRank {
 }
 
 impl AutoRank {
+    /// Rank `rank` of `size`, whose calls are `plan`'s broadcasts (or as
+    /// many barriers, with `barriers`).
     pub fn new(
         io: &HostIo,
-        rank: usize,
-        size: usize,
+        (rank, size): (usize, usize),
         params: IpmcParams,
         comm_id: u64,
-        plan: Vec<PlannedCall>,
+        (plan, barriers): (Vec<PlannedCall>, bool),
         (previous, cfg): (Previous, Config),
     ) -> std::result::Result<Self, String> {
         Ok(AutoRank {
@@ -166,6 +174,7 @@ impl AutoRank {
             size,
             fragment_size: params.fragment_size,
             plan: plan.into(),
+            barriers,
             state: None,
             next_call_at: None,
             awaited: Vec::new(),
@@ -188,6 +197,26 @@ impl AutoRank {
 
     /// Begins serving the call in front with `alg`.
     fn serve(&mut self, alg: Algorithm) -> std::result::Result<Serving, String> {
+        if self.barriers {
+            let (rank, size) = (self.rank, self.size);
+            return Ok(match alg {
+                Algorithm::Multicast => {
+                    Serving::Barrier(Box::new(BarrierRank::new(&self.io, rank, size)))
+                }
+                Algorithm::Linear => Serving::Model(Schedule::tagged(
+                    &self.io,
+                    barrier::linear(rank, size),
+                    BARRIER,
+                )),
+                // tuned's choice for a barrier of more than 2 ranks that are
+                // no power of 2; as many rounds as its recursive doubling.
+                _ => Serving::Model(Schedule::tagged(
+                    &self.io,
+                    barrier::bruck(rank, size),
+                    BARRIER,
+                )),
+            });
+        }
         let call = self.plan.front().expect("a call in progress");
         let (len, root) = (call.message.len(), call.root);
         let root_data = (self.rank == root).then(|| call.message.to_vec());
@@ -270,6 +299,10 @@ impl AutoRank {
                 Ok(true)
             }
             Serving::Model(schedule) => Ok(schedule.step(now)?.done),
+            Serving::Barrier(b) => {
+                let driver = self.queue.driver().ok_or("no driver for the barrier")?;
+                Ok(b.step(driver, now, &mut self.stats).returned)
+            }
         }
     }
 
@@ -312,10 +345,20 @@ impl Program for AutoRank {
                     let Some(call) = self.plan.front() else {
                         break;
                     };
-                    let len = call.message.len();
-                    let what = Collective::Bcast { root: call.root };
-                    let class = (tuning::class_of(len), self.cfg.choose(len, self.size));
-                    let call = Call::new(what, self.rank, class, self.cfg.tunes(), true, t);
+                    let call = if self.barriers {
+                        let fixed = if self.cfg.forces_barrier() {
+                            Algorithm::Multicast
+                        } else {
+                            Algorithm::Previous
+                        };
+                        let (what, measured) = (Collective::Barrier, self.cfg.tunes_barrier());
+                        Call::new(what, self.rank, (tuning::BARRIER, fixed), measured, true, t)
+                    } else {
+                        let len = call.message.len();
+                        let what = Collective::Bcast { root: call.root };
+                        let class = (tuning::class_of(len), self.cfg.choose(len, self.size));
+                        Call::new(what, self.rank, class, self.cfg.tunes(), true, t)
+                    };
                     self.state = Some((call, Doing::Ask));
                     continue;
                 }

@@ -1,7 +1,7 @@
 //! `MPI_Barrier` on the simulated cluster: ipmc's barrier with the
 //! component's own trees ([`ipmc::algorithms::barrier`]) and datagram driver,
 //! and models of Open MPI tuned's linear and Bruck (dissemination) barriers
-//! as point-to-point schedules.
+//! as point-to-point schedules (with [`BARRIER`], the barrier tag).
 
 use std::cell::RefCell;
 use std::rc::Rc;
@@ -13,7 +13,7 @@ use ipmc::driver::multicast::{Driver, Ranks};
 use ipmc::protocol::two_stage::Broadcast;
 
 use crate::engine::HostIo;
-use crate::p2p::P2pState;
+use crate::p2p::{P2pState, BARRIER};
 use crate::programs::{IpmcParams, Op, Program, Status};
 use crate::socket::SimSocket;
 use crate::Ns;
@@ -28,11 +28,11 @@ enum Phase {
     Released,
 }
 
-/// A rank running ipmc's barrier (`Module::run_barrier`): arrivals up one
-/// tree, rank 0's release datagram through the component's driver, and
-/// point-to-point releases down the other tree.
-pub struct IpmcBarrier {
-    driver: Driver<SimSocket>,
+/// A rank's part in ipmc's barrier (`Module::run_barrier`): arrivals up
+/// one tree, rank 0's release datagram through the communicator's driver
+/// (which the caller lends at every step), and point-to-point releases down
+/// the other tree, with the barrier tag.
+pub struct BarrierRank {
     p2p: Rc<RefCell<P2pState>>,
     rank: usize,
     size: usize,
@@ -42,23 +42,22 @@ pub struct IpmcBarrier {
     /// Sends of arrivals and releases, until they complete.
     sends: Vec<usize>,
     by_datagram: bool,
-    stats: Datagrams,
 }
 
-impl IpmcBarrier {
-    pub fn new(io: &HostIo, rank: usize, size: usize, params: IpmcParams, comm_id: u64) -> Self {
-        let driver = params.driver(io, comm_id, 0);
+impl BarrierRank {
+    pub fn new(io: &HostIo, rank: usize, size: usize) -> Self {
         let (below, release) = {
             let mut p2p = io.p2p.borrow_mut();
-            let release = barrier::releases(rank, size).0.map(|from| p2p.recv(from));
+            let release = barrier::releases(rank, size)
+                .0
+                .map(|from| p2p.recv_tagged(from, BARRIER));
             let below = barrier::arrivals(rank, size)
                 .1
-                .map(|c| p2p.recv(c))
+                .map(|c| p2p.recv_tagged(c, BARRIER))
                 .collect();
             (below, release)
         };
-        IpmcBarrier {
-            driver,
+        BarrierRank {
             p2p: io.p2p.clone(),
             rank,
             size,
@@ -66,7 +65,6 @@ impl IpmcBarrier {
             release,
             sends: Vec::new(),
             by_datagram: false,
-            stats: Datagrams::default(),
         }
     }
 
@@ -77,7 +75,10 @@ impl IpmcBarrier {
     }
 
     fn send(&mut self, to: usize) {
-        let id = self.p2p.borrow_mut().send(to, 0, Vec::new());
+        let id = self
+            .p2p
+            .borrow_mut()
+            .send_tagged(to, BARRIER, 0, Vec::new());
         self.sends.push(id);
     }
 
@@ -88,10 +89,14 @@ impl IpmcBarrier {
         }
         self.phase = Phase::Released;
     }
-}
 
-impl Program for IpmcBarrier {
-    fn step(&mut self, now: Ns) -> Result<Status, String> {
+    /// One step at `now` with the communicator's driver.
+    pub fn step(
+        &mut self,
+        driver: &mut Driver<SimSocket>,
+        now: Ns,
+        stats: &mut Datagrams,
+    ) -> Status {
         let at = Duration::from_nanos(now);
         if let Phase::Arrivals(below) = &mut self.phase {
             let mut p2p = self.p2p.borrow_mut();
@@ -108,12 +113,10 @@ impl Program for IpmcBarrier {
                 };
                 let byte = [0u8; RELEASE_LEN];
                 let root = (self.rank == 0).then_some(&byte[..]);
-                let mut b = self
-                    .driver
-                    .begin(ranks, RELEASE_LEN, root, at, &mut self.stats);
+                let mut b = driver.begin(ranks, RELEASE_LEN, root, at, stats);
                 if self.rank == 0 {
                     while !b.stage1_done() {
-                        self.driver.stage1(&mut b, at, &mut self.stats);
+                        driver.stage1(&mut b, at, stats);
                     }
                     self.released();
                 } else {
@@ -122,7 +125,7 @@ impl Program for IpmcBarrier {
             }
         }
         if let Phase::Release(b) = &mut self.phase {
-            self.driver.stage1(b, at, &mut self.stats);
+            driver.stage1(b, at, stats);
             let by_datagram = b.is_complete();
             let by_p2p = self
                 .release
@@ -143,10 +146,38 @@ impl Program for IpmcBarrier {
             }
         }
         self.sends.retain(|&id| p2p.test(id).is_none());
-        Ok(Status {
+        Status {
             returned,
             done: returned && self.release.is_none() && self.sends.is_empty(),
-        })
+        }
+    }
+}
+
+/// ipmc's barrier as the only call of a rank, with a driver of its own.
+pub struct IpmcBarrier {
+    driver: Driver<SimSocket>,
+    rank: BarrierRank,
+    stats: Datagrams,
+}
+
+impl IpmcBarrier {
+    pub fn new(io: &HostIo, rank: usize, size: usize, params: IpmcParams, comm_id: u64) -> Self {
+        IpmcBarrier {
+            driver: params.driver(io, comm_id, 0),
+            rank: BarrierRank::new(io, rank, size),
+            stats: Datagrams::default(),
+        }
+    }
+
+    /// See [`BarrierRank::by_datagram`].
+    pub fn by_datagram(&self) -> bool {
+        self.rank.by_datagram()
+    }
+}
+
+impl Program for IpmcBarrier {
+    fn step(&mut self, now: Ns) -> Result<Status, String> {
+        Ok(self.rank.step(&mut self.driver, now, &mut self.stats))
     }
 
     fn wake_at(&self) -> Option<Ns> {

@@ -63,6 +63,9 @@ at once: ipmc's (arrivals to rank 0 up a tree of 16 children per rank, one
 release datagram through the component's driver, point-to-point releases down
 a binary tree) against models of tuned's linear and Bruck barriers (--peer
 barrier-linear, barrier-bruck); T is when the last rank left it.
+--only barrier-auto --calls N runs N barriers under ipmc's automatic choice
+(ipmc's barrier, the linear one, and the Bruck one as the replaced
+component's), as --only ipmc-auto runs broadcasts.
 
 --collective allgather simulates one MPI_Allgather of BYTES per rank: ipmc's
 (every rank's block a multicast broadcast in turn, rank 0's first, with the
@@ -257,9 +260,11 @@ fn parse(argv: &[String]) -> Result<Option<Args>, String> {
         _ => default_peers(nodes),
     };
     if collective != "bcast" {
-        if node.ranks > 1 || calls > 1 {
+        let auto = only == Some(Algorithm::BarrierAuto);
+        if node.ranks > 1 || (calls > 1 && !auto) {
             return Err(format!(
-                "--collective {collective}: one rank per node, one call"
+                "--collective {collective}: one rank per node, one call (--calls only with \
+                 --only barrier-auto)"
             ));
         }
         scenario.algorithm = if collective == "barrier" {

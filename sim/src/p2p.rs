@@ -19,6 +19,8 @@ pub type Tag = u8;
 pub const BCAST: Tag = 0;
 /// The answers that time a measured call at its root.
 pub const ANSWERS: Tag = 1;
+/// The barriers' messages (Open MPI's barrier tag).
+pub const BARRIER: Tag = 2;
 
 /// What a rank asked of the network during a step.
 pub enum Out {

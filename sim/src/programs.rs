@@ -15,7 +15,7 @@ use ipmc::group::setup::{self, Agreement, Facts, Joined};
 use ipmc::protocol::datagram::{Auth, Protection};
 
 use crate::engine::HostIo;
-use crate::p2p::{P2pState, SimMessages};
+use crate::p2p::{P2pState, SimMessages, Tag, BCAST};
 use crate::socket::SimSocket;
 use crate::Ns;
 
@@ -319,6 +319,7 @@ const RECV_WINDOW: usize = 8;
 /// what it depends on completed.
 pub struct Schedule {
     p2p: Rc<RefCell<P2pState>>,
+    tag: Tag,
     ops: Vec<Op>,
     id: Vec<Option<usize>>,
     done: Vec<bool>,
@@ -334,7 +335,13 @@ pub struct Schedule {
 }
 
 impl Schedule {
+    /// A broadcast's schedule (the broadcast tag).
     pub fn new(io: &HostIo, ops: Vec<Op>) -> Self {
+        Self::tagged(io, ops, BCAST)
+    }
+
+    /// A schedule whose messages have `tag`.
+    pub fn tagged(io: &HostIo, ops: Vec<Op>, tag: Tag) -> Self {
         let recvs: Vec<usize> = (0..ops.len())
             .filter(|&i| matches!(ops[i], Op::Recv { .. }))
             .collect();
@@ -343,6 +350,7 @@ impl Schedule {
             .collect();
         Schedule {
             p2p: io.p2p.clone(),
+            tag,
             id: vec![None; ops.len()],
             done: vec![false; ops.len()],
             left: ops.len(),
@@ -371,7 +379,7 @@ impl Program for Schedule {
                 if [after, also].iter().flatten().any(|&a| !self.done[a]) {
                     break;
                 }
-                self.id[i] = Some(p2p.recv(from));
+                self.id[i] = Some(p2p.recv_tagged(from, self.tag));
                 self.active.push(i);
                 self.open_recvs += 1;
                 self.next_recv += 1;
@@ -393,7 +401,7 @@ impl Program for Schedule {
                 {
                     break;
                 }
-                self.id[i] = Some(p2p.send(to, len, Vec::new()));
+                self.id[i] = Some(p2p.send_tagged(to, self.tag, len, Vec::new()));
                 self.active.push(i);
                 self.next_send += 1;
             }

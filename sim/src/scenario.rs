@@ -16,6 +16,7 @@ use crate::barrier::{self, IpmcBarrier};
 use crate::engine::{Engine, Outcome};
 use crate::network::Network;
 use crate::node::Node;
+use crate::p2p::BARRIER;
 use crate::programs::{
     self, Call, FirstBroadcast, IpmcParams, IpmcRank, Program, Schedule, Status,
 };
@@ -41,6 +42,10 @@ pub enum Algorithm {
     BarrierIpmc,
     BarrierLinear,
     BarrierBruck,
+    /// ipmc's automatic choice of barriers, call after call: ipmc's barrier
+    /// against the models of the linear barrier and (as the replaced one)
+    /// the Bruck barrier.
+    BarrierAuto,
     /// `MPI_Allgather` ([`crate::allgather`]): ipmc's, every rank's block a
     /// multicast broadcast in turn with the component's driver, and a model
     /// of tuned's ring allgather.
@@ -68,6 +73,7 @@ impl Algorithm {
             Algorithm::BarrierIpmc => "barrier-ipmc",
             Algorithm::BarrierLinear => "barrier-linear",
             Algorithm::BarrierBruck => "barrier-bruck",
+            Algorithm::BarrierAuto => "barrier-auto",
             Algorithm::AllgatherIpmc => "allgather-ipmc",
             Algorithm::AllgatherRing => "allgather-ring",
         }
@@ -79,6 +85,7 @@ impl Algorithm {
             Algorithm::IpmcAuto,
             Algorithm::IpmcFirst,
             Algorithm::BarrierIpmc,
+            Algorithm::BarrierAuto,
             Algorithm::AllgatherIpmc,
         ]
         .into_iter()
@@ -97,6 +104,7 @@ impl Algorithm {
                 | Algorithm::IpmcAuto
                 | Algorithm::IpmcFirst
                 | Algorithm::BarrierIpmc
+                | Algorithm::BarrierAuto
                 | Algorithm::AllgatherIpmc
         )
     }
@@ -121,7 +129,10 @@ impl Algorithm {
     pub fn is_barrier(self) -> bool {
         matches!(
             self,
-            Algorithm::BarrierIpmc | Algorithm::BarrierLinear | Algorithm::BarrierBruck
+            Algorithm::BarrierIpmc
+                | Algorithm::BarrierLinear
+                | Algorithm::BarrierBruck
+                | Algorithm::BarrierAuto
         )
     }
 }
@@ -198,10 +209,15 @@ impl Scenario {
         let mut engine = Engine::new(self.net.clone(), rng.next_u64());
         let multicast = matches!(
             self.algorithm,
-            Algorithm::Ipmc | Algorithm::IpmcAuto | Algorithm::IpmcFirst | Algorithm::AllgatherIpmc
+            Algorithm::Ipmc
+                | Algorithm::IpmcAuto
+                | Algorithm::IpmcFirst
+                | Algorithm::AllgatherIpmc
+                | Algorithm::BarrierAuto
         );
         let collective = self.algorithm.collective();
-        if collective != "bcast" && (self.node.ranks > 1 || self.calls.len() > 1) {
+        let calls_allowed = self.algorithm == Algorithm::BarrierAuto || self.calls.len() <= 1;
+        if collective != "bcast" && (self.node.ranks > 1 || !calls_allowed) {
             return Err(format!(
                 "a {collective} is modelled with one rank per node, one call"
             ));
@@ -209,6 +225,7 @@ impl Scenario {
         if self.algorithm == Algorithm::BarrierIpmc {
             engine.protect(self.ipmc.auth, 1);
         }
+        let barriers = self.algorithm == Algorithm::BarrierAuto;
         let calls = match &self.calls[..] {
             // ipmc's allgather: every rank's block a broadcast, rank 0's first
             // (`Module::run_allgather`).
@@ -255,13 +272,12 @@ impl Scenario {
                     comm_id,
                     plan.clone(),
                 )),
-                Algorithm::IpmcAuto => Box::new(AutoRank::new(
+                Algorithm::IpmcAuto | Algorithm::BarrierAuto => Box::new(AutoRank::new(
                     &io,
-                    rank,
-                    n,
+                    (rank, n),
                     self.ipmc,
                     comm_id,
-                    plan.clone(),
+                    (plan.clone(), barriers),
                     (self.previous, self.choice.clone()),
                 )?),
                 Algorithm::IpmcFirst => {
@@ -288,8 +304,12 @@ impl Scenario {
                 Algorithm::BarrierIpmc => {
                     Box::new(IpmcBarrier::new(&io, rank, n, self.ipmc, comm_id))
                 }
-                Algorithm::BarrierLinear => Box::new(Schedule::new(&io, barrier::linear(rank, n))),
-                Algorithm::BarrierBruck => Box::new(Schedule::new(&io, barrier::bruck(rank, n))),
+                Algorithm::BarrierLinear => {
+                    Box::new(Schedule::tagged(&io, barrier::linear(rank, n), BARRIER))
+                }
+                Algorithm::BarrierBruck => {
+                    Box::new(Schedule::tagged(&io, barrier::bruck(rank, n), BARRIER))
+                }
                 Algorithm::AllgatherRing => {
                     Box::new(Schedule::new(&io, allgather::ring(rank, n, self.size)))
                 }

@@ -567,3 +567,23 @@ fn the_automatic_choice_times_short_messages_at_their_root() {
         }
     }
 }
+
+/// Barriers under the component's automatic choice (`barrier-auto`), every
+/// rank running the engine's calls: on 8 nodes of the emulated cluster Open
+/// MPI's linear barrier is the fastest, as on the emulated cluster itself;
+/// from 64 nodes at 10 Gbit/s ipmc's, whose release is one datagram.
+#[test]
+fn the_automatic_choice_of_barriers_takes_multicast_at_scale() {
+    let choose = |nodes: usize, net: Network| {
+        let mut s = scenario(nodes, 1, net, Algorithm::BarrierAuto);
+        s.calls = vec![(0, 1); 60];
+        s.run().unwrap().table.expect("rank 0's decision table")
+    };
+    let few = choose(8, Network::emulated());
+    assert!(few.contains("barrier: linear (measured:"), "{few}");
+    let mut fast = Network::emulated();
+    fast.rate_bps = 10_000_000_000;
+    fast.bucket = 0;
+    let many = choose(64, fast);
+    assert!(many.contains("barrier: multicast (measured:"), "{many}");
+}

@@ -431,14 +431,14 @@ impl Module {
         } else {
             Algorithm::Multicast
         };
-        // The release is a multicast broadcast, which may begin while the
-        // broadcasts before it still run their chains; the arrivals and the
-        // replaced barrier have a tag of their own.
+        // The release takes the multicast driver alone, after the queue's
+        // work (`Background::release`); the arrivals and the replaced
+        // barrier have a tag of their own.
         let measured = self.cfg.tunes_barrier() && self.votes_here();
         let ready = self.multicast_ready();
         let class = (tuning::BARRIER, fixed);
         let c = EngineCall::new(
-            Collective::Other,
+            Collective::Barrier,
             self.rank,
             class,
             measured,
@@ -493,7 +493,7 @@ impl Module {
         let ready = self.multicast_ready();
         let class = (tuning::allgather_class(block), fixed);
         let c = EngineCall::new(
-            Collective::Other,
+            Collective::Allgather,
             self.rank,
             class,
             measured,

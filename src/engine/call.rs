@@ -29,9 +29,13 @@ pub enum Collective {
     /// levels' uses the broadcast tag, as the queue's work does
     /// ([`Algorithm::goes_alongside`]).
     Bcast { root: usize },
-    /// A barrier or an allgather: only its multicast form meets the queue's
-    /// work; its other forms have tags of their own.
-    Other,
+    /// A barrier: its multicast release takes the driver alone, after all
+    /// of the queue's work; its other forms have tags of their own.
+    Barrier,
+    /// An allgather: its multicast form is a run of multicast broadcasts,
+    /// which may begin alongside the queue's multicast broadcasts; its other
+    /// forms have tags of their own.
+    Allgather,
     /// A nonblocking broadcast: ipmc's forms join the queue after its work,
     /// the replaced component's has a tag of its own.
     Ibcast,
@@ -298,7 +302,7 @@ impl Call {
     fn root(&self) -> Option<usize> {
         match self.what {
             Collective::Bcast { root } => Some(root),
-            Collective::Other | Collective::Ibcast => None,
+            Collective::Barrier | Collective::Allgather | Collective::Ibcast => None,
         }
     }
 
@@ -308,7 +312,8 @@ impl Call {
             Collective::Bcast { .. } => {
                 !(alg == Algorithm::TwoLevel || (alg.goes_alongside() && only_multicast_queued))
             }
-            Collective::Other => alg == Algorithm::Multicast && !only_multicast_queued,
+            Collective::Barrier => alg == Algorithm::Multicast,
+            Collective::Allgather => alg == Algorithm::Multicast && !only_multicast_queued,
             Collective::Ibcast => false,
         }
     }
@@ -380,17 +385,22 @@ mod tests {
             actions,
             [Action::FinishQueue, Action::Run(Algorithm::Previous)]
         );
-        // A barrier's replaced form has a tag of its own.
-        let mut call = Call::new(
-            Collective::Other,
-            0,
-            (0, Algorithm::Previous),
-            false,
-            true,
-            US(0),
+        // A barrier's replaced form has a tag of its own; its release by
+        // multicast takes the driver alone; an allgather's multicast goes
+        // alongside multicast broadcasts.
+        let mut other = |what, alg| {
+            let mut call = Call::new(what, 0, (0, alg), false, true, US(0));
+            run(&mut call, &mut choice, &mut io, 10)
+        };
+        let (previous, multicast) = (Algorithm::Previous, Algorithm::Multicast);
+        let barrier = Collective::Barrier;
+        assert_eq!(other(barrier, previous), [Action::Run(previous)]);
+        assert_eq!(
+            other(barrier, multicast),
+            [Action::FinishQueue, Action::Run(multicast)]
         );
-        let actions = run(&mut call, &mut choice, &mut io, 10);
-        assert_eq!(actions, [Action::Run(Algorithm::Previous)]);
+        let allgather = Collective::Allgather;
+        assert_eq!(other(allgather, multicast), [Action::Run(multicast)]);
     }
 
     #[test]
