@@ -13,7 +13,9 @@
 //!
 //! Open MPI's binomial and binary trees, candidates up to 2 KiB, are models
 //! too. With barriers for calls (`--only barrier-auto`), ipmc's barrier runs
-//! against models of the linear and Bruck barriers. Not modelled: two levels.
+//! against models of the linear and Bruck barriers; with allgathers
+//! (`--only allgather-auto`), ipmc's (every block a broadcast through the
+//! queue) against the model of the ring. Not modelled: two levels.
 
 use std::cell::RefCell;
 use std::collections::VecDeque;
@@ -32,9 +34,10 @@ use ipmc::engine::choice::{lost_permille, Ballots, Choice};
 use ipmc::engine::queue::{NoWork, Queue, Turn};
 use ipmc::engine::tuning::{self, Tuner};
 
+use crate::allgather;
 use crate::barrier::{self, BarrierRank};
 use crate::engine::HostIo;
-use crate::p2p::{P2pState, SimMessages, ANSWERS, BARRIER};
+use crate::p2p::{P2pState, SimMessages, ALLGATHER, ANSWERS, BARRIER};
 use crate::programs::{self, Call as PlannedCall, IpmcParams, Program, Schedule, Status};
 use crate::socket::SimSocket;
 use crate::Ns;
@@ -65,6 +68,28 @@ impl Previous {
     }
 }
 
+/// The fixed algorithm of a barrier or an allgather: ipmc's where forced,
+/// else the replaced component's.
+fn forced(ipmc: bool) -> Algorithm {
+    if ipmc {
+        Algorithm::Multicast
+    } else {
+        Algorithm::Previous
+    }
+}
+
+/// What a rank's calls are.
+#[derive(Clone)]
+pub enum Kind {
+    /// Broadcasts: the plan's.
+    Bcast,
+    /// Barriers, as many as the plan's calls.
+    Barrier,
+    /// Allgathers, as many as the plan's calls, of these blocks (rank `i`'s
+    /// is `blocks[i]`) in each.
+    Allgather(Rc<[Rc<[u8]>]>),
+}
+
 /// How the rank serves the call in progress.
 enum Serving {
     /// By multicast, through the queue: the rank's buffer.
@@ -76,6 +101,10 @@ enum Serving {
     Model(Schedule),
     /// By ipmc's barrier, with the queue's driver.
     Barrier(Box<BarrierRank>),
+    /// By ipmc's allgather: every rank's block a multicast broadcast through
+    /// the queue, rank 0's first (`Module::run_allgather`); the block of
+    /// `root` is under way into `buf`.
+    Allgather { root: usize, buf: Vec<u8> },
 }
 
 /// What a rank in a call does before it asks the call again.
@@ -138,8 +167,7 @@ pub struct AutoRank {
     size: usize,
     fragment_size: usize,
     plan: VecDeque<PlannedCall>,
-    /// The calls are barriers (their messages unused), not broadcasts.
-    barriers: bool,
+    kind: Kind,
     /// The call in progress, and what the rank does in it; `None` between
     /// calls.
     state: Option<(Call, Doing)>,
@@ -155,13 +183,13 @@ pub struct AutoRank {
 
 impl AutoRank {
     /// Rank `rank` of `size`, whose calls are `plan`'s broadcasts (or as
-    /// many barriers, with `barriers`).
+    /// many calls of another `kind`).
     pub fn new(
         io: &HostIo,
         (rank, size): (usize, usize),
         params: IpmcParams,
         comm_id: u64,
-        (plan, barriers): (Vec<PlannedCall>, bool),
+        (plan, kind): (Vec<PlannedCall>, Kind),
         (previous, cfg): (Previous, Config),
     ) -> std::result::Result<Self, String> {
         Ok(AutoRank {
@@ -174,7 +202,7 @@ impl AutoRank {
             size,
             fragment_size: params.fragment_size,
             plan: plan.into(),
-            barriers,
+            kind,
             state: None,
             next_call_at: None,
             awaited: Vec::new(),
@@ -197,25 +225,36 @@ impl AutoRank {
 
     /// Begins serving the call in front with `alg`.
     fn serve(&mut self, alg: Algorithm) -> std::result::Result<Serving, String> {
-        if self.barriers {
-            let (rank, size) = (self.rank, self.size);
-            return Ok(match alg {
-                Algorithm::Multicast => {
-                    Serving::Barrier(Box::new(BarrierRank::new(&self.io, rank, size)))
-                }
-                Algorithm::Linear => Serving::Model(Schedule::tagged(
-                    &self.io,
-                    barrier::linear(rank, size),
-                    BARRIER,
-                )),
-                // tuned's choice for a barrier of more than 2 ranks that are
-                // no power of 2; as many rounds as its recursive doubling.
-                _ => Serving::Model(Schedule::tagged(
-                    &self.io,
-                    barrier::bruck(rank, size),
-                    BARRIER,
-                )),
-            });
+        let (rank, size) = (self.rank, self.size);
+        match &self.kind {
+            Kind::Bcast => {}
+            Kind::Barrier => {
+                let tagged = |ops| Schedule::tagged(&self.io, ops, BARRIER);
+                return Ok(match alg {
+                    Algorithm::Multicast => {
+                        Serving::Barrier(Box::new(BarrierRank::new(&self.io, rank, size)))
+                    }
+                    Algorithm::Linear => Serving::Model(tagged(barrier::linear(rank, size))),
+                    // tuned's choice for a barrier of more than 2 ranks that
+                    // are no power of 2; as many rounds as its recursive
+                    // doubling.
+                    _ => Serving::Model(tagged(barrier::bruck(rank, size))),
+                });
+            }
+            Kind::Allgather(blocks) => {
+                let block = blocks[0].len();
+                return Ok(match alg {
+                    Algorithm::Multicast => self.allgather_block(0),
+                    // Open MPI's ring (`chain`), and as the replaced one's
+                    // model: tuned's choice for large messages, whose
+                    // neighbour exchange moves as many bytes per step.
+                    _ => Serving::Model(Schedule::tagged(
+                        &self.io,
+                        allgather::ring(rank, size, block),
+                        ALLGATHER,
+                    )),
+                });
+            }
         }
         let call = self.plan.front().expect("a call in progress");
         let (len, root) = (call.message.len(), call.root);
@@ -268,6 +307,28 @@ impl AutoRank {
         })
     }
 
+    /// ipmc's allgather from `root`'s block on: that block's broadcast
+    /// enters the queue.
+    fn allgather_block(&mut self, root: usize) -> Serving {
+        let Kind::Allgather(blocks) = &self.kind else {
+            unreachable!("an allgather's blocks")
+        };
+        let block = &blocks[root];
+        let buf = if root == self.rank {
+            block.to_vec()
+        } else {
+            vec![0; block.len()]
+        };
+        let ranks = Ranks {
+            rank: self.rank,
+            size: self.size,
+            root,
+        };
+        let msgs = SimMessages(self.io.p2p.clone());
+        self.queue.enter_bcast(ranks, block.len(), msgs);
+        Serving::Allgather { root, buf }
+    }
+
     /// One turn of the call being served: whether it returned (blocking
     /// point-to-point calls once all their messages completed, as the
     /// component's and tuned's do).
@@ -303,6 +364,29 @@ impl AutoRank {
                 let driver = self.queue.driver().ok_or("no driver for the barrier")?;
                 Ok(b.step(driver, now, &mut self.stats).returned)
             }
+            Serving::Allgather { .. } => loop {
+                let Serving::Allgather { root, buf } = serving else {
+                    unreachable!("matched above")
+                };
+                let t = Duration::from_nanos(now);
+                let turn = self
+                    .queue
+                    .bcast_turn(buf, t, Wait::Progress, &mut self.stats);
+                if turn.map_err(e)? != Turn::Returned {
+                    return Ok(false);
+                }
+                let Kind::Allgather(blocks) = &self.kind else {
+                    unreachable!("an allgather's blocks")
+                };
+                if buf[..] != blocks[*root][..] {
+                    return Err(format!("rank {root}'s block came with other bytes"));
+                }
+                let next = *root + 1;
+                if next == self.size {
+                    return Ok(true);
+                }
+                *serving = self.allgather_block(next);
+            },
         }
     }
 
@@ -345,19 +429,25 @@ impl Program for AutoRank {
                     let Some(call) = self.plan.front() else {
                         break;
                     };
-                    let call = if self.barriers {
-                        let fixed = if self.cfg.forces_barrier() {
-                            Algorithm::Multicast
-                        } else {
-                            Algorithm::Previous
-                        };
-                        let (what, measured) = (Collective::Barrier, self.cfg.tunes_barrier());
-                        Call::new(what, self.rank, (tuning::BARRIER, fixed), measured, true, t)
-                    } else {
-                        let len = call.message.len();
-                        let what = Collective::Bcast { root: call.root };
-                        let class = (tuning::class_of(len), self.cfg.choose(len, self.size));
-                        Call::new(what, self.rank, class, self.cfg.tunes(), true, t)
+                    let (rank, cfg) = (self.rank, &self.cfg);
+                    let call = match &self.kind {
+                        Kind::Bcast => {
+                            let len = call.message.len();
+                            let what = Collective::Bcast { root: call.root };
+                            let class = (tuning::class_of(len), cfg.choose(len, self.size));
+                            Call::new(what, rank, class, cfg.tunes(), true, t)
+                        }
+                        Kind::Barrier => {
+                            let fixed = forced(cfg.forces_barrier());
+                            let (what, measured) = (Collective::Barrier, cfg.tunes_barrier());
+                            Call::new(what, rank, (tuning::BARRIER, fixed), measured, true, t)
+                        }
+                        Kind::Allgather(blocks) => {
+                            let class = tuning::allgather_class(blocks[0].len());
+                            let fixed = forced(cfg.forces_allgather());
+                            let (what, measured) = (Collective::Allgather, cfg.tunes_allgather());
+                            Call::new(what, rank, (class, fixed), measured, true, t)
+                        }
                     };
                     self.state = Some((call, Doing::Ask));
                     continue;

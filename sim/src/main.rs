@@ -65,7 +65,9 @@ a binary tree) against models of tuned's linear and Bruck barriers (--peer
 barrier-linear, barrier-bruck); T is when the last rank left it.
 --only barrier-auto --calls N runs N barriers under ipmc's automatic choice
 (ipmc's barrier, the linear one, and the Bruck one as the replaced
-component's), as --only ipmc-auto runs broadcasts.
+component's), as --only ipmc-auto runs broadcasts; with --collective
+allgather, --only allgather-auto --calls N runs N allgathers so (ipmc's
+against the ring, Open MPI's and standing for the replaced one).
 
 --collective allgather simulates one MPI_Allgather of BYTES per rank: ipmc's
 (every rank's block a multicast broadcast in turn, rank 0's first, with the
@@ -260,11 +262,14 @@ fn parse(argv: &[String]) -> Result<Option<Args>, String> {
         _ => default_peers(nodes),
     };
     if collective != "bcast" {
-        let auto = only == Some(Algorithm::BarrierAuto);
+        let auto = matches!(
+            only,
+            Some(Algorithm::BarrierAuto | Algorithm::AllgatherAuto)
+        );
         if node.ranks > 1 || (calls > 1 && !auto) {
             return Err(format!(
                 "--collective {collective}: one rank per node, one call (--calls only with \
-                 --only barrier-auto)"
+                 --only barrier-auto or allgather-auto)"
             ));
         }
         scenario.algorithm = if collective == "barrier" {

@@ -21,6 +21,8 @@ pub const BCAST: Tag = 0;
 pub const ANSWERS: Tag = 1;
 /// The barriers' messages (Open MPI's barrier tag).
 pub const BARRIER: Tag = 2;
+/// The allgathers' messages (Open MPI's allgather tag).
+pub const ALLGATHER: Tag = 3;
 
 /// What a rank asked of the network during a step.
 pub enum Out {

@@ -11,12 +11,12 @@ use ipmc::group::setup;
 use ipmc::protocol::datagram::Key;
 
 use crate::allgather;
-use crate::auto::{AutoRank, Previous};
+use crate::auto::{AutoRank, Kind, Previous};
 use crate::barrier::{self, IpmcBarrier};
 use crate::engine::{Engine, Outcome};
 use crate::network::Network;
 use crate::node::Node;
-use crate::p2p::BARRIER;
+use crate::p2p::{ALLGATHER, BARRIER};
 use crate::programs::{
     self, Call, FirstBroadcast, IpmcParams, IpmcRank, Program, Schedule, Status,
 };
@@ -51,6 +51,10 @@ pub enum Algorithm {
     /// of tuned's ring allgather.
     AllgatherIpmc,
     AllgatherRing,
+    /// ipmc's automatic choice of allgathers, call after call: ipmc's
+    /// against the model of the ring (as Open MPI's ring and as the replaced
+    /// one).
+    AllgatherAuto,
 }
 
 impl Algorithm {
@@ -76,6 +80,7 @@ impl Algorithm {
             Algorithm::BarrierAuto => "barrier-auto",
             Algorithm::AllgatherIpmc => "allgather-ipmc",
             Algorithm::AllgatherRing => "allgather-ring",
+            Algorithm::AllgatherAuto => "allgather-auto",
         }
     }
 
@@ -87,6 +92,7 @@ impl Algorithm {
             Algorithm::BarrierIpmc,
             Algorithm::BarrierAuto,
             Algorithm::AllgatherIpmc,
+            Algorithm::AllgatherAuto,
         ]
         .into_iter()
         .chain(Self::PEERS)
@@ -106,12 +112,16 @@ impl Algorithm {
                 | Algorithm::BarrierIpmc
                 | Algorithm::BarrierAuto
                 | Algorithm::AllgatherIpmc
+                | Algorithm::AllgatherAuto
         )
     }
 
     /// Whether it is an allgather (`size` is then each rank's block).
     pub fn is_allgather(self) -> bool {
-        matches!(self, Algorithm::AllgatherIpmc | Algorithm::AllgatherRing)
+        matches!(
+            self,
+            Algorithm::AllgatherIpmc | Algorithm::AllgatherRing | Algorithm::AllgatherAuto
+        )
     }
 
     /// The collective it serves.
@@ -214,9 +224,14 @@ impl Scenario {
                 | Algorithm::IpmcFirst
                 | Algorithm::AllgatherIpmc
                 | Algorithm::BarrierAuto
+                | Algorithm::AllgatherAuto
         );
         let collective = self.algorithm.collective();
-        let calls_allowed = self.algorithm == Algorithm::BarrierAuto || self.calls.len() <= 1;
+        let auto = matches!(
+            self.algorithm,
+            Algorithm::BarrierAuto | Algorithm::AllgatherAuto
+        );
+        let calls_allowed = auto || self.calls.len() <= 1;
         if collective != "bcast" && (self.node.ranks > 1 || !calls_allowed) {
             return Err(format!(
                 "a {collective} is modelled with one rank per node, one call"
@@ -225,7 +240,19 @@ impl Scenario {
         if self.algorithm == Algorithm::BarrierIpmc {
             engine.protect(self.ipmc.auth, 1);
         }
-        let barriers = self.algorithm == Algorithm::BarrierAuto;
+        let kind = match self.algorithm {
+            Algorithm::BarrierAuto => Kind::Barrier,
+            Algorithm::AllgatherAuto => Kind::Allgather(
+                (0..n)
+                    .map(|_| {
+                        let mut block = vec![0; self.size];
+                        rng.fill_bytes(&mut block);
+                        Rc::<[u8]>::from(block)
+                    })
+                    .collect(),
+            ),
+            _ => Kind::Bcast,
+        };
         let calls = match &self.calls[..] {
             // ipmc's allgather: every rank's block a broadcast, rank 0's first
             // (`Module::run_allgather`).
@@ -256,7 +283,12 @@ impl Scenario {
         };
         let comm_id = rng.next_u64();
         if multicast {
-            engine.protect(self.ipmc.auth, calls.len() as u64);
+            let per_call = if matches!(kind, Kind::Allgather(_)) {
+                n
+            } else {
+                1
+            };
+            engine.protect(self.ipmc.auth, (calls.len() * per_call) as u64);
         }
         let root = self.root;
         let real = move |v: usize| (v + root) % n;
@@ -272,14 +304,16 @@ impl Scenario {
                     comm_id,
                     plan.clone(),
                 )),
-                Algorithm::IpmcAuto | Algorithm::BarrierAuto => Box::new(AutoRank::new(
-                    &io,
-                    (rank, n),
-                    self.ipmc,
-                    comm_id,
-                    (plan.clone(), barriers),
-                    (self.previous, self.choice.clone()),
-                )?),
+                Algorithm::IpmcAuto | Algorithm::BarrierAuto | Algorithm::AllgatherAuto => {
+                    Box::new(AutoRank::new(
+                        &io,
+                        (rank, n),
+                        self.ipmc,
+                        comm_id,
+                        (plan.clone(), kind.clone()),
+                        (self.previous, self.choice.clone()),
+                    )?)
+                }
                 Algorithm::IpmcFirst => {
                     let (io2, params, plan) = (io.clone(), self.ipmc, plan.clone());
                     Box::new(FirstBroadcast::new(
@@ -310,9 +344,11 @@ impl Scenario {
                 Algorithm::BarrierBruck => {
                     Box::new(Schedule::tagged(&io, barrier::bruck(rank, n), BARRIER))
                 }
-                Algorithm::AllgatherRing => {
-                    Box::new(Schedule::new(&io, allgather::ring(rank, n, self.size)))
-                }
+                Algorithm::AllgatherRing => Box::new(Schedule::tagged(
+                    &io,
+                    allgather::ring(rank, n, self.size),
+                    ALLGATHER,
+                )),
             };
             let program = match self.skew_ns {
                 0 => program,

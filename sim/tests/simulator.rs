@@ -587,3 +587,34 @@ fn the_automatic_choice_of_barriers_takes_multicast_at_scale() {
     let many = choose(64, fast);
     assert!(many.contains("barrier: multicast (measured:"), "{many}");
 }
+
+/// Allgathers under the component's automatic choice (`allgather-auto`):
+/// every rank's block a multicast broadcast through the engine's queue,
+/// every block checked on every rank, against the ring. On one switch the
+/// ring's model runs close to its bound (each rank receives p − 1 blocks)
+/// and is kept; on leaves of 8 hosts, whose trunks the ring crosses with
+/// every block, ipmc's is the faster and the ranks take it.
+#[test]
+fn the_automatic_choice_of_allgathers_follows_the_network() {
+    let choose = |net: Network| {
+        let mut s = scenario(24, 65536, net, Algorithm::AllgatherAuto);
+        s.calls = vec![(0, 65536); 30];
+        s.run().unwrap().table.expect("rank 0's decision table")
+    };
+    let class = "allgather of 32769-65536 bytes per rank";
+    let one_switch = choose(Network::emulated());
+    assert!(
+        one_switch.contains(&format!("{class}: previous (measured:")),
+        "{one_switch}"
+    );
+    let leaves = Network {
+        leaf_hosts: 8,
+        trunk_rate_bps: 1_000_000_000,
+        ..Network::emulated()
+    };
+    let leaves = choose(leaves);
+    assert!(
+        leaves.contains(&format!("{class}: multicast (measured:")),
+        "{leaves}"
+    );
+}
