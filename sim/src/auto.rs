@@ -329,19 +329,30 @@ impl AutoRank {
         Serving::Allgather { root, buf }
     }
 
+    /// One turn of the multicast broadcast in the queue into `buf`: whether
+    /// it returned.
+    fn multicast_turn(&mut self, buf: &mut [u8], now: Ns) -> std::result::Result<bool, String> {
+        let t = Duration::from_nanos(now);
+        let turn = self
+            .queue
+            .bcast_turn(buf, t, Wait::Progress, &mut self.stats);
+        Ok(turn.map_err(|e| e.to_string())? == Turn::Returned)
+    }
+
     /// One turn of the call being served: whether it returned (blocking
     /// point-to-point calls once all their messages completed, as the
     /// component's and tuned's do).
     fn turn(&mut self, serving: &mut Serving, now: Ns) -> std::result::Result<bool, String> {
         let e = |e: ipmc::base::error::Error| e.to_string();
-        let message = &self.plan.front().expect("a call in progress").message;
+        let message = self
+            .plan
+            .front()
+            .expect("a call in progress")
+            .message
+            .clone();
         match serving {
             Serving::Multicast(buf) => {
-                let t = Duration::from_nanos(now);
-                let turn = self
-                    .queue
-                    .bcast_turn(buf, t, Wait::Progress, &mut self.stats);
-                if turn.map_err(e)? != Turn::Returned {
+                if !self.multicast_turn(buf, now)? {
                     return Ok(false);
                 }
                 if buf[..] != message[..] {
@@ -368,11 +379,7 @@ impl AutoRank {
                 let Serving::Allgather { root, buf } = serving else {
                     unreachable!("matched above")
                 };
-                let t = Duration::from_nanos(now);
-                let turn = self
-                    .queue
-                    .bcast_turn(buf, t, Wait::Progress, &mut self.stats);
-                if turn.map_err(e)? != Turn::Returned {
+                if !self.multicast_turn(buf, now)? {
                     return Ok(false);
                 }
                 let Kind::Allgather(blocks) = &self.kind else {

@@ -370,8 +370,7 @@ impl Module {
         self.finish_joining(call.comm())?;
         let what = Collective::Bcast { root: call.root() };
         let class = (tuning::class_of(bytes), self.choose_now(bytes));
-        let ready = self.multicast_ready();
-        let c = EngineCall::new(what, self.rank, class, self.tunes(), ready, Duration::ZERO);
+        let c = self.engine_call(what, class, self.tunes());
         let alg = self.drive(call.comm(), c, entered, |m, part| match part {
             Part::AnswerRoot => call.answer_root().map(|()| None),
             Part::Run(alg) => {
@@ -435,16 +434,8 @@ impl Module {
         // work (`Background::release`); the arrivals and the replaced
         // barrier have a tag of their own.
         let measured = self.cfg.tunes_barrier() && self.votes_here();
-        let ready = self.multicast_ready();
         let class = (tuning::BARRIER, fixed);
-        let c = EngineCall::new(
-            Collective::Barrier,
-            self.rank,
-            class,
-            measured,
-            ready,
-            Duration::ZERO,
-        );
+        let c = self.engine_call(Collective::Barrier, class, measured);
         let alg = self.drive(comm, c, entered, |m, part| {
             let Part::Run(alg) = part else {
                 return Ok(None);
@@ -490,16 +481,8 @@ impl Module {
             Algorithm::Previous
         };
         let measured = self.cfg.tunes_allgather() && one_level && total > 0 && self.votes_here();
-        let ready = self.multicast_ready();
         let class = (tuning::allgather_class(block), fixed);
-        let c = EngineCall::new(
-            Collective::Allgather,
-            self.rank,
-            class,
-            measured,
-            ready,
-            Duration::ZERO,
-        );
+        let c = self.engine_call(Collective::Allgather, class, measured);
         let alg = self.drive(comm, c, entered, |m, part| {
             let Part::Run(alg) = part else {
                 return Ok(None);
@@ -529,6 +512,18 @@ impl Module {
         };
         tally.record(total);
         Ok(())
+    }
+
+    /// The engine's call of this rank for `what` in `class` (and the fixed
+    /// algorithm), `measured` or not; its times count from its entry.
+    fn engine_call(
+        &self,
+        what: Collective,
+        class: (usize, Algorithm),
+        measured: bool,
+    ) -> EngineCall {
+        let ready = self.multicast_ready();
+        EngineCall::new(what, self.rank, class, measured, ready, Duration::ZERO)
     }
 
     /// Drives the engine's `call` on `comm`, entered at `entered`, to its
@@ -783,15 +778,7 @@ impl Module {
         }
         self.finish_joining(call.comm())?;
         let class = (tuning::class_of(bytes), self.choose_now(bytes));
-        let ready = self.multicast_ready();
-        let c = EngineCall::new(
-            Collective::Ibcast,
-            self.rank,
-            class,
-            self.tunes(),
-            ready,
-            Duration::ZERO,
-        );
+        let c = self.engine_call(Collective::Ibcast, class, self.tunes());
         let mut request = Some(request);
         let mut served = false;
         let alg = self.drive(call.comm(), c, entered, |m, part| {

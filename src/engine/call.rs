@@ -322,29 +322,8 @@ impl Call {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::engine::choice::tests::Urn;
     use crate::engine::tuning::Tuner;
-
-    /// Votes that end when the test says; answers that came.
-    #[derive(Default)]
-    struct Urn {
-        sent: Vec<(usize, Vec<u32>)>,
-        ended: Vec<(usize, Vec<u32>)>,
-        answered: Vec<(u64, Duration)>,
-    }
-
-    impl Ballots for Urn {
-        fn vote(&mut self, k: usize, mine: Vec<u32>) {
-            self.sent.push((k, mine));
-        }
-
-        fn take_votes(&mut self) -> Vec<(usize, Vec<u32>)> {
-            std::mem::take(&mut self.ended)
-        }
-
-        fn take_answered(&mut self) -> Result<Vec<(u64, Duration)>> {
-            Ok(std::mem::take(&mut self.answered))
-        }
-    }
 
     const US: fn(u64) -> Duration = Duration::from_micros;
 
@@ -473,17 +452,17 @@ mod tests {
         let mut choice = Choice::new(Tuner::new(1, 0, false));
         let mut io = Urn::default();
         let bcast = Collective::Bcast { root: 0 };
-        let ibcast = |choice: &mut Choice, io: &mut Urn| {
-            let mut call = Call::new(
+        let ibcast_call = || {
+            Call::new(
                 Collective::Ibcast,
                 0,
                 (k, Algorithm::Chain),
                 true,
                 true,
                 US(0),
-            );
-            run(&mut call, choice, io, 0)
+            )
         };
+        let ibcast = |choice: &mut Choice, io: &mut Urn| run(&mut ibcast_call(), choice, io, 0);
         // Before any measurement: the fixed algorithm, nothing measured.
         assert_eq!(
             ibcast(&mut choice, &mut io),
@@ -504,14 +483,7 @@ mod tests {
         }
         // The next blocking call would need the decision: so does this one,
         // which finishes the queue, where the vote ends.
-        let mut call = Call::new(
-            Collective::Ibcast,
-            0,
-            (k, Algorithm::Chain),
-            true,
-            true,
-            US(0),
-        );
+        let mut call = ibcast_call();
         let next = |call: &mut Call, choice: &mut Choice, io: &mut Urn| call.next(choice, io, true);
         assert_eq!(
             next(&mut call, &mut choice, &mut io),

@@ -183,14 +183,15 @@ impl Choice {
 }
 
 #[cfg(test)]
-mod tests {
+pub(crate) mod tests {
     use super::*;
 
-    /// Votes that end when the test says.
+    /// Votes that end when the test says; answers that came.
     #[derive(Default)]
-    struct Urn {
-        sent: Vec<(usize, Vec<u32>)>,
-        ended: Vec<(usize, Vec<u32>)>,
+    pub(crate) struct Urn {
+        pub sent: Vec<(usize, Vec<u32>)>,
+        pub ended: Vec<(usize, Vec<u32>)>,
+        pub answered: Vec<(u64, Duration)>,
     }
 
     impl Ballots for Urn {
@@ -203,7 +204,7 @@ mod tests {
         }
 
         fn take_answered(&mut self) -> Result<Vec<(u64, Duration)>> {
-            Ok(Vec::new())
+            Ok(std::mem::take(&mut self.answered))
         }
     }
 
