@@ -107,10 +107,13 @@ pub struct Call {
     multicast_ready: bool,
     entered: Duration,
     stage: Stage,
-    /// Each wait at most once per call: after it, every vote in the queue
-    /// ended and every answer arrived, and nothing more is coming.
+    /// Each wait of the plan at most once per call: after it, every vote in
+    /// the queue ended and every answer arrived, and nothing more is coming.
     waited_vote: bool,
     waited_answers: bool,
+    /// This rank's part in a vote waits for its answers at most once: its
+    /// vote goes at the same call on every rank.
+    waited_for_part: bool,
 }
 
 impl Call {
@@ -138,6 +141,7 @@ impl Call {
             stage: Stage::CatchUp,
             waited_vote: false,
             waited_answers: false,
+            waited_for_part: false,
         }
     }
 
@@ -171,8 +175,8 @@ impl Call {
                     self.stage = Stage::Chosen(alg.unwrap_or(self.fixed), None);
                 }
                 Stage::VoteFirst => {
-                    if !choice.after_call(self.class, io)? && !self.waited_answers {
-                        self.waited_answers = true;
+                    if !choice.after_call(self.class, io)? && !self.waited_for_part {
+                        self.waited_for_part = true;
                         return Ok(Action::AwaitAnswers);
                     }
                     self.stage = Stage::Settle;
@@ -244,8 +248,8 @@ impl Call {
                     self.stage = Stage::Done;
                     if self.measured && !choice.after_call(self.class, io)? {
                         self.stage = Stage::VoteAfterAnswers;
-                        if !self.waited_answers {
-                            self.waited_answers = true;
+                        if !self.waited_for_part {
+                            self.waited_for_part = true;
                             return Ok(Action::AwaitAnswers);
                         }
                     }
