@@ -154,6 +154,10 @@ impl Ballots for SimBallots<'_> {
     fn take_answered(&mut self) -> IpmcResult<Vec<(u64, Duration)>> {
         Ok(std::mem::take(self.answered))
     }
+
+    fn only_multicast_queued(&self) -> bool {
+        self.queue.holds_only_multicast()
+    }
 }
 
 /// A rank whose calls ipmc's automatic choice serves.
@@ -463,9 +467,8 @@ impl Program for AutoRank {
             };
             let doing = match doing {
                 Doing::Ask => {
-                    let only_multicast = self.queue.holds_only_multicast();
                     let (choice, mut io) = self.ballots();
-                    match call.next(choice, &mut io, only_multicast).map_err(e)? {
+                    match call.next(choice, &mut io).map_err(e)? {
                         Action::Decided(_) => Doing::Ask,
                         Action::FinishQueue => Doing::FinishQueue,
                         Action::AwaitAnswers => Doing::AwaitAnswers,

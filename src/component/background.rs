@@ -594,12 +594,6 @@ impl Background {
         }
     }
 
-    /// The payload of one datagram, as the group agreed; `None` before.
-    pub fn fragment_size(&mut self) -> Option<usize> {
-        self.slot.as_ref()?;
-        self.slot().queue.driver().map(|d| d.fragment_size())
-    }
-
     /// Whether the work in the background is blocking multicast broadcasts'
     /// chains and votes only, which a multicast broadcast may begin
     /// alongside.

@@ -164,8 +164,9 @@ enum Multicast {
     /// The agreement on the group, started when the communicator was
     /// created, goes on in the background; the next broadcast finishes it.
     Joining,
-    /// The group is agreed: the background has its driver.
-    Ready,
+    /// The group is agreed: the background has its driver, whose datagrams
+    /// carry `fragment_size` bytes of a message.
+    Ready { fragment_size: usize },
     /// Some rank could not join: the replaced component's broadcast serves
     /// the calls that would multicast.
     Failed,
@@ -392,12 +393,13 @@ impl Module {
                 }
                 // What multicast lost, in datagrams of the size the group
                 // agreed.
-                let (Algorithm::Multicast, Some(fragment)) = (alg, m.background.fragment_size())
+                let (Algorithm::Multicast, Multicast::Ready { fragment_size }) =
+                    (alg, &m.multicast)
                 else {
                     return Ok(None);
                 };
                 let (multicast, chain) = (m.bytes_by().0 - before.0, m.bytes_by().1 - before.1);
-                Ok(lost_permille(bytes, fragment, multicast, chain))
+                Ok(lost_permille(bytes, *fragment_size, multicast, chain))
             }
         })?;
         self.stats.record(alg, bytes);
@@ -541,9 +543,8 @@ impl Module {
     ) -> Result<Algorithm> {
         let mut ran = Algorithm::Previous;
         loop {
-            let only_multicast = self.background.holds_only_multicast();
             let (choice, mut io) = self.ballots(comm);
-            match call.next(choice, &mut io, only_multicast)? {
+            match call.next(choice, &mut io)? {
                 Action::Decided(decided) => self.tell(comm, decided),
                 Action::FinishQueue => self.background.finish()?,
                 Action::AwaitAnswers => self.background.await_answers()?,
@@ -670,7 +671,7 @@ impl Module {
     /// Whether this communicator's ranks may agree on measurements: where
     /// the group is agreed, or the broadcasts run over two levels.
     fn votes_here(&self) -> bool {
-        matches!(self.multicast, Multicast::Ready) || self.over_levels()
+        self.multicast_ready() || self.over_levels()
     }
 
     fn over_levels(&self) -> bool {
@@ -678,7 +679,7 @@ impl Module {
     }
 
     fn multicast_ready(&self) -> bool {
-        matches!(self.multicast, Multicast::Ready)
+        matches!(self.multicast, Multicast::Ready { .. })
     }
 
     /// Times `call`, a measured call of a short message, at its root (this
@@ -831,9 +832,7 @@ impl Module {
             return Algorithm::TwoLevel;
         }
         match self.choose(bytes) {
-            Algorithm::Multicast if !matches!(self.multicast, Multicast::Ready) => {
-                Algorithm::Previous
-            }
+            Algorithm::Multicast if !self.multicast_ready() => Algorithm::Previous,
             alg => alg,
         }
     }
@@ -856,8 +855,9 @@ impl Module {
             }
         };
         if let Some(driver) = driver {
+            let fragment_size = driver.fragment_size();
             self.background.set_driver(driver);
-            self.multicast = Multicast::Ready;
+            self.multicast = Multicast::Ready { fragment_size };
         }
         Ok(())
     }
@@ -917,7 +917,7 @@ impl Module {
 
     /// The two-stage broadcast on the message bytes.
     fn run_multicast(&mut self, call: &mut BcastCall, bytes: usize) -> Result<()> {
-        if !matches!(self.multicast, Multicast::Ready) {
+        if !self.multicast_ready() {
             return Err(Error::Unavailable);
         }
         let background = &mut self.background;
@@ -1059,6 +1059,10 @@ impl Ballots for OmpiBallots<'_> {
 
     fn take_answered(&mut self) -> Result<Vec<(u64, Duration)>> {
         self.background.take_answered()
+    }
+
+    fn only_multicast_queued(&self) -> bool {
+        self.background.holds_only_multicast()
     }
 }
 

@@ -145,15 +145,8 @@ impl Call {
         }
     }
 
-    /// What to do next. `only_multicast_queued`: whether the queue holds
-    /// only multicast broadcasts' chains and votes, which a multicast call
-    /// may begin alongside.
-    pub fn next(
-        &mut self,
-        choice: &mut Choice,
-        io: &mut impl Ballots,
-        only_multicast_queued: bool,
-    ) -> Result<Action> {
+    /// What to do next.
+    pub fn next(&mut self, choice: &mut Choice, io: &mut impl Ballots) -> Result<Action> {
         loop {
             match self.stage {
                 Stage::CatchUp => {
@@ -215,7 +208,7 @@ impl Call {
                         alg => alg,
                     };
                     self.stage = Stage::Start(alg, sample);
-                    if self.meets_queue(alg, only_multicast_queued) {
+                    if self.meets_queue(alg, io) {
                         return Ok(Action::FinishQueue);
                     }
                 }
@@ -311,13 +304,16 @@ impl Call {
     }
 
     /// Whether `alg` must wait for the queue's work to finish.
-    fn meets_queue(&self, alg: Algorithm, only_multicast_queued: bool) -> bool {
+    /// (The queue is asked only where its content decides.)
+    fn meets_queue(&self, alg: Algorithm, io: &impl Ballots) -> bool {
         match self.what {
-            Collective::Bcast { .. } => {
-                !(alg == Algorithm::TwoLevel || (alg.goes_alongside() && only_multicast_queued))
-            }
+            Collective::Bcast { .. } => match alg {
+                Algorithm::TwoLevel => false,
+                alg if alg.goes_alongside() => !io.only_multicast_queued(),
+                _ => true,
+            },
             Collective::Barrier => alg == Algorithm::Multicast,
-            Collective::Allgather => alg == Algorithm::Multicast && !only_multicast_queued,
+            Collective::Allgather => alg == Algorithm::Multicast && !io.only_multicast_queued(),
             Collective::Ibcast => false,
         }
     }
@@ -336,7 +332,7 @@ mod tests {
     fn run(call: &mut Call, choice: &mut Choice, io: &mut Urn, took: u64) -> Vec<Action> {
         let mut actions = Vec::new();
         loop {
-            let action = call.next(choice, io, true).unwrap();
+            let action = call.next(choice, io).unwrap();
             match action {
                 Action::Run(_) => call.ran(US(took), Some(0)),
                 Action::TimeAtRoot { .. } => call.answered(choice, US(took)),
@@ -488,7 +484,7 @@ mod tests {
         // The next blocking call would need the decision: so does this one,
         // which finishes the queue, where the vote ends.
         let mut call = ibcast_call();
-        let next = |call: &mut Call, choice: &mut Choice, io: &mut Urn| call.next(choice, io, true);
+        let next = |call: &mut Call, choice: &mut Choice, io: &mut Urn| call.next(choice, io);
         assert_eq!(
             next(&mut call, &mut choice, &mut io),
             Ok(Action::FinishQueue)

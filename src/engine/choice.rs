@@ -47,6 +47,9 @@ pub trait Ballots {
     /// The measured calls of this rank as a root whose answers all arrived
     /// since the last call: ticket ([`Choice::time_at_root`]) and time.
     fn take_answered(&mut self) -> Result<Vec<(u64, Duration)>>;
+    /// Whether the queue holds only multicast broadcasts' chains and votes,
+    /// which a multicast call may begin alongside.
+    fn only_multicast_queued(&self) -> bool;
 }
 
 /// What a call is to do, or what it must wait for first.
@@ -205,6 +208,10 @@ pub(crate) mod tests {
 
         fn take_answered(&mut self) -> Result<Vec<(u64, Duration)>> {
             Ok(std::mem::take(&mut self.answered))
+        }
+
+        fn only_multicast_queued(&self) -> bool {
+            true
         }
     }
 
