@@ -432,8 +432,9 @@ impl Module {
         } else {
             Algorithm::Multicast
         };
-        // The release takes the multicast driver alone, after the queue's
-        // work (`Background::release`); the arrivals and the replaced
+        // The release is a multicast broadcast, which may begin while the
+        // broadcasts before it still run their chains (`Background::release`
+        // finishes them after the arrivals); the arrivals and the replaced
         // barrier have a tag of their own.
         let measured = self.cfg.tunes_barrier() && self.votes_here();
         let class = (tuning::BARRIER, fixed);

@@ -29,8 +29,10 @@ pub enum Collective {
     /// levels' uses the broadcast tag, as the queue's work does
     /// ([`Algorithm::goes_alongside`]).
     Bcast { root: usize },
-    /// A barrier: its multicast release takes the driver alone, after all
-    /// of the queue's work; its other forms have tags of their own.
+    /// A barrier: its multicast form may begin alongside the queue's
+    /// multicast broadcasts (its arrivals have a tag of their own; the
+    /// component's release finishes the queue's work after them, then takes
+    /// the driver alone); its other forms have tags of their own.
     Barrier,
     /// An allgather: its multicast form is a run of multicast broadcasts,
     /// which may begin alongside the queue's multicast broadcasts; its other
@@ -312,8 +314,9 @@ impl Call {
                 alg if alg.goes_alongside() => !io.only_multicast_queued(),
                 _ => true,
             },
-            Collective::Barrier => alg == Algorithm::Multicast,
-            Collective::Allgather => alg == Algorithm::Multicast && !io.only_multicast_queued(),
+            Collective::Barrier | Collective::Allgather => {
+                alg == Algorithm::Multicast && !io.only_multicast_queued()
+            }
             Collective::Ibcast => false,
         }
     }
@@ -364,9 +367,8 @@ mod tests {
             actions,
             [Action::FinishQueue, Action::Run(Algorithm::Previous)]
         );
-        // A barrier's replaced form has a tag of its own; its release by
-        // multicast takes the driver alone; an allgather's multicast goes
-        // alongside multicast broadcasts.
+        // A barrier's and an allgather's replaced forms have tags of their
+        // own; their multicast forms go alongside multicast broadcasts.
         let mut other = |what, alg| {
             let mut call = Call::new(what, 0, (0, alg), false, true, US(0));
             run(&mut call, &mut choice, &mut io, 10)
@@ -374,10 +376,7 @@ mod tests {
         let (previous, multicast) = (Algorithm::Previous, Algorithm::Multicast);
         let barrier = Collective::Barrier;
         assert_eq!(other(barrier, previous), [Action::Run(previous)]);
-        assert_eq!(
-            other(barrier, multicast),
-            [Action::FinishQueue, Action::Run(multicast)]
-        );
+        assert_eq!(other(barrier, multicast), [Action::Run(multicast)]);
         let allgather = Collective::Allgather;
         assert_eq!(other(allgather, multicast), [Action::Run(multicast)]);
     }
