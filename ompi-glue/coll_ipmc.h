@@ -30,6 +30,11 @@ typedef struct mca_coll_ipmc_module_t {
     mca_coll_base_module_t super;
     /* Rust's per-communicator state (owned by Rust, freed by the destructor). */
     struct ipmc_rs_module *rs;
+    /* A blocking collective of ipmc's runs on the communicator: one that
+       Open MPI itself starts on it meanwhile (ompi_comm_split gathers the
+       colors with the communicator's allgather when ipmc splits it into its
+       two levels) goes to the replaced component, since `rs` is in use. */
+    int in_call;
     /* The broadcast ipmc replaced, kept (and retained) for per-call fallback. */
     mca_coll_base_module_bcast_fn_t prev_bcast;
     mca_coll_base_module_t *prev_bcast_module;

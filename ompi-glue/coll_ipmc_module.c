@@ -16,6 +16,7 @@
 static void ipmc_module_construct(mca_coll_ipmc_module_t *m)
 {
     m->rs = NULL;
+    m->in_call = 0;
 #define IPMC_CLEAR(coll)                                                                           \
     m->prev_##coll = NULL;                                                                         \
     m->prev_##coll##_module = NULL;
@@ -78,17 +79,34 @@ static int ipmc_module_disable(mca_coll_base_module_t *module, struct ompi_commu
     return OMPI_SUCCESS;
 }
 
+/* Runs `call` (one of ipmc's blocking collectives) on module `m`, or
+   `prev` (the replaced component's) if Open MPI entered the communicator's
+   collectives from inside one of ipmc's (see `in_call`). */
+#define IPMC_SERVE(m, call, prev)                                                                 \
+    do {                                                                                           \
+        int rc_;                                                                                   \
+        if ((m)->in_call) {                                                                        \
+            return (prev);                                                                         \
+        }                                                                                          \
+        (m)->in_call = 1;                                                                          \
+        rc_ = (call);                                                                              \
+        (m)->in_call = 0;                                                                          \
+        return rc_;                                                                                \
+    } while (0)
+
 static int ipmc_bcast(void *buf, int count, struct ompi_datatype_t *dt, int root,
                       struct ompi_communicator_t *comm, mca_coll_base_module_t *module)
 {
     mca_coll_ipmc_module_t *m = (mca_coll_ipmc_module_t *) module;
-    return ipmc_rs_bcast(m->rs, buf, count, dt, root, comm, (struct ipmc_module *) m);
+    IPMC_SERVE(m, ipmc_rs_bcast(m->rs, buf, count, dt, root, comm, (struct ipmc_module *) m),
+               m->prev_bcast(buf, count, dt, root, comm, m->prev_bcast_module));
 }
 
 static int ipmc_barrier(struct ompi_communicator_t *comm, mca_coll_base_module_t *module)
 {
     mca_coll_ipmc_module_t *m = (mca_coll_ipmc_module_t *) module;
-    return ipmc_rs_barrier(m->rs, comm, (struct ipmc_module *) m);
+    IPMC_SERVE(m, ipmc_rs_barrier(m->rs, comm, (struct ipmc_module *) m),
+               m->prev_barrier(comm, m->prev_barrier_module));
 }
 
 static int ipmc_allgather(const void *sbuf, int scount, struct ompi_datatype_t *sdtype, void *rbuf,
@@ -98,7 +116,9 @@ static int ipmc_allgather(const void *sbuf, int scount, struct ompi_datatype_t *
     mca_coll_ipmc_module_t *m = (mca_coll_ipmc_module_t *) module;
     ipmc_allgather_args_t args = {MPI_IN_PLACE == sbuf ? NULL : sbuf, scount, sdtype, rbuf,
                                   rcount, NULL, NULL, rdtype};
-    return ipmc_rs_allgather(m->rs, &args, comm, (struct ipmc_module *) m);
+    IPMC_SERVE(m, ipmc_rs_allgather(m->rs, &args, comm, (struct ipmc_module *) m),
+               m->prev_allgather(sbuf, scount, sdtype, rbuf, rcount, rdtype, comm,
+                                 m->prev_allgather_module));
 }
 
 static int ipmc_allgatherv(const void *sbuf, int scount, struct ompi_datatype_t *sdtype,
@@ -109,7 +129,9 @@ static int ipmc_allgatherv(const void *sbuf, int scount, struct ompi_datatype_t 
     mca_coll_ipmc_module_t *m = (mca_coll_ipmc_module_t *) module;
     ipmc_allgather_args_t args = {MPI_IN_PLACE == sbuf ? NULL : sbuf, scount, sdtype, rbuf,
                                   0, rcounts, displs, rdtype};
-    return ipmc_rs_allgather(m->rs, &args, comm, (struct ipmc_module *) m);
+    IPMC_SERVE(m, ipmc_rs_allgather(m->rs, &args, comm, (struct ipmc_module *) m),
+               m->prev_allgatherv(sbuf, scount, sdtype, rbuf, rcounts, displs, rdtype, comm,
+                                  m->prev_allgatherv_module));
 }
 
 /* ipmc serves the call and completes the request it made (Rust holds one

@@ -222,6 +222,25 @@ int ipmc_comm_barrier(struct ompi_communicator_t *comm)
     return comm->c_coll->coll_barrier(comm, comm->c_coll->coll_barrier_module);
 }
 
+int ipmc_comm_gatherv_bytes(struct ompi_communicator_t *comm, const void *sbuf, int len,
+                            void *rbuf, const int *counts, const int *displs, int root)
+{
+    return comm->c_coll->coll_gatherv(sbuf, len, MPI_BYTE, rbuf, counts, displs, MPI_BYTE, root,
+                                      comm, comm->c_coll->coll_gatherv_module);
+}
+
+int ipmc_comm_allgatherv_bytes(struct ompi_communicator_t *comm, void *buf, const int *counts,
+                               const int *displs)
+{
+    return comm->c_coll->coll_allgatherv(MPI_IN_PLACE, 0, MPI_DATATYPE_NULL, buf, counts, displs,
+                                         MPI_BYTE, comm, comm->c_coll->coll_allgatherv_module);
+}
+
+int ipmc_comm_bcast_bytes(struct ompi_communicator_t *comm, void *buf, int len, int root)
+{
+    return comm->c_coll->coll_bcast(buf, len, MPI_BYTE, root, comm, comm->c_coll->coll_bcast_module);
+}
+
 size_t ipmc_dt_size(struct ompi_datatype_t *dt)
 {
     size_t size = 0;

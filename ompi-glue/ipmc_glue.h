@@ -142,6 +142,16 @@ int ipmc_prev_barrier(struct ipmc_module *module, struct ompi_communicator_t *co
 int ipmc_base_barrier_linear(struct ipmc_module *module, struct ompi_communicator_t *comm);
 /* A barrier on a part of two levels, with whatever serves it. */
 int ipmc_comm_barrier(struct ompi_communicator_t *comm);
+/* An allgather over two levels, in bytes, on its parts with whatever serves
+   them: a gatherv of each rank's len bytes to rank `root` of a node's part
+   (counts and displs read on the root only), an allgatherv in place among
+   the leaders (counts[i] bytes at displs[i] of buf for leader i), and a
+   broadcast of len bytes. */
+int ipmc_comm_gatherv_bytes(struct ompi_communicator_t *comm, const void *sbuf, int len,
+                            void *rbuf, const int *counts, const int *displs, int root);
+int ipmc_comm_allgatherv_bytes(struct ompi_communicator_t *comm, void *buf, const int *counts,
+                               const int *displs);
+int ipmc_comm_bcast_bytes(struct ompi_communicator_t *comm, void *buf, int len, int root);
 /* Open MPI's binomial tree from coll/base (ompi_coll_base_bcast_intra_binomial),
    on ipmc's module: the fixed algorithm that coll tuned calls 6. */
 int ipmc_base_bcast_binomial(struct ipmc_module *module, void *buf, int count,

@@ -3,10 +3,12 @@
 //! strided derived datatype, in place, sizes from 0 to 64 KiB; allgatherv's
 //! blocks of a different size on every rank, an empty one, in reverse order
 //! with gaps): multicast forced, with 0, 50 and 100 % of the datagrams lost;
-//! the automatic choice alike on every rank; hosts of several ranks left to
-//! Open MPI.
+//! the automatic choice alike on every rank; over
+//! two levels where hosts hold several ranks.
 
 mod common;
+
+use std::time::Instant;
 
 use common::{num, tally, Cluster, Line, Run};
 
@@ -121,24 +123,146 @@ fn the_multicast_allgatherv_delivers_blocks_of_every_size_in_their_places() {
     assert_measured_alike(&world);
 }
 
-/// Hosts of several ranks: the replaced component serves every allgather
-/// and allgatherv (its own knows the nodes), even with ipmc's forced. Without the strided
-/// send type: Open MPI 5.0.7's `han`, which serves there, delivers wrong
-/// bytes for it (on 3 emulated hosts of 2 ranks, `mpirun --mca coll ^ipmc
-/// allgather_check` fails at the first strided call; with `han` excluded
-/// too it passes).
+/// Uneven hosts of several ranks (3, 1 and 2): every allgather and
+/// allgatherv runs over two levels, every block right on every rank (the
+/// strided send type too, which Open MPI 5.0.7's `han` gets wrong there),
+/// and only the leaders' communicator, one rank per host, moves datagrams:
+/// its allgather, multicast when forced, repairs what is lost.
 #[test]
-fn hosts_of_several_ranks_leave_allgather_to_open_mpi() {
+fn hosts_of_several_ranks_gather_over_two_levels() {
+    let cluster = Cluster {
+        slots_host: vec![(1, 3), (2, 1), (3, 2)],
+        ..Cluster::hosts(3)
+    };
+    for (args, loss) in [(&[][..], "0"), (&["--v", "1"], "0"), (&[], "100")] {
+        let what = format!("{args:?} at {loss} % loss");
+        let mca = [
+            ("coll_ipmc_allgather_algorithm", "2"),
+            ("coll_ipmc_inject_loss", loss),
+        ];
+        let (run, stats) = common::passing(&cluster, &mca, "allgather_check", args);
+        let world: Vec<&Line> = stats
+            .iter()
+            .filter(|s| s["comm"] == "MPI_COMM_WORLD")
+            .collect();
+        assert_eq!(world.len(), 6, "{}", run.output);
+        let calls = num(world[0], "allgathers");
+        assert!(calls >= 20, "{what}: {:?}", world[0]);
+        for s in &world {
+            assert_eq!(tally(s, "allgather_two_level").0, calls, "{what}: {s:?}");
+            assert_eq!(num(s, "allgathers"), calls, "{what}: {s:?}");
+            // The communicator itself joins no group.
+            assert_eq!(num(s, "sent") + num(s, "recv"), 0, "{what}: {s:?}");
+        }
+        // One leader per host, each of whose allgathers was the multicast one.
+        let leaders: Vec<&Line> = stats
+            .iter()
+            .filter(|s| s["comm"] == "ipmc leaders of MPI_COMM_WORLD")
+            .collect();
+        assert_eq!(leaders.len(), 3, "{what}:\n{}", run.output);
+        for s in &leaders {
+            assert_eq!(num(s, "size"), 3, "{what}: {s:?}");
+            assert_eq!(tally(s, "allgather_multicast").0, calls, "{what}: {s:?}");
+            assert!(num(s, "sent") > 0, "{what}: {s:?}");
+            match loss {
+                "0" => assert!(num(s, "useful") > 0, "{what}: {s:?}"),
+                _ => assert_eq!(num(s, "useful"), 0, "{what}: {s:?}"),
+            }
+        }
+        // Datagrams reach no other communicator (the node-local ones are
+        // Open MPI's).
+        for s in &stats {
+            if !s["comm"].starts_with("ipmc leaders of ") {
+                assert_eq!(num(s, "sent") + num(s, "recv"), 0, "{what}: {s:?}");
+            }
+        }
+    }
+}
+
+/// Over two levels, the automatic choice measures the levels against Open
+/// MPI's allgather and its ring on the whole communicator, alike on every
+/// rank, once the leaders' own choice is made.
+#[test]
+fn the_automatic_choice_measures_two_levels_of_allgathers_alike() {
     let cluster = Cluster {
         slots: 2,
         ..Cluster::hosts(3)
     };
-    for args in [&["--strided", "0"], &["--v", "1"]] {
-        let (_, world) = checked(&cluster, &[("coll_ipmc_allgather_algorithm", "2")], args);
-        for s in &world {
-            // No `ipmc collectives:` line: ipmc's own served none.
-            assert!(!s.contains_key("allgathers"), "{args:?}: {s:?}");
-            assert_eq!(num(s, "sent") + num(s, "recv"), 0, "{args:?}: {s:?}");
+    let (run, stats) = common::passing(
+        &cluster,
+        &[("coll_ipmc_verbose", "1"), ("coll_ipmc_tune_calls", "1")],
+        "allgather_check",
+        &["--max-bytes", "8", "--repeat", "100", "--strided", "0"],
+    );
+    let world: Vec<&Line> = stats
+        .iter()
+        .filter(|s| s["comm"] == "MPI_COMM_WORLD")
+        .collect();
+    assert_eq!(world.len(), 6, "{}", run.output);
+    for s in &world {
+        for key in [
+            "allgather_two_level",
+            "allgather_ring",
+            "allgather_previous",
+        ] {
+            assert_eq!(s[key], world[0][key], "{key}: {world:?}");
+            assert!(tally(s, key).0 > 0, "measured: {s:?}");
         }
     }
+    // The communicator's own decision table, not only its leaders'.
+    let table = run
+        .output
+        .split("as measured and agreed:")
+        .zip(run.output.split("as measured and agreed:").skip(1))
+        .find(|(before, _)| {
+            before.ends_with("communicator MPI_COMM_WORLD (3 nodes, at most 2 ranks on one) ")
+        })
+        .map(|(_, rows)| {
+            rows.lines()
+                .take_while(|l| l.starts_with("  ") || l.is_empty())
+                .collect::<Vec<_>>()
+        });
+    let table = table.unwrap_or_else(|| panic!("no decision table of world:\n{}", run.output));
+    assert!(
+        table
+            .iter()
+            .any(|row| row.starts_with("  allgather of ") && row.contains("two_level ")),
+        "{table:?}"
+    );
+}
+
+/// A rank that leads no host killed in the middle of a job's allgathers
+/// over two levels (SIGKILL, `tests/mpi/killed.sh`): the job ends, with an
+/// error, instead of the others waiting for it forever.
+#[test]
+fn a_killed_rank_ends_a_job_of_two_level_allgathers() {
+    let cluster = Cluster {
+        slots: 2,
+        ..Cluster::hosts(2)
+    };
+    let wrapper = [
+        "sh",
+        concat!(env!("CARGO_MANIFEST_DIR"), "/tests/mpi/killed.sh"),
+        "3",
+        "2",
+    ];
+    let started = Instant::now();
+    let run = cluster.mpirun_wrapped(
+        &[("coll_ipmc_allgather_algorithm", "2")],
+        &wrapper,
+        "allgather_check",
+        &["--repeat", "1000000", "--max-bytes", "4096"],
+    );
+    let took = started.elapsed().as_secs_f64();
+    println!(
+        "killed rank 3: the job ended after {took:.1} s ({})",
+        run.status
+    );
+    assert!(!run.ok, "the job should fail:\n{}", run.output);
+    assert!(run.output.contains("killed rank 3"), "{}", run.output);
+    assert!(
+        took < 60.0,
+        "the job took {took:.1} s to end:\n{}",
+        run.output
+    );
 }

@@ -22,10 +22,40 @@ const MODULES: [&str; 6] = [
 
 #[test]
 fn mpi4py_collective_tests_pass_with_ipmc_serving_them() {
+    let world = mpi4py_tests_on(&Cluster::hosts(4));
+    // ipmc served them: every rank multicast broadcasts, barriers and
+    // allgathers on MPI_COMM_WORLD.
+    for s in &world {
+        assert_eq!(s["setup"], "ok", "{s:?}");
+        assert!(tally(s, "multicast").0 > 100, "{s:?}");
+        assert!(num(s, "barrier_multicast") > 100, "{s:?}");
+        assert!(tally(s, "allgather_multicast").0 > 10, "{s:?}");
+    }
+}
+
+/// The same on 2 hosts of 2 ranks, where ipmc's collectives run over two
+/// levels (multicast among the hosts' leaders).
+#[test]
+fn mpi4py_collective_tests_pass_over_two_levels() {
+    let world = mpi4py_tests_on(&Cluster {
+        slots: 2,
+        ..Cluster::hosts(2)
+    });
+    for s in &world {
+        assert!(tally(s, "two_level").0 > 100, "{s:?}");
+        assert!(num(s, "barrier_two_level") > 100, "{s:?}");
+        assert!(tally(s, "allgather_two_level").0 > 10, "{s:?}");
+    }
+}
+
+/// Runs mpi4py's tests on `cluster` with ipmc's multicast forced, asserts
+/// that every rank's suite passed, and returns the statistics of
+/// `MPI_COMM_WORLD`, one line per rank.
+fn mpi4py_tests_on(cluster: &Cluster) -> Vec<common::Line> {
     if openmpi_prefix().is_some() {
         // Debian's python3-mpi4py is built for Debian's Open MPI (4.1).
         println!("skipped: Debian's mpi4py runs with Debian's Open MPI only");
-        return;
+        return Vec::new();
     }
     let out = Command::new(repo().join("scripts/mpi4py-tests"))
         .output()
@@ -41,7 +71,6 @@ fn mpi4py_collective_tests_pass_with_ipmc_serving_them() {
     for m in MODULES {
         args.extend(["-i", m]);
     }
-    let cluster = Cluster::hosts(4);
     let run = cluster.mpirun(
         &[
             ("coll_ipmc_bcast_algorithm", "3"),
@@ -59,7 +88,7 @@ fn mpi4py_collective_tests_pass_with_ipmc_serving_them() {
         .collect();
     println!("{summary:?}");
     assert!(run.ok, "mpi4py's tests failed:\n{}", run.output);
-    // Four ranks write to one stream, which may join two ranks' "OK" on
+    // The ranks write to one stream, which may join two ranks' "OK" on
     // one line.
     let passed: usize = run
         .output
@@ -68,18 +97,12 @@ fn mpi4py_collective_tests_pass_with_ipmc_serving_them() {
         .filter(|l| !l.is_empty() && l.replace("OK", "").is_empty())
         .map(|l| l.len() / 2)
         .sum();
-    assert_eq!(passed, 4, "every rank's suite passes:\n{}", run.output);
-    // ipmc served them: every rank multicast broadcasts and barriers on
-    // MPI_COMM_WORLD.
+    let ranks = cluster.ranks();
+    assert_eq!(passed, ranks, "every rank's suite passes:\n{}", run.output);
     let world: Vec<_> = stats_with_collectives(&run.output)
         .into_iter()
         .filter(|s| s["comm"] == "MPI_COMM_WORLD")
         .collect();
-    assert_eq!(world.len(), 4, "{}", run.output);
-    for s in &world {
-        assert_eq!(s["setup"], "ok", "{s:?}");
-        assert!(tally(s, "multicast").0 > 100, "{s:?}");
-        assert!(num(s, "barrier_multicast") > 100, "{s:?}");
-        assert!(tally(s, "allgather_multicast").0 > 10, "{s:?}");
-    }
+    assert_eq!(world.len(), ranks, "{}", run.output);
+    world
 }

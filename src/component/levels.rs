@@ -10,9 +10,11 @@
 //! communicators alone).
 
 use std::cell::Cell;
+use std::ffi::c_int;
+use std::ops::Range;
 
 use crate::base::error::{Error, Result};
-use crate::platform::ompi::{BcastCall, Comm};
+use crate::platform::ompi::{AllgatherCall, BcastCall, Comm};
 
 thread_local! {
     /// Whether this thread is splitting off a node's part: Open MPI selects
@@ -75,6 +77,25 @@ impl Layout {
 
     pub fn is_leader(&self, rank: usize) -> bool {
         self.local[rank] == 0
+    }
+
+    /// Where an allgather over the levels keeps each rank's block (of
+    /// `blocks[rank]` bytes) in the message the levels move: node after
+    /// node, each node's blocks in rank order, so that each node's blocks
+    /// are one run of bytes. Returns each rank's offset and each node's run.
+    pub fn gathered(&self, blocks: &[usize]) -> (Vec<usize>, Vec<Range<usize>>) {
+        let mut at = vec![0; blocks.len()];
+        let mut runs = Vec::with_capacity(self.nodes());
+        let mut end = 0;
+        for n in 0..self.nodes {
+            let start = end;
+            for r in (0..blocks.len()).filter(|&r| self.node[r] == n) {
+                at[r] = end;
+                end += blocks[r];
+            }
+            runs.push(start..end);
+        }
+        (at, runs)
     }
 }
 
@@ -158,6 +179,48 @@ impl Levels {
         self.node.barrier()
     }
 
+    /// One allgather over the two levels, `blocks[r]` bytes from rank `r`:
+    /// each node's blocks gathered to its leader, the nodes' runs of blocks
+    /// gathered among the leaders (ipmc's allgather there, by its own
+    /// measured choice), and the whole given to each node by its leader;
+    /// then every rank unpacks every block. The message must fit in an
+    /// `int` of bytes (the caller checks, alike on every rank).
+    pub fn allgather(&self, call: &mut AllgatherCall, blocks: &[usize]) -> Result<()> {
+        let l = &self.layout;
+        let (at, runs) = l.gathered(blocks);
+        let total = runs.last().map_or(0, |r| r.end);
+        let int = |n: usize| c_int::try_from(n).map_err(|_| Error::Range);
+        let mut own = vec![0; blocks[self.rank]];
+        call.own_block(self.rank, &mut own)?;
+        let mut all = vec![0; total];
+        let node = l.node[self.rank];
+        let (mut counts, mut displs) = (Vec::new(), Vec::new());
+        for r in (0..blocks.len()).filter(|&r| l.node[r] == node) {
+            counts.push(int(blocks[r])?);
+            displs.push(int(at[r])?);
+        }
+        self.node
+            .gatherv_bytes(&own, &mut all, &counts, &displs, 0)?;
+        if let Some(leaders) = self.leaders {
+            let counts = runs
+                .iter()
+                .map(|r| int(r.len()))
+                .collect::<Result<Vec<_>>>()?;
+            let displs = runs
+                .iter()
+                .map(|r| int(r.start))
+                .collect::<Result<Vec<_>>>()?;
+            leaders.allgatherv_bytes(&mut all, &counts, &displs)?;
+        }
+        self.node.bcast_bytes(&mut all, 0)?;
+        for (r, &len) in blocks.iter().enumerate() {
+            if len > 0 && (r != self.rank || !call.in_place()) {
+                call.put_block(r, &all[at[r]..at[r] + len])?;
+            }
+        }
+        Ok(())
+    }
+
     /// Frees both levels' communicators.
     pub fn free(self) {
         if let Some(leaders) = self.leaders {
@@ -183,5 +246,15 @@ mod tests {
         assert_eq!(leaders, [0, 1, 3]);
         assert!(!Layout::from_hosts(["a", "b", "c"]).has_two_levels());
         assert!(!Layout::from_hosts(["a", "a", "a"]).has_two_levels());
+    }
+
+    #[test]
+    fn an_allgathers_blocks_are_kept_node_after_node() {
+        // Ranks dealt round-robin over the nodes, as `--map-by node` does.
+        let l = Layout::from_hosts(["a", "b", "a", "b", "c"]);
+        let (at, runs) = l.gathered(&[10, 20, 30, 0, 5]);
+        // Node a: ranks 0 and 2; b: 1 and 3 (empty); c: 4.
+        assert_eq!(at, [0, 40, 10, 60, 60]);
+        assert_eq!(runs, [0..40, 40..60, 60..65]);
     }
 }

@@ -1,5 +1,6 @@
 //! The state ipmc keeps for one communicator, and its broadcast entry point.
 
+use std::ffi::c_int;
 use std::net::{IpAddr, Ipv6Addr};
 use std::time::{Duration, Instant};
 
@@ -461,8 +462,9 @@ impl Module {
 
     /// One `MPI_Allgather` or `MPI_Allgatherv` on this communicator.
     /// Measured per block size as the barrier is (an allgatherv's by its
-    /// mean block); over two levels, or where the group is not agreed, the
-    /// replaced component serves it.
+    /// mean block); where the group is not agreed and there are no two
+    /// levels, or the message is too large for the levels' `int` counts,
+    /// the replaced component serves it.
     pub fn allgather(&mut self, call: &mut AllgatherCall) -> Result<()> {
         let entered = Instant::now();
         self.moved = false;
@@ -476,14 +478,18 @@ impl Module {
             self.stats.allgather_previous.record(total);
             return Ok(());
         }
+        if matches!(self.levels, TwoLevels::Pending(_)) {
+            self.moved = true;
+            self.split_levels(comm)?;
+        }
         self.finish_joining(comm)?;
-        let one_level = matches!(self.levels, TwoLevels::No | TwoLevels::Failed);
-        let fixed = if self.cfg.forces_allgather() && one_level && total > 0 {
-            Algorithm::Multicast
-        } else {
-            Algorithm::Previous
+        let servable = total > 0 && (!self.over_levels() || c_int::try_from(total).is_ok());
+        let fixed = match self.cfg.forces_allgather() && servable {
+            false => Algorithm::Previous,
+            true if self.over_levels() => Algorithm::TwoLevel,
+            true => Algorithm::Multicast,
         };
-        let measured = self.cfg.tunes_allgather() && one_level && total > 0 && self.votes_here();
+        let measured = self.cfg.tunes_allgather() && servable && self.votes_here();
         let class = (tuning::allgather_class(block), fixed);
         let c = self.engine_call(Collective::Allgather, class, measured);
         let alg = self.drive(comm, c, entered, |m, part| {
@@ -504,6 +510,10 @@ impl Module {
             match alg {
                 Algorithm::Multicast => m.run_allgather(call, &blocks)?,
                 Algorithm::Chain => call.ring()?,
+                Algorithm::TwoLevel => match &m.levels {
+                    TwoLevels::Ready(levels) => levels.allgather(call, &blocks)?,
+                    _ => return Err(Error::Unavailable),
+                },
                 _ => call.previous()?,
             }
             Ok(None)
@@ -511,6 +521,7 @@ impl Module {
         let tally = match alg {
             Algorithm::Multicast => &mut self.stats.allgather_multicast,
             Algorithm::Chain => &mut self.stats.allgather_ring,
+            Algorithm::TwoLevel => &mut self.stats.allgather_two_level,
             _ => &mut self.stats.allgather_previous,
         };
         tally.record(total);

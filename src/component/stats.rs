@@ -31,11 +31,12 @@ pub struct Stats {
     tallies: [Tally; Algorithm::ALL.len()],
     pub datagrams: Datagrams,
     pub barriers: Barriers,
-    /// Allgathers by ipmc's multicast allgather, by Open MPI's ring and by
-    /// the replaced one (bytes: every rank's block).
+    /// Allgathers by ipmc's multicast allgather, by Open MPI's ring, by the
+    /// replaced one and over two levels (bytes: every rank's block).
     pub allgather_multicast: Tally,
     pub allgather_ring: Tally,
     pub allgather_previous: Tally,
+    pub allgather_two_level: Tally,
     /// How the multicast setup ended: `none` (not tried), `ok`, `failed`.
     pub setup: &'static str,
 }
@@ -51,6 +52,7 @@ impl Default for Stats {
             allgather_multicast: Tally::default(),
             allgather_ring: Tally::default(),
             allgather_previous: Tally::default(),
+            allgather_two_level: Tally::default(),
             setup: "none",
         }
     }
@@ -156,12 +158,13 @@ impl Stats {
         comm_name: &str,
     ) -> Option<String> {
         let b = &self.barriers;
-        let (m, r, p) = (
+        let (m, r, p, t) = (
             self.allgather_multicast,
             self.allgather_ring,
             self.allgather_previous,
+            self.allgather_two_level,
         );
-        let allgathers = m.calls + r.calls + p.calls;
+        let allgathers = m.calls + r.calls + p.calls + t.calls;
         if b.total() - b.previous + allgathers - p.calls == 0 {
             return None;
         }
@@ -181,8 +184,8 @@ impl Stats {
         let _ = write!(
             line,
             " allgathers={allgathers} allgather_multicast={}:{}B allgather_ring={}:{}B \
-             allgather_previous={}:{}B",
-            m.calls, m.bytes, r.calls, r.bytes, p.calls, p.bytes
+             allgather_previous={}:{}B allgather_two_level={}:{}B",
+            m.calls, m.bytes, r.calls, r.bytes, p.calls, p.bytes, t.calls, t.bytes
         );
         let _ = write!(line, " comm=\"{comm_name}\"");
         Some(line)
@@ -372,16 +375,17 @@ impl Stats {
                 b.released_p2p,
             ),
         ]);
-        let (m, r, p) = (
+        let (m, r, p, t) = (
             self.allgather_multicast,
             self.allgather_ring,
             self.allgather_previous,
+            self.allgather_two_level,
         );
         v.extend([
             counter(
                 "allgathers",
                 "Allgathers (MPI_Allgather and MPI_Allgatherv) ipmc served",
-                m.calls + r.calls + p.calls,
+                m.calls + r.calls + p.calls + t.calls,
             ),
             counter(
                 "ring_allgathers",
@@ -412,6 +416,16 @@ impl Stats {
                 "previous_allgather_bytes",
                 "Bytes gathered by the replaced allgather",
                 p.bytes,
+            ),
+            counter(
+                "two_level_allgathers",
+                "Allgathers over two levels: to each node's leader, among the leaders, each node's broadcast",
+                t.calls,
+            ),
+            counter(
+                "two_level_allgather_bytes",
+                "Bytes gathered over two levels",
+                t.bytes,
             ),
         ]);
         v

@@ -314,9 +314,16 @@ impl Call {
                 alg if alg.goes_alongside() => !io.only_multicast_queued(),
                 _ => true,
             },
-            Collective::Barrier | Collective::Allgather => {
-                alg == Algorithm::Multicast && !io.only_multicast_queued()
-            }
+            Collective::Barrier => alg == Algorithm::Multicast && !io.only_multicast_queued(),
+            // The replaced allgather may broadcast on the communicator (Open
+            // MPI's basic ones gather, then broadcast), and a collective that
+            // Open MPI starts from inside ipmc's call goes to the replaced
+            // component (the glue's `in_call`), with the broadcast tag.
+            Collective::Allgather => match alg {
+                Algorithm::Multicast => !io.only_multicast_queued(),
+                Algorithm::Previous => true,
+                _ => false,
+            },
             Collective::Ibcast => false,
         }
     }
@@ -367,8 +374,8 @@ mod tests {
             actions,
             [Action::FinishQueue, Action::Run(Algorithm::Previous)]
         );
-        // A barrier's and an allgather's replaced forms have tags of their
-        // own; their multicast forms go alongside multicast broadcasts.
+        // A barrier's replaced form has a tag of its own, an allgather's may
+        // broadcast; their multicast forms go alongside multicast broadcasts.
         let mut other = |what, alg| {
             let mut call = Call::new(what, 0, (0, alg), false, true, US(0));
             run(&mut call, &mut choice, &mut io, 10)
@@ -379,6 +386,12 @@ mod tests {
         assert_eq!(other(barrier, multicast), [Action::Run(multicast)]);
         let allgather = Collective::Allgather;
         assert_eq!(other(allgather, multicast), [Action::Run(multicast)]);
+        assert_eq!(
+            other(allgather, previous),
+            [Action::FinishQueue, Action::Run(previous)]
+        );
+        let ring = Algorithm::Chain;
+        assert_eq!(other(allgather, ring), [Action::Run(ring)]);
     }
 
     #[test]

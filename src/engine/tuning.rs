@@ -320,9 +320,17 @@ pub fn barrier_candidates(two_levels: bool) -> &'static [Algorithm] {
 /// travels the ring (at 4 KiB per rank on 16 emulated hosts at 100 Mbit/s
 /// the fastest, 6.2 ms against 7.9 to 8.5 for the others); and ipmc's,
 /// which multicasts every rank's block in turn (at 64 KiB 92 ms, against
-/// the ring's 140 and Open MPI's own choice's 177).
-pub const ALLGATHER_CANDIDATES: [Algorithm; 3] =
-    [Algorithm::Previous, Algorithm::Chain, Algorithm::Multicast];
+/// the ring's 140 and Open MPI's own choice's 177). Over two levels,
+/// ipmc's is the levels' (each node's blocks gathered to its leader, the
+/// leaders' allgather by their own choice, each node's broadcast).
+pub fn allgather_candidates(two_levels: bool) -> &'static [Algorithm] {
+    use Algorithm::{Chain, Multicast, Previous, TwoLevel};
+    if two_levels {
+        &[Previous, Chain, TwoLevel]
+    } else {
+        &[Previous, Chain, Multicast]
+    }
+}
 
 impl Tuner {
     pub fn new(samples: usize, rank: usize, inject: bool) -> Self {
@@ -361,7 +369,7 @@ impl Tuner {
         if k == BARRIER {
             barrier_candidates(self.two_levels)
         } else if is_allgather(k) {
-            &ALLGATHER_CANDIDATES
+            allgather_candidates(self.two_levels)
         } else if self.two_levels {
             over_two_levels(k)
         } else {
@@ -569,11 +577,15 @@ impl Tuner {
     /// the leaders' communicator measures its own candidates on its first
     /// calls of the class, and each call over two levels is one there: the
     /// levels are measured once the leaders' decision serves (the same call
-    /// on every rank, counted as the leaders' tuner counts).
+    /// on every rank, counted as the leaders' tuner counts). The leaders'
+    /// allgather has blocks of a node's ranks, of a class as large or
+    /// larger, measured in as many calls or fewer.
     fn first_measured(&self, k: usize) -> u64 {
-        if self.two_levels && !is_allgather(k) {
+        if self.two_levels {
             let one_level = if k == BARRIER {
                 barrier_candidates(false)
+            } else if is_allgather(k) {
+                allgather_candidates(false)
             } else {
                 candidates(k)
             };

@@ -494,8 +494,9 @@ pub unsafe extern "C" fn ipmc_rs_allgather(
 ///
 /// # Safety
 /// `state` is the module's state of `comm` (see [`ipmc_rs_module_enable`]);
-/// MPI forbids concurrent collectives on one communicator, so this is the
-/// only reference to it.
+/// MPI forbids concurrent collectives on one communicator, and the glue
+/// hands a collective that Open MPI starts on it from inside one of ipmc's
+/// to the replaced component (`in_call`), so this is the only reference.
 unsafe fn serve(
     state: *mut ipmc_rs_module,
     what: &str,

@@ -936,6 +936,76 @@ impl Comm {
         ok(unsafe { sys::ipmc_comm_barrier(self.0) })
     }
 
+    /// Gathers every rank's `own` bytes to `root`, into `out` at the places
+    /// `counts` and `displs` give (read on the root only), by whatever
+    /// serves gathers on this part ([`Comm::split`]).
+    pub fn gatherv_bytes(
+        self,
+        own: &[u8],
+        out: &mut [u8],
+        counts: &[c_int],
+        displs: &[c_int],
+        root: usize,
+    ) -> Result<()> {
+        let len = c_int::try_from(own.len()).map_err(|_| Error::Range)?;
+        let root = c_int::try_from(root).map_err(|_| Error::Range)?;
+        assert!(counts.len() == displs.len() && counts.len() <= self.size());
+        if self.rank() == root as usize {
+            assert_eq!(counts.len(), self.size());
+            for (&c, &d) in counts.iter().zip(displs) {
+                assert!(c >= 0 && d >= 0 && (c as usize) + (d as usize) <= out.len());
+            }
+        }
+        // SAFETY: `own` is read and `out` written only within the bounds
+        // checked above (the root's counts and displacements lie in `out`,
+        // one per rank); every member of the part enters the same gather.
+        ok(unsafe {
+            sys::ipmc_comm_gatherv_bytes(
+                self.0,
+                own.as_ptr().cast(),
+                len,
+                out.as_mut_ptr().cast(),
+                counts.as_ptr(),
+                displs.as_ptr(),
+                root,
+            )
+        })
+    }
+
+    /// An allgatherv in place: rank `i`'s `counts[i]` bytes at `displs[i]`
+    /// of `buf` reach every rank, by whatever serves allgathers on this part.
+    pub fn allgatherv_bytes(
+        self,
+        buf: &mut [u8],
+        counts: &[c_int],
+        displs: &[c_int],
+    ) -> Result<()> {
+        assert!(counts.len() == self.size() && displs.len() == self.size());
+        for (&c, &d) in counts.iter().zip(displs) {
+            assert!(c >= 0 && d >= 0 && (c as usize) + (d as usize) <= buf.len());
+        }
+        // SAFETY: every block lies in `buf` (checked above), one per rank;
+        // every member of the part enters the same allgatherv.
+        ok(unsafe {
+            sys::ipmc_comm_allgatherv_bytes(
+                self.0,
+                buf.as_mut_ptr().cast(),
+                counts.as_ptr(),
+                displs.as_ptr(),
+            )
+        })
+    }
+
+    /// Broadcasts `buf` from `root` by whatever serves broadcasts on this
+    /// part.
+    pub fn bcast_bytes(self, buf: &mut [u8], root: usize) -> Result<()> {
+        let len = c_int::try_from(buf.len()).map_err(|_| Error::Range)?;
+        let root = c_int::try_from(root).map_err(|_| Error::Range)?;
+        // SAFETY: `buf` is `len` bytes; every member of the part enters the
+        // same broadcast, with a buffer of the same length.
+        ok(unsafe { sys::ipmc_comm_bcast_bytes(self.0, buf.as_mut_ptr().cast(), len, root) })
+    }
+
     /// Sends `dst` an arrival of ipmc's barrier: an empty message with the
     /// barrier tag (see `ipmc_glue.h`).
     pub fn send_arrival(self, dst: usize) -> Result<()> {
