@@ -182,9 +182,12 @@ impl Levels {
     /// One allgather over the two levels, `blocks[r]` bytes from rank `r`:
     /// each node's blocks gathered to its leader, the nodes' runs of blocks
     /// gathered among the leaders (ipmc's allgather there, by its own
-    /// measured choice), and the whole given to each node by its leader;
-    /// then every rank unpacks every block. The message must fit in an
-    /// `int` of bytes (the caller checks, alike on every rank).
+    /// measured choice), and the whole given to each node by its leader.
+    /// In the receive buffer itself where its blocks lie in that order as
+    /// bytes (ranks placed node by node, a contiguous datatype); else in a
+    /// buffer of packed blocks, which every rank then unpacks. The message
+    /// must fit in an `int` of bytes (the caller checks, alike on every
+    /// rank).
     pub fn allgather(&self, call: &mut AllgatherCall, blocks: &[usize]) -> Result<()> {
         let l = &self.layout;
         let (at, runs) = l.gathered(blocks);
@@ -192,27 +195,32 @@ impl Levels {
         let int = |n: usize| c_int::try_from(n).map_err(|_| Error::Range);
         let mut own = vec![0; blocks[self.rank]];
         call.own_block(self.rank, &mut own)?;
-        let mut all = vec![0; total];
         let node = l.node[self.rank];
         let (mut counts, mut displs) = (Vec::new(), Vec::new());
         for r in (0..blocks.len()).filter(|&r| l.node[r] == node) {
             counts.push(int(blocks[r])?);
             displs.push(int(at[r])?);
         }
-        self.node
-            .gatherv_bytes(&own, &mut all, &counts, &displs, 0)?;
-        if let Some(leaders) = self.leaders {
-            let counts = runs
-                .iter()
-                .map(|r| int(r.len()))
-                .collect::<Result<Vec<_>>>()?;
-            let displs = runs
-                .iter()
-                .map(|r| int(r.start))
-                .collect::<Result<Vec<_>>>()?;
-            leaders.allgatherv_bytes(&mut all, &counts, &displs)?;
+        let run_counts = runs
+            .iter()
+            .map(|r| int(r.len()))
+            .collect::<Result<Vec<_>>>()?;
+        let run_displs = runs
+            .iter()
+            .map(|r| int(r.start))
+            .collect::<Result<Vec<_>>>()?;
+        let levels = |all: &mut [u8]| -> Result<()> {
+            self.node.gatherv_bytes(&own, all, &counts, &displs, 0)?;
+            if let Some(leaders) = self.leaders {
+                leaders.allgatherv_bytes(all, &run_counts, &run_displs)?;
+            }
+            self.node.bcast_bytes(all, 0)
+        };
+        if let Some(run) = call.receive_run(&at, total) {
+            return levels(run);
         }
-        self.node.bcast_bytes(&mut all, 0)?;
+        let mut all = vec![0; total];
+        levels(&mut all)?;
         for (r, &len) in blocks.iter().enumerate() {
             if len > 0 && (r != self.rank || !call.in_place()) {
                 call.put_block(r, &all[at[r]..at[r] + len])?;

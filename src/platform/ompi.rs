@@ -1089,6 +1089,32 @@ impl AllgatherCall {
         unsafe { layout.pack(out) }
     }
 
+    /// The receive buffer as one run of `total` bytes in which block `i`'s
+    /// packed bytes lie as they are at byte `at[i]`, if the datatype lays
+    /// out each block contiguously and the blocks lie in memory one after
+    /// another in that order (`at` partitions `0..total` among the blocks,
+    /// empty ones aside): then the blocks can be gathered in place.
+    pub fn receive_run(&mut self, at: &[usize], total: usize) -> Option<&mut [u8]> {
+        let mut base = None;
+        for (i, &offset) in at.iter().enumerate() {
+            if self.block_bytes(i) == 0 {
+                continue;
+            }
+            // SAFETY: the receive buffer and datatype are the call's own.
+            let start = unsafe { self.block(i).contiguous_start() }?;
+            let b = *base.get_or_insert(start.wrapping_sub(offset));
+            if start != b.wrapping_add(offset) {
+                return None;
+            }
+        }
+        // SAFETY: each non-empty block's bytes lie at `base + at[i]`
+        // (checked above), inside the receive buffer as MPI guarantees, and
+        // the blocks' ranges partition `0..total`: every byte of the run is
+        // one block's. The user lends the buffer to the call, which
+        // outlives the borrow of `self`.
+        base.map(|b| unsafe { std::slice::from_raw_parts_mut(b, total) })
+    }
+
     /// Unpacks `packed`, a block long, into block `i` of the receive buffer.
     pub fn put_block(&mut self, i: usize, packed: &[u8]) -> Result<()> {
         // SAFETY: the receive buffer is the user's, lent to the call.
