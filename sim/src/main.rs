@@ -21,7 +21,8 @@ usage: simulate --nodes N --size BYTES [--loss PCT] [--burst LEN] [--rate MBITS]
                 [--calls N] [--per-rank] [--previous MODEL] [--inject-timing]
                 [--ranks-per-node R] [--node-hop-us US] [--node-copy-gbs GB]
        simulate --collective barrier --nodes N [network options] [--peer NAME]...
-       simulate --collective allgather --nodes N --size BYTES [network options] [--peer NAME]...
+       simulate --collective allgather --nodes N --size BYTES [--ranks-per-node R]
+                [network options] [--peer NAME]...
 
 Simulates one broadcast of BYTES (suffixes K, M: KiB, MiB) from rank R
 (default 0) to N nodes, one rank each, on one switch, every rank waiting when
@@ -73,7 +74,11 @@ against the ring, Open MPI's and standing for the replaced one).
 (every rank's block a multicast broadcast in turn, rank 0's first, with the
 component's driver) against a model of tuned's ring allgather (--peer
 allgather-ring). Every line also reports the bytes the run put on the hosts'
-links (host_link_bytes, both ways) and on the trunks (trunk_bytes).
+links (host_link_bytes, both ways) and on the trunks (trunk_bytes). With
+--ranks-per-node R, over two levels as ipmc runs it: each node's R blocks
+gathered to its leader, the leaders' allgather of R blocks each (ipmc's, or
+the ring among the leaders), and every block given to the node's ranks, the
+node's steps modelled as the broadcast's.
 
   simulate validate RESULTS.csv [--preset clic] [network options]
 sets each point of a scripts/compare run the simulator has a model of
@@ -266,10 +271,10 @@ fn parse(argv: &[String]) -> Result<Option<Args>, String> {
             only,
             Some(Algorithm::BarrierAuto | Algorithm::AllgatherAuto)
         );
-        if node.ranks > 1 || (calls > 1 && !auto) {
+        if (node.ranks > 1 && (collective == "barrier" || auto)) || (calls > 1 && !auto) {
             return Err(format!(
-                "--collective {collective}: one rank per node, one call (--calls only with \
-                 --only barrier-auto or allgather-auto)"
+                "--collective {collective}: one call (--calls only with --only barrier-auto \
+                 or allgather-auto), one rank per node but for one allgather"
             ));
         }
         scenario.algorithm = if collective == "barrier" {

@@ -59,6 +59,20 @@ impl Node {
     }
 }
 
+impl Node {
+    /// The time each rank's `block` takes to reach its node's leader (an
+    /// allgather's first step, Open MPI's gather): the tree's hops, and the
+    /// other ranks' blocks copied into the leader's buffer.
+    pub fn gather_ns(&self, block: usize) -> Ns {
+        if self.ranks <= 1 {
+            return 0;
+        }
+        let depth = (usize::BITS - (self.ranks - 1).leading_zeros()) as u64;
+        let bytes = (self.ranks - 1) * block;
+        depth * self.hop_ns + (bytes as f64 / self.copy_bytes_per_s * 1e9).round() as Ns
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -77,5 +91,8 @@ mod tests {
         let t = node(64).fan_out_ns(1_000_000);
         assert_eq!(t, 6_000 + 1_000_000 + 5 * 65_536);
         assert!(node(64).fan_out_ns(100) < node(64).fan_out_ns(1 << 20));
+        assert_eq!(node(1).gather_ns(1 << 20), 0);
+        // 4 ranks: 2 hops, 3 blocks into the leader's buffer.
+        assert_eq!(node(4).gather_ns(1_000), 2_000 + 3_000);
     }
 }

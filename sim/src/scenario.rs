@@ -232,10 +232,14 @@ impl Scenario {
             Algorithm::BarrierAuto | Algorithm::AllgatherAuto
         );
         let calls_allowed = auto || self.calls.len() <= 1;
-        if collective != "bcast" && (self.node.ranks > 1 || !calls_allowed) {
-            return Err(format!(
-                "a {collective} is modelled with one rank per node, one call"
-            ));
+        if collective != "bcast" && !calls_allowed {
+            return Err(format!("a {collective} is modelled as one call"));
+        }
+        if self.node.ranks > 1 && collective != "bcast" {
+            if collective != "allgather" || auto {
+                return Err(format!("a {collective} is modelled with one rank per node"));
+            }
+            return self.allgather_over_levels();
         }
         if self.algorithm == Algorithm::BarrierIpmc {
             engine.protect(self.ipmc.auth, 1);
@@ -368,6 +372,23 @@ impl Scenario {
             for t in &mut outcome.returned_ns {
                 *t += fan_out;
             }
+        }
+        Ok(outcome)
+    }
+
+    /// One allgather over two levels, as ipmc's levels run it: each node's
+    /// blocks gathered to its leader ([`Node::gather_ns`]), the leaders'
+    /// allgather of one node's blocks each (simulated), and each leader's
+    /// fan-out of every block to its node ([`Node::fan_out_ns`]).
+    fn allgather_over_levels(&self) -> Result<Outcome, String> {
+        let mut leaders = self.clone();
+        leaders.node.ranks = 1;
+        leaders.size = self.size * self.node.ranks;
+        let mut outcome = leaders.run()?;
+        let inside =
+            self.node.gather_ns(self.size) + self.node.fan_out_ns(leaders.size * self.nodes);
+        for t in &mut outcome.returned_ns {
+            *t += inside;
         }
         Ok(outcome)
     }

@@ -506,6 +506,37 @@ fn the_multicast_allgather_puts_half_the_rings_bytes_on_the_network() {
     assert!(repaired[1] > repaired[0], "{repaired:?}");
 }
 
+/// An allgather over two levels: the leaders' allgather carries a node's
+/// blocks each, so it puts on the network what one rank per node with
+/// blocks as large would, and the node's steps add their time, never
+/// bytes on the links.
+#[test]
+fn an_allgather_over_two_levels_moves_a_nodes_blocks_among_the_leaders() {
+    let (nodes, ranks, block) = (8, 4, 4096);
+    for alg in [Algorithm::AllgatherIpmc, Algorithm::AllgatherRing] {
+        let mut levels = scenario(nodes, block, wire_only(), alg);
+        levels.node.ranks = ranks;
+        let levels = levels.run().unwrap();
+        let leaders = scenario(nodes, block * ranks, wire_only(), alg)
+            .run()
+            .unwrap();
+        assert_eq!(
+            levels.counters.host_link_bytes,
+            leaders.counters.host_link_bytes
+        );
+        assert_eq!(levels.returned_ns.len(), nodes, "one per leader");
+        let mut node = Scenario::new(2, 1, wire_only()).node;
+        node.ranks = ranks;
+        let inside = node.gather_ns(block) + node.fan_out_ns(block * ranks * nodes);
+        assert!(inside > 0);
+        assert_eq!(
+            levels.completion_max_ns(),
+            leaders.completion_max_ns() + inside,
+            "{alg:?}"
+        );
+    }
+}
+
 /// The component's automatic choice, run by every simulated rank: on the
 /// thesis's network it takes multicast for 64 KiB on 16 nodes; where the
 /// network drops most datagrams, the chain delivers, multicast's measured
