@@ -557,35 +557,11 @@ fn a_killed_rank_that_leads_no_host_ends_the_job() {
         slots: 2,
         ..Cluster::hosts(3)
     };
-    let wrapper = [
-        "sh",
-        concat!(env!("CARGO_MANIFEST_DIR"), "/tests/mpi/killed.sh"),
-        "3",
-        "2",
-    ];
-    let started = Instant::now();
-    let run = cluster.mpirun_wrapped(
+    cluster.assert_killed_rank_ends_job(
         &[("coll_ipmc_tune_calls", "0")],
-        &wrapper,
+        3,
         "bcast_check",
         &["--max-bytes", SWEEP, "--burst", "1000000"],
-    );
-    let took = started.elapsed().as_secs_f64();
-    println!(
-        "killed rank 3: the job ended after {took:.1} s ({})",
-        run.status
-    );
-    assert!(!run.ok, "the job should fail:\n{}", run.output);
-    assert!(
-        run.output.contains("killed rank 3"),
-        "rank 3 was not killed:\n{}",
-        run.output
-    );
-    assert!(!run.output.contains("bcast_check: PASS"), "{}", run.output);
-    assert!(
-        took < 60.0,
-        "the job took {took:.1} s to end:\n{}",
-        run.output
     );
 }
 

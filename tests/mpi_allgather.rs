@@ -8,8 +8,6 @@
 
 mod common;
 
-use std::time::Instant;
-
 use common::{num, tally, Cluster, Line, Run};
 
 /// Runs `allgather_check` with `mca` and ipmc's statistics, asserts that it
@@ -268,29 +266,10 @@ fn a_killed_rank_ends_a_job_of_two_level_allgathers() {
         slots: 2,
         ..Cluster::hosts(2)
     };
-    let wrapper = [
-        "sh",
-        concat!(env!("CARGO_MANIFEST_DIR"), "/tests/mpi/killed.sh"),
-        "3",
-        "2",
-    ];
-    let started = Instant::now();
-    let run = cluster.mpirun_wrapped(
+    cluster.assert_killed_rank_ends_job(
         &[("coll_ipmc_allgather_algorithm", "2")],
-        &wrapper,
+        3,
         "allgather_check",
         &["--repeat", "1000000", "--max-bytes", "4096"],
-    );
-    let took = started.elapsed().as_secs_f64();
-    println!(
-        "killed rank 3: the job ended after {took:.1} s ({})",
-        run.status
-    );
-    assert!(!run.ok, "the job should fail:\n{}", run.output);
-    assert!(run.output.contains("killed rank 3"), "{}", run.output);
-    assert!(
-        took < 60.0,
-        "the job took {took:.1} s to end:\n{}",
-        run.output
     );
 }

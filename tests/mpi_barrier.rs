@@ -7,8 +7,6 @@
 
 mod common;
 
-use std::time::Instant;
-
 use common::{num, Cluster, Line, Run};
 
 /// Barriers per communicator of each job.
@@ -166,30 +164,10 @@ fn hosts_of_several_ranks_take_two_levels() {
 /// others waiting for it forever.
 #[test]
 fn a_killed_rank_ends_the_job() {
-    let cluster = Cluster::hosts(4);
-    let wrapper = [
-        "sh",
-        concat!(env!("CARGO_MANIFEST_DIR"), "/tests/mpi/killed.sh"),
-        "2",
-        "2",
-    ];
-    let started = Instant::now();
-    let run = cluster.mpirun_wrapped(
+    Cluster::hosts(4).assert_killed_rank_ends_job(
         &[("coll_ipmc_barrier_algorithm", "2")],
-        &wrapper,
+        2,
         "barrier_check",
         &["--rounds", "1000000", "--late-us", "0"],
-    );
-    let took = started.elapsed().as_secs_f64();
-    println!(
-        "killed rank 2: the job ended after {took:.1} s ({})",
-        run.status
-    );
-    assert!(!run.ok, "the job should fail:\n{}", run.output);
-    assert!(run.output.contains("killed rank 2"), "{}", run.output);
-    assert!(
-        took < 60.0,
-        "the job took {took:.1} s to end:\n{}",
-        run.output
     );
 }

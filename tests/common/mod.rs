@@ -465,6 +465,51 @@ impl Cluster {
         run
     }
 
+    /// Runs `program args` with `mca`, rank `rank` killed with SIGKILL
+    /// after 2 s (`tests/mpi/killed.sh`), as a node failure or the
+    /// out-of-memory killer would, and asserts that the job ends, with an
+    /// error, within a minute instead of the others waiting for it forever.
+    /// Returns the run.
+    pub fn assert_killed_rank_ends_job(
+        &self,
+        mca: &[(&str, &str)],
+        rank: usize,
+        program: &str,
+        args: &[&str],
+    ) -> Run {
+        let rank = rank.to_string();
+        let wrapper = [
+            "sh",
+            concat!(env!("CARGO_MANIFEST_DIR"), "/tests/mpi/killed.sh"),
+            &rank,
+            "2",
+        ];
+        let started = std::time::Instant::now();
+        let run = self.mpirun_wrapped(mca, &wrapper, program, args);
+        let took = started.elapsed().as_secs_f64();
+        println!(
+            "killed rank {rank}: the job ended after {took:.1} s ({})",
+            run.status
+        );
+        assert!(!run.ok, "the job should fail:\n{}", run.output);
+        assert!(
+            run.output.contains(&format!("killed rank {rank}")),
+            "rank {rank} was not killed:\n{}",
+            run.output
+        );
+        assert!(
+            !run.output.contains(&format!("{program}: PASS")),
+            "{}",
+            run.output
+        );
+        assert!(
+            took < 60.0,
+            "the job took {took:.1} s to end:\n{}",
+            run.output
+        );
+        run
+    }
+
     /// Runs a shell script in the cluster's launcher namespace, where
     /// `$CLUSTER_MPIRUN`, `$CLUSTER_HOSTS`, `$CLUSTER_SUBNET` are set.
     pub fn run_script(&self, script: &str) -> Run {
