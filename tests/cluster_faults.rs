@@ -220,7 +220,7 @@ fn burst(cluster: &Cluster, calls: &str, bytes: usize, more: &[&str]) -> (Run, S
     assert!(run.output.contains("bcast_check: PASS"), "{}", run.output);
     let table = run
         .output
-        .split("ipmc: the broadcasts and barriers of communicator world ")
+        .split("ipmc: the collectives of communicator world ")
         .nth(1)
         .unwrap_or_else(|| panic!("no decision table for world:\n{}", run.output));
     let class = format!(

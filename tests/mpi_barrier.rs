@@ -126,7 +126,7 @@ fn the_automatic_choice_measures_the_barrier_alike_on_every_rank() {
         .output
         .lines()
         .skip_while(|l| {
-            !l.contains("ipmc: the broadcasts and barriers of communicator MPI_COMM_WORLD ")
+            !l.contains("ipmc: the collectives of communicator MPI_COMM_WORLD ")
         })
         .find(|l| l.starts_with("  barrier: "))
         .unwrap_or_else(|| panic!("no barrier row:\n{}", run.output));

@@ -613,7 +613,7 @@ fn ranks_fed_different_timings_agree_on_every_decision() {
     let tables: Vec<&str> = run
         .output
         .lines()
-        .filter(|l| l.contains("ipmc: the broadcasts and barriers of communicator world "))
+        .filter(|l| l.contains("ipmc: the collectives of communicator world "))
         .collect();
     assert_eq!(tables.len(), 1, "{}", run.output);
     let rows = common::world_decisions(&run.output);

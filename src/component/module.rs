@@ -297,7 +297,7 @@ impl Module {
             let table = tuning::table(self.choice.tuner());
             if !table.is_empty() {
                 ompi::print_line(&format!(
-                    "ipmc: the broadcasts and barriers of communicator {} ({} nodes, at most {} ranks on one) \
+                    "ipmc: the collectives of communicator {} ({} nodes, at most {} ranks on one) \
                      as measured and agreed:{table}",
                     comm.name(),
                     self.nodes.count,

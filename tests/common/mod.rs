@@ -782,7 +782,7 @@ pub fn sum<L: std::borrow::Borrow<Line>>(lines: &[L], key: &str) -> u64 {
 pub fn world_decisions(output: &str) -> Vec<&str> {
     output
         .lines()
-        .skip_while(|l| !l.contains("ipmc: the broadcasts and barriers of communicator world "))
+        .skip_while(|l| !l.contains("ipmc: the collectives of communicator world "))
         .skip(1)
         .take_while(|l| l.starts_with("  ") && l.contains(" bytes: "))
         .collect()
