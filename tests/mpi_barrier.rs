@@ -125,9 +125,7 @@ fn the_automatic_choice_measures_the_barrier_alike_on_every_rank() {
     let text = run
         .output
         .lines()
-        .skip_while(|l| {
-            !l.contains("ipmc: the collectives of communicator MPI_COMM_WORLD ")
-        })
+        .skip_while(|l| !l.contains("ipmc: the collectives of communicator MPI_COMM_WORLD "))
         .find(|l| l.starts_with("  barrier: "))
         .unwrap_or_else(|| panic!("no barrier row:\n{}", run.output));
     for alg in ["previous", "linear", "multicast"] {

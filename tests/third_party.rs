@@ -7,6 +7,7 @@
 mod common;
 
 use std::process::Command;
+use std::sync::OnceLock;
 
 use common::{num, openmpi_prefix, repo, stats_with_collectives, tally, Cluster};
 
@@ -57,16 +58,7 @@ fn mpi4py_tests_on(cluster: &Cluster) -> Vec<common::Line> {
         println!("skipped: Debian's mpi4py runs with Debian's Open MPI only");
         return Vec::new();
     }
-    let out = Command::new(repo().join("scripts/mpi4py-tests"))
-        .output()
-        .expect("cannot run scripts/mpi4py-tests");
-    assert!(
-        out.status.success(),
-        "scripts/mpi4py-tests failed:\n{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    let tree = String::from_utf8_lossy(&out.stdout).trim().to_string();
-    let runner = format!("{tree}/test/runtests.py");
+    let runner = format!("{}/test/runtests.py", mpi4py_tree());
     let mut args = vec![runner.as_str(), "--no-builddir", "-q"];
     for m in MODULES {
         args.extend(["-i", m]);
@@ -105,4 +97,21 @@ fn mpi4py_tests_on(cluster: &Cluster) -> Vec<common::Line> {
         .collect();
     assert_eq!(world.len(), ranks, "{}", run.output);
     world
+}
+
+/// The directory of mpi4py's tests, fetched once for the tests that run
+/// at once.
+fn mpi4py_tree() -> &'static str {
+    static TREE: OnceLock<String> = OnceLock::new();
+    TREE.get_or_init(|| {
+        let out = Command::new(repo().join("scripts/mpi4py-tests"))
+            .output()
+            .expect("cannot run scripts/mpi4py-tests");
+        assert!(
+            out.status.success(),
+            "scripts/mpi4py-tests failed:\n{}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        String::from_utf8_lossy(&out.stdout).trim().to_string()
+    })
 }
