@@ -216,7 +216,7 @@ impl Levels {
             }
             self.node.bcast_bytes(all, 0)
         };
-        if let Some(run) = call.receive_run(&at, total) {
+        if let Some(run) = call.receive_run(&at) {
             return levels(run);
         }
         let mut all = vec![0; total];

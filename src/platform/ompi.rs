@@ -1089,15 +1089,20 @@ impl AllgatherCall {
         unsafe { layout.pack(out) }
     }
 
-    /// The receive buffer as one run of `total` bytes in which block `i`'s
-    /// packed bytes lie as they are at byte `at[i]`, if the datatype lays
-    /// out each block contiguously and the blocks lie in memory one after
-    /// another in that order (`at` partitions `0..total` among the blocks,
-    /// empty ones aside): then the blocks can be gathered in place.
-    pub fn receive_run(&mut self, at: &[usize], total: usize) -> Option<&mut [u8]> {
+    /// The receive buffer as one run of bytes in which block `i`'s packed
+    /// bytes lie as they are at byte `at[i]` (one offset per rank), if the
+    /// datatype lays out each block contiguously and the non-empty blocks
+    /// lie in memory one after another, from offset 0, without gap or
+    /// overlap: then the blocks can be gathered in place.
+    pub fn receive_run(&mut self, at: &[usize]) -> Option<&mut [u8]> {
+        if at.len() != self.comm.size() {
+            return None;
+        }
         let mut base = None;
+        let mut spans = Vec::with_capacity(at.len());
         for (i, &offset) in at.iter().enumerate() {
-            if self.block_bytes(i) == 0 {
+            let len = self.block_bytes(i);
+            if len == 0 {
                 continue;
             }
             // SAFETY: the receive buffer and datatype are the call's own.
@@ -1106,13 +1111,22 @@ impl AllgatherCall {
             if start != b.wrapping_add(offset) {
                 return None;
             }
+            spans.push((offset, len));
         }
-        // SAFETY: each non-empty block's bytes lie at `base + at[i]`
-        // (checked above), inside the receive buffer as MPI guarantees, and
-        // the blocks' ranges partition `0..total`: every byte of the run is
+        spans.sort_unstable();
+        let mut end = 0;
+        for (offset, len) in spans {
+            if offset != end {
+                return None;
+            }
+            end += len;
+        }
+        // SAFETY: each non-empty block's bytes lie at `base + at[i]`, inside
+        // the receive buffer as MPI guarantees, and those blocks cover
+        // `0..end` exactly (both checked above): every byte of the run is
         // one block's. The user lends the buffer to the call, which
         // outlives the borrow of `self`.
-        base.map(|b| unsafe { std::slice::from_raw_parts_mut(b, total) })
+        base.map(|b| unsafe { std::slice::from_raw_parts_mut(b, end) })
     }
 
     /// Unpacks `packed`, a block long, into block `i` of the receive buffer.
