@@ -241,6 +241,13 @@ int ipmc_comm_bcast_bytes(struct ompi_communicator_t *comm, void *buf, int len, 
     return comm->c_coll->coll_bcast(buf, len, MPI_BYTE, root, comm, comm->c_coll->coll_bcast_module);
 }
 
+int ipmc_comm_ibcast_bytes(struct ompi_communicator_t *comm, void *buf, int len, int root,
+                           struct ompi_request_t **req)
+{
+    return comm->c_coll->coll_ibcast(buf, len, MPI_BYTE, root, comm, req,
+                                     comm->c_coll->coll_ibcast_module);
+}
+
 size_t ipmc_dt_size(struct ompi_datatype_t *dt)
 {
     size_t size = 0;

@@ -152,6 +152,11 @@ int ipmc_comm_gatherv_bytes(struct ompi_communicator_t *comm, const void *sbuf, 
 int ipmc_comm_allgatherv_bytes(struct ompi_communicator_t *comm, void *buf, const int *counts,
                                const int *displs);
 int ipmc_comm_bcast_bytes(struct ompi_communicator_t *comm, void *buf, int len, int root);
+/* Starts a nonblocking broadcast of len bytes on a part of two levels, with
+   whatever serves it (a step of an MPI_Ibcast over the levels); test *req
+   with ipmc_test or ipmc_look. */
+int ipmc_comm_ibcast_bytes(struct ompi_communicator_t *comm, void *buf, int len, int root,
+                           struct ompi_request_t **req);
 /* Open MPI's binomial tree from coll/base (ompi_coll_base_bcast_intra_binomial),
    on ipmc's module: the fixed algorithm that coll tuned calls 6. */
 int ipmc_base_bcast_binomial(struct ipmc_module *module, void *buf, int count,

@@ -250,3 +250,78 @@ fn two_levels_are_measured_against_open_mpis_broadcast() {
         run.output
     );
 }
+
+/// `MPI_Ibcast` over two levels: `ibcast_check` (several outstanding at
+/// once on two communicators, 1 B … 4 MiB, a strided datatype, roots on
+/// every rank in turn, leaders or not, an `MPI_Bcast` while one is outstanding, a
+/// communicator freed before its request is waited for) on hosts of 3, 1
+/// and 2 ranks, at `loss` percent of multicast datagrams lost, every byte
+/// checked on every rank. A barrier on each communicator first splits its
+/// levels; under the thesis's rule every broadcast then takes them, and the
+/// leaders multicast their part of the nonblocking ones.
+fn nonblocking_broadcasts_over_two_levels(loss: &str) {
+    let cluster = Cluster {
+        slots_host: vec![(1, 3), (2, 1), (3, 2)],
+        ..Cluster::hosts(3)
+    };
+    let mca = [
+        ("coll_ipmc_print_statistics", "1"),
+        ("coll_ipmc_crossover_nodes", "3"),
+        ("coll_ipmc_inject_loss", loss),
+    ];
+    // The root moves over every rank: each host's leader receives.
+    let rounds = 6;
+    let args = [
+        "--max-bytes",
+        "4194304",
+        "--rounds",
+        "6",
+        "--split-first",
+        "1",
+    ];
+    let run = cluster.mpirun(&mca, "ibcast_check", &args);
+    assert!(
+        run.ok && run.output.contains("ibcast_check: PASS"),
+        "run failed:\n{}",
+        run.output
+    );
+    let stats = stats_lines(&run.output);
+    let of = |comm: &str| -> Vec<_> { stats.iter().filter(|s| s["comm"] == comm).collect() };
+    // Each round: 8 outstanding on world and 8 on dup, one more on world
+    // before a blocking one, and one on a communicator freed meanwhile.
+    for (comm, ranks, ibcasts, blocking) in [
+        ("world", 6, 9 * rounds, rounds),
+        ("dup", 6, 8 * rounds, 0),
+        ("freed", 6 * rounds, 1, 0),
+        ("ipmc leaders of world", 3, 9 * rounds, rounds),
+        ("ipmc leaders of dup", 3, 8 * rounds, 0),
+    ] {
+        let lines = of(comm);
+        assert_eq!(lines.len() as u64, ranks, "{comm}:\n{}", run.output);
+        for s in lines {
+            assert_eq!(num(s, "ibcasts"), ibcasts, "{s:?}");
+            assert_eq!(tally(s, "previous").0, 0, "{s:?}");
+            if !comm.starts_with("ipmc leaders") {
+                let levels = tally(s, "two_level").0;
+                assert_eq!(levels, ibcasts + blocking, "{s:?}");
+                assert_eq!(num(s, "mcast_bytes") + num(s, "chain_bytes"), 0, "{s:?}");
+                continue;
+            }
+            assert!(tally(s, "multicast").0 > 0, "{s:?}");
+            match loss {
+                "0" => assert!(num(s, "useful") > 0, "{s:?}"),
+                _ => assert_eq!(num(s, "useful"), 0, "{s:?}"),
+            }
+        }
+    }
+}
+
+#[test]
+fn nonblocking_broadcasts_go_over_two_levels() {
+    nonblocking_broadcasts_over_two_levels("0");
+}
+
+#[test]
+fn nonblocking_broadcasts_over_two_levels_survive_losing_every_datagram() {
+    nonblocking_broadcasts_over_two_levels("100");
+}

@@ -5,9 +5,9 @@
 //!   started when the communicator is created, where every rank is;
 //! - broadcasts that returned to their caller but still owe their neighbours
 //!   chain frames (`END`, the fragments a `NEED` asked for);
-//! - nonblocking broadcasts (`MPI_Ibcast`, [`Ibcast`]) by multicast or by
-//!   the linear or chain algorithm, whose requests complete once the rank
-//!   owns the message;
+//! - nonblocking broadcasts (`MPI_Ibcast`, [`Ibcast`]) by multicast, by
+//!   the linear or chain algorithm or over two levels, whose requests
+//!   complete once the rank owns the message;
 //! - the votes of the automatic choice of algorithm ([`crate::group::vote`]),
 //!   which use the broadcast tag too;
 //! - the answers that time its measured calls of short messages at their
@@ -39,6 +39,7 @@ use crate::base::counters::Datagrams;
 use crate::base::error::{Error, Result};
 use crate::base::io::Wait;
 use crate::base::params::Config;
+use crate::component::levels::LevelsIbcast;
 use crate::driver::multicast::{Driver, Ranks, Run};
 use crate::engine::queue::{self, Queue, Turn, Work};
 use crate::group::setup::{Agreed, Agreement, Announce, Facts};
@@ -113,6 +114,8 @@ pub struct Ibcast {
 enum How {
     Multicast(Option<Box<Run<Messages>>>),
     PointToPoint(Shape, Option<Box<Steps<Messages>>>),
+    /// Over two levels: this rank's parts, each with its root there.
+    Levels(Vec<(Comm, usize)>, Option<Box<LevelsIbcast>>),
 }
 
 impl Ibcast {
@@ -130,6 +133,18 @@ impl Ibcast {
         shape: Shape,
     ) -> Self {
         Self::with(comm, at, message, request, How::PointToPoint(shape, None))
+    }
+
+    /// A nonblocking broadcast over two levels, on this rank's `parts`
+    /// ([`crate::component::levels::Levels::bcast_parts`]).
+    pub fn over_levels(
+        comm: Comm,
+        at: Ranks,
+        message: UserMessage,
+        request: Request,
+        parts: Vec<(Comm, usize)>,
+    ) -> Self {
+        Self::with(comm, at, message, request, How::Levels(parts, None))
     }
 
     fn with(comm: Comm, at: Ranks, message: UserMessage, request: Request, how: How) -> Self {
@@ -191,6 +206,20 @@ impl Work<McastSocket> for Ibcast {
                     complete(request, message, at, steps.data())?;
                 }
                 Ok(steps.is_done())
+            }
+            How::Levels(parts, state) => {
+                if state.is_none() {
+                    let data = root_data(message, at)?;
+                    let parts = std::mem::take(parts);
+                    *state = Some(Box::new(LevelsIbcast::new(parts, message.bytes(), data)));
+                }
+                let levels = state.as_mut().expect("begun above");
+                levels.turn(wait)?;
+                if !levels.is_done() {
+                    return Ok(false);
+                }
+                complete(request, message, at, levels.data())?;
+                Ok(true)
             }
         }
     }
@@ -745,29 +774,31 @@ pub fn finish_all() {
 /// progress engine; returns how many pieces finished. Never waits for a lock:
 /// a communicator that is busy (its own call runs, maybe on this very
 /// thread, which is how this gets called) is simply left for the next time.
-/// Its caller asks [`is_idle`] first.
+/// The list of slots is not held while they turn: a nonblocking broadcast
+/// over two levels starts broadcasts on its parts, whose first work makes
+/// their slots. Its caller asks [`is_idle`] first.
 pub fn progress() -> usize {
-    let Ok(mut slots) = SLOTS.try_lock() else {
-        return 0;
+    let slots: Vec<Arc<Mutex<Slot>>> = {
+        let Ok(mut slots) = SLOTS.try_lock() else {
+            return 0;
+        };
+        slots.retain(|weak| weak.strong_count() > 0);
+        slots.iter().filter_map(Weak::upgrade).collect()
     };
     let mut ended = Vec::new();
-    slots.retain(|weak| {
-        let Some(slot) = weak.upgrade() else {
-            return false;
-        };
+    for slot in &slots {
         let Ok(mut slot) = slot.try_lock() else {
-            return true;
+            continue;
         };
         if slot.broken.is_some() || (!slot.busy() && slot.awaited.is_empty()) {
-            return true;
+            continue;
         }
         if let Err(e) = slot.turn(Wait::Look, &mut ended) {
             warn!("background work on a communicator failed: {e}");
             slot.abandon(e, &mut ended);
             slot.broken = Some(e);
         }
-        true
-    });
+    }
     drop(slots);
     let n = ended.len();
     release(ended);

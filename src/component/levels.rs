@@ -10,11 +10,13 @@
 //! communicators alone).
 
 use std::cell::Cell;
+use std::collections::VecDeque;
 use std::ffi::c_int;
 use std::ops::Range;
 
 use crate::base::error::{Error, Result};
-use crate::platform::ompi::{AllgatherCall, BcastCall, Comm};
+use crate::base::io::Wait;
+use crate::platform::ompi::{AllgatherCall, BcastCall, Comm, PartIbcast};
 
 thread_local! {
     /// Whether this thread is splitting off a node's part: Open MPI selects
@@ -151,21 +153,31 @@ impl Levels {
     /// (costing no trip across the network), which then needs no turn after
     /// the leaders.
     pub fn bcast(&self, call: &mut BcastCall) -> Result<()> {
-        let root = call.root();
-        let root_node = self.layout.node[root];
-        let first = self.layout.node[self.rank] == root_node && !self.layout.is_leader(root);
+        for (part, root) in self.bcast_parts(call.root()) {
+            call.on_part(part, root)?;
+        }
+        Ok(())
+    }
+
+    /// This rank's broadcasts in one from `root` over the levels, in order:
+    /// each part and its root there.
+    pub fn bcast_parts(&self, root: usize) -> Vec<(Comm, usize)> {
+        let l = &self.layout;
+        let root_node = l.node[root];
+        let first = l.node[self.rank] == root_node && !l.is_leader(root);
+        let mut parts = Vec::with_capacity(2);
         if first {
-            call.on_part(self.node, self.layout.local[root] as usize)?;
+            parts.push((self.node, l.local[root] as usize));
         }
         if let Some(leaders) = self.leaders {
             // The leaders' communicator orders them by rank, which orders
             // the nodes as their numbers do.
-            call.on_part(leaders, root_node as usize)?;
+            parts.push((leaders, root_node as usize));
         }
         if !first {
-            call.on_part(self.node, 0)?;
+            parts.push((self.node, 0));
         }
-        Ok(())
+        parts
     }
 
     /// One barrier over the two levels: each node's (every rank of a node
@@ -235,6 +247,60 @@ impl Levels {
             leaders.free();
         }
         self.node.free();
+    }
+}
+
+/// One rank's part in a nonblocking broadcast over the two levels
+/// (`MPI_Ibcast`): the parts of [`Levels::bcast_parts`], each a nonblocking
+/// broadcast on its communicator by whatever serves that, begun once the
+/// one before completed on this rank. The parts' communicators must outlive
+/// it (the parent's module frees them only once its work is over).
+pub struct LevelsIbcast {
+    parts: VecDeque<(Comm, usize)>,
+    /// The part in progress, which holds the message meanwhile.
+    now: Option<PartIbcast>,
+    /// The message between parts, and at the end.
+    data: Option<Vec<u8>>,
+}
+
+impl LevelsIbcast {
+    /// A broadcast of `len` bytes over `parts`; `root_data` is the message
+    /// on the root (ignored elsewhere).
+    pub fn new(parts: Vec<(Comm, usize)>, len: usize, root_data: Option<Vec<u8>>) -> Self {
+        let data = root_data.unwrap_or_else(|| vec![0; len]);
+        LevelsIbcast {
+            parts: parts.into(),
+            now: None,
+            data: Some(data),
+        }
+    }
+
+    /// Moves on as far as it can: takes the part that completed and begins
+    /// the next.
+    pub fn turn(&mut self, wait: Wait) -> Result<()> {
+        loop {
+            if let Some(part) = &mut self.now {
+                if !part.test(wait)? {
+                    return Ok(());
+                }
+                self.data = self.now.take().map(PartIbcast::into_data);
+            }
+            let Some((comm, root)) = self.parts.pop_front() else {
+                return Ok(());
+            };
+            let data = self.data.take().expect("held between parts");
+            self.now = Some(comm.ibcast_bytes(data, root)?);
+        }
+    }
+
+    /// Whether this rank's parts are over: it has the message.
+    pub fn is_done(&self) -> bool {
+        self.now.is_none() && self.parts.is_empty()
+    }
+
+    /// The message, once done.
+    pub fn data(&self) -> &[u8] {
+        self.data.as_deref().expect("done")
     }
 }
 

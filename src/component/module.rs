@@ -770,11 +770,12 @@ impl Module {
     /// One `MPI_Ibcast` on this communicator: `Ok(true)` when ipmc serves
     /// it and completes the request `request()` makes, `Ok(false)` when the
     /// replaced component's nonblocking broadcast is to serve it. The
-    /// choice is `MPI_Bcast`'s: ipmc serves the calls that multicast or go by
-    /// its linear or chain algorithm, in the communicator's background work;
-    /// the others (Open MPI's binomial tree too) go to the replaced
-    /// component (counted as its fallbacks; its messages have a tag of their
-    /// own, so they never meet ipmc's).
+    /// choice is `MPI_Bcast`'s: ipmc serves the calls that multicast, go by
+    /// its linear or chain algorithm or over two levels (once a blocking
+    /// collective split them), in the communicator's background work; the
+    /// others (Open MPI's binomial tree too) go to the replaced component
+    /// (counted as its fallbacks; its messages have a tag of their own, so
+    /// they never meet ipmc's).
     pub fn ibcast(&mut self, call: &BcastCall, request: impl FnOnce() -> Request) -> Result<bool> {
         let entered = Instant::now();
         self.moved = false;
@@ -798,16 +799,24 @@ impl Module {
             let Part::Run(alg) = part else {
                 return Ok(None);
             };
-            // Not over two levels: whole, the replaced component's is the
-            // one that knows the nodes.
-            let shape = match alg {
-                _ if !matches!(m.levels, TwoLevels::No | TwoLevels::Failed) => None,
-                Algorithm::Multicast => Some(None),
-                Algorithm::Linear => Some(Some(Shape::Linear)),
-                Algorithm::Chain => Some(Some(Shape::Chain(m.cfg.chain_segment_size))),
+            // Over two levels with their parts' `int` counts; else not on a
+            // communicator of two levels: whole, the replaced component's is
+            // the one that knows the nodes.
+            let form = match (alg, &m.levels) {
+                (Algorithm::TwoLevel, TwoLevels::Ready(levels))
+                    if c_int::try_from(bytes).is_ok() =>
+                {
+                    Some(IbcastForm::Levels(levels.bcast_parts(call.root())))
+                }
+                (_, TwoLevels::Pending(_) | TwoLevels::Ready(_)) => None,
+                (Algorithm::Multicast, _) => Some(IbcastForm::Multicast),
+                (Algorithm::Linear, _) => Some(IbcastForm::PointToPoint(Shape::Linear)),
+                (Algorithm::Chain, _) => Some(IbcastForm::PointToPoint(Shape::Chain(
+                    m.cfg.chain_segment_size,
+                ))),
                 _ => None,
             };
-            let (Some(shape), Some(request)) = (shape, request.take()) else {
+            let (Some(form), Some(request)) = (form, request.take()) else {
                 m.moved = false;
                 return Ok(None);
             };
@@ -824,9 +833,14 @@ impl Module {
                 root: call.root(),
             };
             let (comm, message) = (call.comm(), call.keep_message());
-            let ib = match shape {
-                None => Ibcast::multicast(comm, at, message, request()),
-                Some(shape) => Ibcast::point_to_point(comm, at, message, request(), shape),
+            let ib = match form {
+                IbcastForm::Multicast => Ibcast::multicast(comm, at, message, request()),
+                IbcastForm::PointToPoint(shape) => {
+                    Ibcast::point_to_point(comm, at, message, request(), shape)
+                }
+                IbcastForm::Levels(parts) => {
+                    Ibcast::over_levels(comm, at, message, request(), parts)
+                }
             };
             m.background.ibcast(ib);
             served = true;
@@ -1076,6 +1090,14 @@ impl Ballots for OmpiBallots<'_> {
     fn only_multicast_queued(&self) -> bool {
         self.background.holds_only_multicast()
     }
+}
+
+/// How ipmc serves an `MPI_Ibcast` in its communicator's background work.
+enum IbcastForm {
+    Multicast,
+    PointToPoint(Shape),
+    /// Over two levels: this rank's parts and their roots.
+    Levels(Vec<(Comm, usize)>),
 }
 
 /// Runs `f` on the message's bytes: in the user's buffer when the datatype

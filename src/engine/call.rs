@@ -309,18 +309,16 @@ impl Call {
     /// (The queue is asked only where its content decides.)
     fn meets_queue(&self, alg: Algorithm, io: &impl Ballots) -> bool {
         match self.what {
-            Collective::Bcast { .. } => match alg {
-                Algorithm::TwoLevel => false,
-                alg if alg.goes_alongside() => !io.only_multicast_queued(),
-                _ => true,
-            },
-            Collective::Barrier => alg == Algorithm::Multicast && !io.only_multicast_queued(),
+            // Over two levels too: the queue's nonblocking broadcasts over
+            // them use the same parts, and go first.
+            Collective::Bcast { .. } => !alg.goes_alongside() || !io.only_multicast_queued(),
+            Collective::Barrier => alg.goes_alongside() && !io.only_multicast_queued(),
             // The replaced allgather may broadcast on the communicator (Open
             // MPI's basic ones gather, then broadcast), and a collective that
             // Open MPI starts from inside ipmc's call goes to the replaced
             // component (the glue's `in_call`), with the broadcast tag.
             Collective::Allgather => match alg {
-                Algorithm::Multicast => !io.only_multicast_queued(),
+                alg if alg.goes_alongside() => !io.only_multicast_queued(),
                 Algorithm::Previous => true,
                 _ => false,
             },
@@ -392,6 +390,32 @@ mod tests {
         );
         let ring = Algorithm::Chain;
         assert_eq!(other(allgather, ring), [Action::Run(ring)]);
+    }
+
+    #[test]
+    fn a_call_over_two_levels_follows_the_nonblocking_broadcasts_queued_before() {
+        let mut choice = Choice::new(Tuner::new(1, 0, false));
+        let levels = Algorithm::TwoLevel;
+        for other_work in [false, true] {
+            let mut io = Urn {
+                other_work,
+                ..Urn::default()
+            };
+            for what in [
+                Collective::Bcast { root: 0 },
+                Collective::Barrier,
+                Collective::Allgather,
+            ] {
+                let mut call = Call::new(what, 0, (0, levels), false, false, US(0));
+                let actions = run(&mut call, &mut choice, &mut io, 10);
+                let want: &[Action] = if other_work {
+                    &[Action::FinishQueue, Action::Run(levels)]
+                } else {
+                    &[Action::Run(levels)]
+                };
+                assert_eq!(actions, want, "{what:?}, other work {other_work}");
+            }
+        }
     }
 
     #[test]

@@ -195,6 +195,8 @@ pub(crate) mod tests {
         pub sent: Vec<(usize, Vec<u32>)>,
         pub ended: Vec<(usize, Vec<u32>)>,
         pub answered: Vec<(u64, Duration)>,
+        /// The queue holds other work than multicast chains and votes.
+        pub other_work: bool,
     }
 
     impl Ballots for Urn {
@@ -211,7 +213,7 @@ pub(crate) mod tests {
         }
 
         fn only_multicast_queued(&self) -> bool {
-            true
+            !self.other_work
         }
     }
 

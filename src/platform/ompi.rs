@@ -1006,12 +1006,85 @@ impl Comm {
         ok(unsafe { sys::ipmc_comm_bcast_bytes(self.0, buf.as_mut_ptr().cast(), len, root) })
     }
 
+    /// Starts broadcasting `data` from `root` by whatever serves nonblocking
+    /// broadcasts on this part; the broadcast owns the buffer.
+    pub fn ibcast_bytes(self, mut data: Vec<u8>, root: usize) -> Result<PartIbcast> {
+        let len = c_int::try_from(data.len()).map_err(|_| Error::Range)?;
+        let root = c_int::try_from(root).map_err(|_| Error::Range)?;
+        let mut req = ptr::null_mut();
+        // SAFETY: `data` is `len` bytes on the heap, which stay where they
+        // are while the broadcast owns them (moving the `Vec` moves no
+        // byte); every member of the part enters the same broadcast with a
+        // buffer of the same length; `req` is a valid out-pointer.
+        let rc = unsafe {
+            sys::ipmc_comm_ibcast_bytes(self.0, data.as_mut_ptr().cast(), len, root, &mut req)
+        };
+        ok(rc)?;
+        Ok(PartIbcast { req, data })
+    }
+
     /// Sends `dst` an arrival of ipmc's barrier: an empty message with the
     /// barrier tag (see `ipmc_glue.h`).
     pub fn send_arrival(self, dst: usize) -> Result<()> {
         let dst = c_int::try_from(dst).map_err(|_| Error::Range)?;
         // SAFETY: as in `rank`; the message is empty.
         ok(unsafe { sys::ipmc_answer_root(dst, self.0) })
+    }
+}
+
+/// A nonblocking broadcast on a part of two levels ([`Comm::ibcast_bytes`]),
+/// with its buffer.
+pub struct PartIbcast {
+    /// Null once complete (and freed).
+    req: *mut ompi_request_t,
+    data: Vec<u8>,
+}
+
+impl PartIbcast {
+    /// Whether the broadcast completed: driving Open MPI's progress engine
+    /// (`Wait::Progress`), or looking only (from inside it).
+    pub fn test(&mut self, wait: Wait) -> Result<bool> {
+        if self.req.is_null() {
+            return Ok(true);
+        }
+        let done = match wait {
+            Wait::Progress => sys::ipmc_test,
+            Wait::Look => sys::ipmc_look,
+        };
+        let (mut is_done, mut count) = (0, 0);
+        // SAFETY: `req` is this broadcast's live request; found complete,
+        // it has been freed and is not looked at again.
+        let rc = unsafe { done(&mut self.req, &mut is_done, &mut count) };
+        if rc != OMPI_SUCCESS {
+            return Err(Error::Ompi(rc));
+        }
+        if is_done == 0 {
+            return Ok(false);
+        }
+        self.req = ptr::null_mut();
+        Ok(true)
+    }
+
+    /// The message, once [`PartIbcast::test`] found the broadcast complete.
+    pub fn into_data(mut self) -> Vec<u8> {
+        assert!(self.req.is_null(), "the broadcast completed");
+        std::mem::take(&mut self.data)
+    }
+}
+
+// SAFETY: the request is Open MPI's, which lets any thread test it; ipmc
+// touches a `PartIbcast` only under the lock of its communicator's
+// background work, never from two threads at once.
+unsafe impl Send for PartIbcast {}
+
+impl Drop for PartIbcast {
+    fn drop(&mut self) {
+        // Only work given up after an error drops one pending. A collective
+        // cannot be cancelled, and waiting for it may never end (another
+        // rank failed): its buffer is left to it.
+        if !self.req.is_null() {
+            std::mem::forget(std::mem::take(&mut self.data));
+        }
     }
 }
 

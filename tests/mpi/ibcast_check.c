@@ -1,7 +1,7 @@
 /*
  * Nonblocking broadcasts, checked byte for byte on every rank:
  *
- *   ibcast_check [--max-bytes N] [--rounds R]
+ *   ibcast_check [--max-bytes N] [--rounds R] [--split-first 1]
  *
  * Each round, on MPI_COMM_WORLD (named "world") and on a duplicate of it
  * ("dup"), with a root that moves from round to round:
@@ -13,6 +13,9 @@
  *             before the MPI_Ibcast is waited for;
  *   freed     an MPI_Ibcast on a new duplicate ("freed"), which is freed
  *             before the request is waited for.
+ * With --split-first 1, each communicator has an MPI_Barrier before its
+ * first MPI_Ibcast (ipmc splits a communicator whose nodes hold several
+ * ranks into its two levels at its first blocking collective).
  * Prints "ibcast_check: PASS" on rank 0.
  */
 #include <mpi.h>
@@ -101,7 +104,7 @@ static void compute(MPI_Request *reqs, int n)
 int main(int argc, char **argv)
 {
     size_t max_bytes = 1048576;
-    int rounds = 3, rank, size;
+    int rounds = 3, split_first = 0, rank, size;
     long call = 0;
     MPI_Comm dup;
 
@@ -109,12 +112,17 @@ int main(int argc, char **argv)
     for (int i = 1; i + 1 < argc; i += 2) {
         if (!strcmp(argv[i], "--max-bytes")) max_bytes = strtoull(argv[i + 1], NULL, 0);
         if (!strcmp(argv[i], "--rounds")) rounds = atoi(argv[i + 1]);
+        if (!strcmp(argv[i], "--split-first")) split_first = atoi(argv[i + 1]);
     }
     MPI_Comm_rank(MPI_COMM_WORLD, &rank);
     MPI_Comm_size(MPI_COMM_WORLD, &size);
     MPI_Comm_set_name(MPI_COMM_WORLD, "world");
     MPI_Comm_dup(MPI_COMM_WORLD, &dup);
     MPI_Comm_set_name(dup, "dup");
+    if (split_first) {
+        MPI_Barrier(MPI_COMM_WORLD);
+        MPI_Barrier(dup);
+    }
 
     for (int r = 0; r < rounds; r++) {
         int root = r % size;
@@ -157,6 +165,7 @@ int main(int argc, char **argv)
             MPI_Comm freed;
             MPI_Comm_dup(MPI_COMM_WORLD, &freed);
             MPI_Comm_set_name(freed, "freed");
+            if (split_first) MPI_Barrier(freed);
             msg_init(&a, ++call, max_bytes < 4096 ? max_bytes : 4096, 0, rank == root);
             MPI_Ibcast(a.buf, a.count, a.type, root, freed, &req);
             MPI_Comm_free(&freed);
