@@ -325,3 +325,26 @@ fn nonblocking_broadcasts_go_over_two_levels() {
 fn nonblocking_broadcasts_over_two_levels_survive_losing_every_datagram() {
     nonblocking_broadcasts_over_two_levels("100");
 }
+
+/// A rank killed while nonblocking broadcasts run over two levels, host 3's
+/// leader (rank 4) or the rank it leads (5), ends the job instead of
+/// leaving the others waiting.
+#[test]
+fn a_killed_rank_ends_a_job_of_nonblocking_broadcasts_over_two_levels() {
+    let cluster = Cluster {
+        slots_host: vec![(1, 3), (2, 1), (3, 2)],
+        ..Cluster::hosts(3)
+    };
+    let mca = [("coll_ipmc_crossover_nodes", "3")];
+    let args = [
+        "--max-bytes",
+        "1048576",
+        "--rounds",
+        "100000",
+        "--split-first",
+        "1",
+    ];
+    for rank in [4, 5] {
+        cluster.assert_killed_rank_ends_job(&mca, rank, "ibcast_check", &args);
+    }
+}

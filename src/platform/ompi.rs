@@ -1107,8 +1107,10 @@ impl AllgatherCall {
         unsafe { &*self.args }
     }
 
-    /// Block `i` of the receive buffer.
+    /// Block `i` of the receive buffer; `i` must be a rank of the
+    /// communicator.
     fn block(&self, i: usize) -> Layout {
+        assert!(i < self.comm().size(), "block {i} is a rank's");
         let a = self.args();
         let count = if a.rcounts.is_null() {
             a.rcount
