@@ -348,3 +348,36 @@ fn a_killed_rank_ends_a_job_of_nonblocking_broadcasts_over_two_levels() {
         cluster.assert_killed_rank_ends_job(&mca, rank, "ibcast_check", &args);
     }
 }
+
+/// The levels pipelined (each node's broadcast in segments, begun as its
+/// leader gets each) are a candidate of the automatic choice above 1 MiB:
+/// 60 broadcasts of 1.5 MB (not a whole number of segments) with roots on
+/// every rank, leaders or not, on 3 hosts of 2 ranks; every rank measures
+/// the pipelined levels on the same calls, and every byte arrives.
+#[test]
+fn pipelined_levels_are_measured_above_a_mebibyte() {
+    let cluster = Cluster {
+        slots: 2,
+        ..Cluster::hosts(3)
+    };
+    let mca = [("coll_ipmc_print_statistics", "1")];
+    let args = [
+        "--max-bytes",
+        "1024",
+        "--burst",
+        "60",
+        "--burst-bytes",
+        "1500000",
+        "--intercomm",
+        "0",
+    ];
+    let run = cluster.mpirun(&mca, "bcast_check", &args);
+    assert_passed(&run);
+    let world = common::world_stats(&run, cluster.ranks());
+    let pipelined = tally(&world[0], "two_level_pipelined");
+    for s in &world {
+        assert!(pipelined.0 >= 2, "{s:?}");
+        assert_eq!(tally(s, "two_level_pipelined"), pipelined, "{s:?}");
+        assert!(tally(s, "previous").0 >= 2, "{s:?}");
+    }
+}

@@ -12,7 +12,7 @@ use crate::base::error::{Error, Result};
 use crate::base::params::Config;
 use crate::base::transport::Transport;
 use crate::component::background::{Background, Ibcast, Joining, Open};
-use crate::component::levels::{Layout, Levels};
+use crate::component::levels::{Layout, Levels, LEVEL_SEGMENT};
 use crate::component::logging::{tell_once, Notice};
 use crate::component::nodes::Nodes;
 use crate::component::stats::Stats;
@@ -390,6 +390,7 @@ impl Module {
                     Algorithm::Binary => call.binary()?,
                     Algorithm::Multicast => m.run_multicast(call, bytes)?,
                     Algorithm::TwoLevel => m.run_levels(call)?,
+                    Algorithm::TwoLevelPipelined => m.run_levels_pipelined(call, bytes)?,
                     _ => m.run(alg, call, bytes)?,
                 }
                 // What multicast lost, in datagrams of the size the group
@@ -803,7 +804,7 @@ impl Module {
             // communicator of two levels: whole, the replaced component's is
             // the one that knows the nodes.
             let form = match (alg, &m.levels) {
-                (Algorithm::TwoLevel, TwoLevels::Ready(levels))
+                (Algorithm::TwoLevel | Algorithm::TwoLevelPipelined, TwoLevels::Ready(levels))
                     if c_int::try_from(bytes).is_ok() =>
                 {
                     Some(IbcastForm::Levels(levels.bcast_parts(call.root())))
@@ -905,7 +906,8 @@ impl Module {
             | Algorithm::Previous
             | Algorithm::Binomial
             | Algorithm::Binary
-            | Algorithm::TwoLevel => Err(Error::Unavailable),
+            | Algorithm::TwoLevel
+            | Algorithm::TwoLevelPipelined => Err(Error::Unavailable),
         }
     }
 
@@ -939,6 +941,21 @@ impl Module {
             TwoLevels::Ready(levels) => levels.bcast(call),
             _ => Err(Error::Unavailable),
         }
+    }
+
+    /// The broadcast over the two levels, pipelined, on the message bytes
+    /// (the parts' counts are `int`s: a larger message goes whole).
+    fn run_levels_pipelined(&self, call: &mut BcastCall, bytes: usize) -> Result<()> {
+        let TwoLevels::Ready(levels) = &self.levels else {
+            return Err(Error::Unavailable);
+        };
+        if c_int::try_from(bytes).is_err() {
+            return levels.bcast(call);
+        }
+        let root = call.root();
+        on_message_bytes(call, self.rank, bytes, |buf| {
+            levels.bcast_pipelined(buf, root, LEVEL_SEGMENT)
+        })
     }
 
     /// The two-stage broadcast on the message bytes.

@@ -288,6 +288,10 @@ impl Stats {
                     "Broadcasts over two levels: among node leaders, then inside each node",
                     "Message bytes broadcast over two levels",
                 ),
+                Algorithm::TwoLevelPipelined => (
+                    "Broadcasts over two levels, each node's in segments as its leader gets them",
+                    "Message bytes broadcast over two levels, pipelined",
+                ),
             };
             v.push(counter(PVAR_CALLS[alg as usize], calls, t.calls));
             v.push(counter(PVAR_BYTES[alg as usize], bytes, t.bytes));
@@ -441,6 +445,7 @@ const PVAR_CALLS: [&str; Algorithm::ALL.len()] = [
     "binomial_bcasts",
     "binary_bcasts",
     "two_level_bcasts",
+    "two_level_pipelined_bcasts",
 ];
 const PVAR_BYTES: [&str; Algorithm::ALL.len()] = [
     "linear_bcast_bytes",
@@ -450,6 +455,7 @@ const PVAR_BYTES: [&str; Algorithm::ALL.len()] = [
     "binomial_bcast_bytes",
     "binary_bcast_bytes",
     "two_level_bcast_bytes",
+    "two_level_pipelined_bcast_bytes",
 ];
 
 #[cfg(test)]
@@ -468,7 +474,8 @@ mod tests {
         assert_eq!(
             s.report(2, 8, 4, 3, "MPI_COMM_WORLD"),
             "ipmc stats: rank=2 size=8 nodes=4 cid=3 bcasts=4 empty=1 ibcasts=0 linear=2:15B chain=1:1048576B \
-             multicast=0:0B previous=0:0B binomial=0:0B binary=0:0B two_level=0:0B setup=none sent=0 send_full=0 send_failed=0 recv=0 \
+             multicast=0:0B previous=0:0B binomial=0:0B binary=0:0B two_level=0:0B two_level_pipelined=0:0B setup=none sent=0 send_full=0 \
+             send_failed=0 recv=0 \
              injected=0 own=0 useful=0 dup=0 root_own=0 rej_comm=0 rej_stale=0 rej_future=0 \
              rej_length=0 rej_magic=0 rej_crc=0 rej_auth=0 mcast_bytes=0 chain_bytes=0 \
              comm=\"MPI_COMM_WORLD\""

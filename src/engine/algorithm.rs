@@ -21,11 +21,14 @@ pub enum Algorithm {
     /// Two levels, where nodes hold several ranks: among one leader per
     /// node by ipmc, inside each node by Open MPI (`component::levels`).
     TwoLevel,
+    /// The same, pipelined: each node's broadcast in segments, each begun
+    /// once its leader has it.
+    TwoLevelPipelined,
 }
 
 impl Algorithm {
     /// Every algorithm, in the order statistics print them.
-    pub const ALL: [Algorithm; 7] = [
+    pub const ALL: [Algorithm; 8] = [
         Algorithm::Linear,
         Algorithm::Chain,
         Algorithm::Multicast,
@@ -33,6 +36,7 @@ impl Algorithm {
         Algorithm::Binomial,
         Algorithm::Binary,
         Algorithm::TwoLevel,
+        Algorithm::TwoLevelPipelined,
     ];
 
     /// Whether a call of it may begin while the communicator's queued
@@ -41,7 +45,10 @@ impl Algorithm {
     /// their own). Every other algorithm uses the broadcast tag on this
     /// communicator and waits for that work to finish.
     pub fn goes_alongside(self) -> bool {
-        matches!(self, Algorithm::Multicast | Algorithm::TwoLevel)
+        matches!(
+            self,
+            Algorithm::Multicast | Algorithm::TwoLevel | Algorithm::TwoLevelPipelined
+        )
     }
 
     /// The name used in logs and statistics.
@@ -54,6 +61,7 @@ impl Algorithm {
             Algorithm::Binomial => "binomial",
             Algorithm::Binary => "binary",
             Algorithm::TwoLevel => "two_level",
+            Algorithm::TwoLevelPipelined => "two_level_pipelined",
         }
     }
 }

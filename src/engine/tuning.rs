@@ -288,13 +288,20 @@ pub fn candidates(k: usize) -> &'static [Algorithm] {
 /// 2 to 8 emulated hosts of 16 ranks at 10 Gbit/s, Open MPI's linear one
 /// was the fastest of all at 4 KiB, 1.4 times as fast as the levels).
 pub fn over_two_levels(k: usize) -> &'static [Algorithm] {
-    use Algorithm::{Linear, Previous, TwoLevel};
+    use Algorithm::{Linear, Previous, TwoLevel, TwoLevelPipelined};
     if class_max(k) <= SHORT_UP_TO {
         &[Previous, TwoLevel, Linear]
+    } else if class_max(k) >= PIPELINED_FROM {
+        &[Previous, TwoLevel, TwoLevelPipelined]
     } else {
         &[Previous, TwoLevel]
     }
 }
+
+/// From the class of this largest message on (messages above 1 MiB) the
+/// levels pipelined are a candidate too: 4 segments of 256 KiB or more,
+/// where the node's step has the network's to overlap.
+pub const PIPELINED_FROM: usize = 2 << 20;
 
 /// The barriers measured against each other: the replaced component's;
 /// Open MPI's linear one (coll/base), which Open MPI's own choice passes

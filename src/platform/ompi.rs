@@ -1023,6 +1023,54 @@ impl Comm {
         Ok(PartIbcast { req, data })
     }
 
+    /// Broadcasts `buf` from `root` on this part in segments of `segment`
+    /// bytes, each a nonblocking broadcast by whatever serves this part,
+    /// started once `before` returned for it (a leader receives the segment
+    /// there), so that the segments before it move on meanwhile; returns
+    /// once every segment's broadcast completed.
+    pub fn bcast_segments(
+        self,
+        buf: &mut [u8],
+        root: usize,
+        segment: usize,
+        mut before: impl FnMut(&mut [u8]) -> Result<()>,
+    ) -> Result<()> {
+        let root = c_int::try_from(root).map_err(|_| Error::Range)?;
+        let mut reqs = Vec::with_capacity(buf.len().div_ceil(segment.max(1)));
+        let mut result = Ok(());
+        for chunk in buf.chunks_mut(segment.max(1)) {
+            result = before(chunk).and_then(|()| {
+                let len = c_int::try_from(chunk.len()).map_err(|_| Error::Range)?;
+                let mut req = ptr::null_mut();
+                // SAFETY: `chunk` is `len` bytes of `buf`, which this
+                // function borrows until every request it started has
+                // completed (below, also after an error); every member of
+                // the part starts the same broadcasts, in the same order.
+                ok(unsafe {
+                    sys::ipmc_comm_ibcast_bytes(
+                        self.0,
+                        chunk.as_mut_ptr().cast(),
+                        len,
+                        root,
+                        &mut req,
+                    )
+                })?;
+                reqs.push(req);
+                Ok(())
+            });
+            if result.is_err() {
+                break;
+            }
+        }
+        let mut counts = vec![0; reqs.len()];
+        // SAFETY: `reqs` are the live requests started above; the wait
+        // completes and frees them all.
+        let waited = ok(unsafe {
+            sys::ipmc_wait_all_counts(reqs.len(), reqs.as_mut_ptr(), counts.as_mut_ptr())
+        });
+        result.and(waited)
+    }
+
     /// Sends `dst` an arrival of ipmc's barrier: an empty message with the
     /// barrier tag (see `ipmc_glue.h`).
     pub fn send_arrival(self, dst: usize) -> Result<()> {
