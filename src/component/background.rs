@@ -470,6 +470,17 @@ impl Slot {
 
 /// Every communicator's slot, for the progress engine.
 static SLOTS: Mutex<Vec<Weak<Mutex<Slot>>>> = Mutex::new(Vec::new());
+/// Slots made since the progress engine last took them into [`SLOTS`],
+/// which it holds while it turns them: a nonblocking broadcast over two
+/// levels starts its parts' broadcasts from there, and the first work of a
+/// part's communicator makes its slot.
+static NEW_SLOTS: Mutex<Vec<Weak<Mutex<Slot>>>> = Mutex::new(Vec::new());
+
+/// Every communicator's slot, the new ones taken in: `SLOTS` locked (then
+/// `NEW_SLOTS`, never the other way round).
+fn take_in_new(slots: &mut Vec<Weak<Mutex<Slot>>>) {
+    slots.append(&mut locked(&NEW_SLOTS));
+}
 /// Pieces of work in the background now: the progress callback's quick way out.
 static RUNNING: AtomicUsize = AtomicUsize::new(0);
 
@@ -514,7 +525,7 @@ impl Background {
         let limit = self.background_limit;
         let slot = self.slot.get_or_insert_with(|| {
             let slot = Arc::new(Mutex::new(Slot::new(limit)));
-            locked(&SLOTS).push(Arc::downgrade(&slot));
+            locked(&NEW_SLOTS).push(Arc::downgrade(&slot));
             ompi::register_progress();
             slot
         });
@@ -742,7 +753,11 @@ impl Background {
 /// rounds (a rank's work may need a neighbour's messages that come from
 /// another of the neighbour's pieces of work); at `MPI_Finalize`.
 pub fn finish_all() {
-    let slots: Vec<Arc<Mutex<Slot>>> = locked(&SLOTS).iter().filter_map(Weak::upgrade).collect();
+    let slots: Vec<Arc<Mutex<Slot>>> = {
+        let mut all = locked(&SLOTS);
+        take_in_new(&mut all);
+        all.iter().filter_map(Weak::upgrade).collect()
+    };
     let mut ended = Vec::new();
     let mut busy = true;
     while busy {
@@ -774,31 +789,30 @@ pub fn finish_all() {
 /// progress engine; returns how many pieces finished. Never waits for a lock:
 /// a communicator that is busy (its own call runs, maybe on this very
 /// thread, which is how this gets called) is simply left for the next time.
-/// The list of slots is not held while they turn: a nonblocking broadcast
-/// over two levels starts broadcasts on its parts, whose first work makes
-/// their slots. Its caller asks [`is_idle`] first.
+/// Its caller asks [`is_idle`] first.
 pub fn progress() -> usize {
-    let slots: Vec<Arc<Mutex<Slot>>> = {
-        let Ok(mut slots) = SLOTS.try_lock() else {
-            return 0;
-        };
-        slots.retain(|weak| weak.strong_count() > 0);
-        slots.iter().filter_map(Weak::upgrade).collect()
+    let Ok(mut slots) = SLOTS.try_lock() else {
+        return 0;
     };
+    take_in_new(&mut slots);
     let mut ended = Vec::new();
-    for slot in &slots {
+    slots.retain(|weak| {
+        let Some(slot) = weak.upgrade() else {
+            return false;
+        };
         let Ok(mut slot) = slot.try_lock() else {
-            continue;
+            return true;
         };
         if slot.broken.is_some() || (!slot.busy() && slot.awaited.is_empty()) {
-            continue;
+            return true;
         }
         if let Err(e) = slot.turn(Wait::Look, &mut ended) {
             warn!("background work on a communicator failed: {e}");
             slot.abandon(e, &mut ended);
             slot.broken = Some(e);
         }
-    }
+        true
+    });
     drop(slots);
     let n = ended.len();
     release(ended);
