@@ -20,6 +20,7 @@ usage: simulate --nodes N --size BYTES [--loss PCT] [--burst LEN] [--rate MBITS]
                 [--fragment BYTES] [--flow-window BYTES|off]
                 [--calls N] [--per-rank] [--previous MODEL] [--inject-timing]
                 [--ranks-per-node R] [--node-hop-us US] [--node-copy-gbs GB]
+                [--level-segment BYTES]
        simulate --collective barrier --nodes N [network options] [--peer NAME]...
        simulate --collective allgather --nodes N --size BYTES [--ranks-per-node R]
                 [network options] [--peer NAME]...
@@ -57,7 +58,10 @@ scatter-allgather) is the model of Open MPI's broadcast among them;
 one leader per node (N nodes), each of which then gives the message to its
 node's other ranks through shared memory, modelled as a pipelined tree of
 hops of --node-hop-us (default 12) copying --node-copy-gbs GB/s (default
-6.6; docs/simulator.md).
+6.6; docs/simulator.md). --level-segment BYTES pipelines the levels: the
+leaders broadcast segments of BYTES back to back, and a rank has the message
+once its leader has the last and the node has moved it, no sooner than the
+node's broadcast of the whole from the leader's first segment.
 
 --collective barrier simulates one MPI_Barrier instead, every rank entering
 at once: ipmc's (arrivals to rank 0 up a tree of 16 children per rank, one
@@ -207,6 +211,7 @@ fn parse(argv: &[String]) -> Result<Option<Args>, String> {
                 v if v >= 0.0 => node.hop_ns = (v * 1e3) as u64,
                 _ => return Err(format!("--node-hop-us: out of range: {value}")),
             },
+            "--level-segment" => node.segment = bytes(&value)?,
             "--node-copy-gbs" => match num(&value)? {
                 v if v > 0.0 => node.copy_bytes_per_s = v * 1e9,
                 _ => return Err(format!("--node-copy-gbs: out of range: {value}")),

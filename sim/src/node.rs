@@ -23,6 +23,10 @@ pub struct Node {
     pub hop_ns: Ns,
     /// Bytes per second one hop copies.
     pub copy_bytes_per_s: f64,
+    /// Pipelined levels (ipmc's `two_level_pipelined`): the leaders
+    /// broadcast segments of this many bytes, each of which the node's
+    /// broadcast takes on as soon as its leader has it (0: whole).
+    pub segment: usize,
 }
 
 impl Default for Node {
@@ -33,6 +37,7 @@ impl Default for Node {
             ranks: 1,
             hop_ns: HOP_NS,
             copy_bytes_per_s: COPY_BYTES_PER_S,
+            segment: 0,
         }
     }
 }
@@ -83,6 +88,7 @@ mod tests {
             ranks,
             hop_ns: 1_000,
             copy_bytes_per_s: 1e9,
+            segment: 0,
         };
         assert_eq!(node(1).fan_out_ns(1 << 20), 0);
         // Two ranks: one hop, the message once at 1 GB/s.

@@ -537,6 +537,38 @@ fn an_allgather_over_two_levels_moves_a_nodes_blocks_among_the_leaders() {
     }
 }
 
+/// A broadcast over pipelined levels: each rank has the message once its
+/// leader has the last segment (the leaders' segments simulated back to
+/// back) and the node has moved that one, never before the node's
+/// broadcast of the whole from the first segment; here the node's step
+/// overlaps the network's, so it ends sooner than the whole levels.
+#[test]
+fn pipelined_levels_overlap_the_nodes_step_with_the_networks() {
+    let (nodes, ranks, size, segment) = (8, 64, 1 << 20, 256 << 10);
+    let mut whole = scenario(nodes, size, Network::emulated(), Algorithm::Ipmc);
+    whole.node.ranks = ranks;
+    let mut pipelined = whole.clone();
+    pipelined.node.segment = segment;
+    let (whole_run, pipelined_run) = (whole.run().unwrap(), pipelined.run().unwrap());
+    let mut leaders = scenario(nodes, size, Network::emulated(), Algorithm::Ipmc);
+    leaders.calls = vec![(0, segment); size / segment];
+    let leaders = leaders.run().unwrap();
+    let node = whole.node;
+    for (rank, &t) in pipelined_run.returned_ns.iter().enumerate() {
+        assert!(
+            t >= leaders.returned_ns[rank] + node.fan_out_ns(segment),
+            "rank {rank}"
+        );
+        assert!(t >= node.fan_out_ns(size), "rank {rank}");
+    }
+    assert!(
+        pipelined_run.completion_max_ns() < whole_run.completion_max_ns(),
+        "{} ns pipelined, {} whole",
+        pipelined_run.completion_max_ns(),
+        whole_run.completion_max_ns()
+    );
+}
+
 /// The component's automatic choice, run by every simulated rank: on the
 /// thesis's network it takes multicast for 64 KiB on 16 nodes; where the
 /// network drops most datagrams, the chain delivers, multicast's measured
