@@ -2,7 +2,8 @@
 //! simulated broadcast runs among one leader per node, one host each, as
 //! ipmc's leaders' communicator does; each leader then gives the message to
 //! the other ranks of its node through shared memory, once it has all of
-//! it, as ipmc's levels do today (unpipelined). That last step is a model,
+//! it (or segment by segment: `segment`, ipmc's pipelined levels). That
+//! last step is a model,
 //! not a simulation: the node's ranks have cores of their own and use
 //! neither the link nor the leader's host costs, so the step costs the
 //! node's shared-memory broadcast, a tree of `ceil(log2 ranks)` hops
