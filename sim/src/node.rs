@@ -3,11 +3,11 @@
 //! ipmc's leaders' communicator does; each leader then gives the message to
 //! the other ranks of its node through shared memory, once it has all of
 //! it (or segment by segment: `segment`, ipmc's pipelined levels). That
-//! last step is a model,
-//! not a simulation: the node's ranks have cores of their own and use
-//! neither the link nor the leader's host costs, so the step costs the
-//! node's shared-memory broadcast, a tree of `ceil(log2 ranks)` hops
-//! pipelined in segments, its bytes moving at a measured copy rate.
+//! last step is a model, not a simulation: the node's ranks have cores of
+//! their own and use neither the link nor the leader's host costs, so the
+//! step costs the node's shared-memory broadcast, a tree of
+//! `ceil(log2 ranks)` hops pipelined in segments, its bytes moving at a
+//! measured copy rate.
 
 use crate::Ns;
 
