@@ -28,7 +28,7 @@
 //! background work ([`finish_all`]), so that no reference of ipmc's is left
 //! when it destroys the communicators.
 
-use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard, Weak};
 use std::time::{Duration, Instant};
 
@@ -110,44 +110,33 @@ pub struct Ibcast {
     how: How,
 }
 
+/// How an `MPI_Ibcast` goes.
+pub enum Form {
+    /// The two-stage multicast broadcast.
+    Multicast,
+    /// The linear or chain algorithm.
+    PointToPoint(Shape),
+    /// Over two levels: this rank's parts, each with its root there
+    /// ([`crate::component::levels::Levels::bcast_parts`]).
+    Levels(Vec<(Comm, usize)>),
+}
+
 /// An `MPI_Ibcast`'s algorithm, and its state once begun.
 enum How {
     Multicast(Option<Box<Run<Messages>>>),
     PointToPoint(Shape, Option<Box<Steps<Messages>>>),
-    /// Over two levels: this rank's parts, each with its root there.
     Levels(Vec<(Comm, usize)>, Option<Box<LevelsIbcast>>),
 }
 
 impl Ibcast {
-    /// A nonblocking two-stage multicast broadcast.
-    pub fn multicast(comm: Comm, at: Ranks, message: UserMessage, request: Request) -> Self {
-        Self::with(comm, at, message, request, How::Multicast(None))
-    }
-
-    /// A nonblocking linear or chain broadcast.
-    pub fn point_to_point(
-        comm: Comm,
-        at: Ranks,
-        message: UserMessage,
-        request: Request,
-        shape: Shape,
-    ) -> Self {
-        Self::with(comm, at, message, request, How::PointToPoint(shape, None))
-    }
-
-    /// A nonblocking broadcast over two levels, on this rank's `parts`
-    /// ([`crate::component::levels::Levels::bcast_parts`]).
-    pub fn over_levels(
-        comm: Comm,
-        at: Ranks,
-        message: UserMessage,
-        request: Request,
-        parts: Vec<(Comm, usize)>,
-    ) -> Self {
-        Self::with(comm, at, message, request, How::Levels(parts, None))
-    }
-
-    fn with(comm: Comm, at: Ranks, message: UserMessage, request: Request, how: How) -> Self {
+    /// A nonblocking broadcast of `message` in `form`, which completes
+    /// `request`.
+    pub fn new(comm: Comm, at: Ranks, message: UserMessage, request: Request, form: Form) -> Self {
+        let how = match form {
+            Form::Multicast => How::Multicast(None),
+            Form::PointToPoint(shape) => How::PointToPoint(shape, None),
+            Form::Levels(parts) => How::Levels(parts, None),
+        };
         Ibcast {
             comm,
             at,
@@ -475,11 +464,16 @@ static SLOTS: Mutex<Vec<Weak<Mutex<Slot>>>> = Mutex::new(Vec::new());
 /// levels starts its parts' broadcasts from there, and the first work of a
 /// part's communicator makes its slot.
 static NEW_SLOTS: Mutex<Vec<Weak<Mutex<Slot>>>> = Mutex::new(Vec::new());
+/// Whether `NEW_SLOTS` may hold a slot: the progress engine's turn, which
+/// runs on every turn of Open MPI's, looks at it without a lock.
+static ANY_NEW: AtomicBool = AtomicBool::new(false);
 
 /// Every communicator's slot, the new ones taken in: `SLOTS` locked (then
 /// `NEW_SLOTS`, never the other way round).
 fn take_in_new(slots: &mut Vec<Weak<Mutex<Slot>>>) {
-    slots.append(&mut locked(&NEW_SLOTS));
+    if ANY_NEW.swap(false, Ordering::Acquire) {
+        slots.append(&mut locked(&NEW_SLOTS));
+    }
 }
 /// Pieces of work in the background now: the progress callback's quick way out.
 static RUNNING: AtomicUsize = AtomicUsize::new(0);
@@ -526,6 +520,7 @@ impl Background {
         let slot = self.slot.get_or_insert_with(|| {
             let slot = Arc::new(Mutex::new(Slot::new(limit)));
             locked(&NEW_SLOTS).push(Arc::downgrade(&slot));
+            ANY_NEW.store(true, Ordering::Release);
             ompi::register_progress();
             slot
         });

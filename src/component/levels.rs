@@ -21,7 +21,8 @@ use crate::platform::ompi::{AllgatherCall, BcastCall, Comm, PartIbcast};
 /// Bytes of a segment of a pipelined broadcast over the levels: 4 MiB
 /// over 4 emulated hosts of 4 ranks at 10 Gbit/s took 24.3 ms in segments
 /// of 256 KiB, 43.0 in segments of 64 KiB and 26.1 whole; 1 MiB 6.8, 11.1
-/// and 5.6 ms (han: 26.6 and 5.4).
+/// and 5.6 ms (han: 26.6 and 5.4; multicast among the leaders forced, in a
+/// build that pipelined every broadcast at a segment size set by hand).
 pub const LEVEL_SEGMENT: usize = 256 << 10;
 
 thread_local! {
@@ -173,33 +174,38 @@ impl Levels {
     /// first and whole, as in [`Levels::bcast`]; the leaders' broadcasts
     /// are of segments everywhere.
     pub fn bcast_pipelined(&self, buf: &mut [u8], root: usize, segment: usize) -> Result<()> {
-        let l = &self.layout;
-        let root_node = l.node[root] as usize;
+        let root_node = self.layout.node[root] as usize;
         let among_leaders = |chunk: &mut [u8]| match self.leaders {
             Some(leaders) => leaders.bcast_bytes(chunk, root_node),
             None => Ok(()),
         };
-        if l.node[self.rank] as usize == root_node && !l.is_leader(root) {
-            self.node.bcast_bytes(buf, l.local[root] as usize)?;
+        if self.node_goes_first(root) {
+            self.node
+                .bcast_bytes(buf, self.layout.local[root] as usize)?;
             return buf.chunks_mut(segment.max(1)).try_for_each(among_leaders);
         }
         self.node.bcast_segments(buf, 0, segment, among_leaders)
     }
 
+    /// Whether this rank's node gets a broadcast from `root` before the
+    /// leaders do: the root's node, where the root does not lead it.
+    fn node_goes_first(&self, root: usize) -> bool {
+        let l = &self.layout;
+        l.node[self.rank] == l.node[root] && !l.is_leader(root)
+    }
+
     /// This rank's broadcasts in one from `root` over the levels, in order:
     /// each part and its root there.
     pub fn bcast_parts(&self, root: usize) -> Vec<(Comm, usize)> {
-        let l = &self.layout;
-        let root_node = l.node[root];
-        let first = l.node[self.rank] == root_node && !l.is_leader(root);
+        let first = self.node_goes_first(root);
         let mut parts = Vec::with_capacity(2);
         if first {
-            parts.push((self.node, l.local[root] as usize));
+            parts.push((self.node, self.layout.local[root] as usize));
         }
         if let Some(leaders) = self.leaders {
             // The leaders' communicator orders them by rank, which orders
             // the nodes as their numbers do.
-            parts.push((leaders, root_node as usize));
+            parts.push((leaders, self.layout.node[root] as usize));
         }
         if !first {
             parts.push((self.node, 0));

@@ -11,7 +11,7 @@ use crate::algorithms::{barrier, chain, linear};
 use crate::base::error::{Error, Result};
 use crate::base::params::Config;
 use crate::base::transport::Transport;
-use crate::component::background::{Background, Ibcast, Joining, Open};
+use crate::component::background::{Background, Form as IbcastForm, Ibcast, Joining, Open};
 use crate::component::levels::{Layout, Levels, LEVEL_SEGMENT};
 use crate::component::logging::{tell_once, Notice};
 use crate::component::nodes::Nodes;
@@ -834,16 +834,8 @@ impl Module {
                 root: call.root(),
             };
             let (comm, message) = (call.comm(), call.keep_message());
-            let ib = match form {
-                IbcastForm::Multicast => Ibcast::multicast(comm, at, message, request()),
-                IbcastForm::PointToPoint(shape) => {
-                    Ibcast::point_to_point(comm, at, message, request(), shape)
-                }
-                IbcastForm::Levels(parts) => {
-                    Ibcast::over_levels(comm, at, message, request(), parts)
-                }
-            };
-            m.background.ibcast(ib);
+            m.background
+                .ibcast(Ibcast::new(comm, at, message, request(), form));
             served = true;
             Ok(None)
         })?;
@@ -1107,14 +1099,6 @@ impl Ballots for OmpiBallots<'_> {
     fn only_multicast_queued(&self) -> bool {
         self.background.holds_only_multicast()
     }
-}
-
-/// How ipmc serves an `MPI_Ibcast` in its communicator's background work.
-enum IbcastForm {
-    Multicast,
-    PointToPoint(Shape),
-    /// Over two levels: this rank's parts and their roots.
-    Levels(Vec<(Comm, usize)>),
 }
 
 /// Runs `f` on the message's bytes: in the user's buffer when the datatype

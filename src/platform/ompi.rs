@@ -102,8 +102,28 @@ impl Comm {
     }
 }
 
-/// The glue's tests of a request (`ipmc_test`, `ipmc_look`).
-type DoneTest = unsafe extern "C" fn(*mut *mut ompi_request_t, *mut c_int, *mut usize) -> c_int;
+/// Tests the live request `*req`, driving Open MPI's progress engine
+/// (`Wait::Progress`, the glue's `ipmc_test`) or looking only, from inside
+/// it (`Wait::Look`, `ipmc_look`): `Some(bytes it moved)` once complete, and
+/// then the request is freed and `*req` null.
+///
+/// # Safety
+/// `*req` is a live request.
+unsafe fn test_request(req: &mut *mut ompi_request_t, wait: Wait) -> Result<Option<usize>> {
+    let done = match wait {
+        Wait::Progress => sys::ipmc_test,
+        Wait::Look => sys::ipmc_look,
+    };
+    let (mut is_done, mut count) = (0, 0);
+    // SAFETY: the caller's request is live; found complete, the glue freed
+    // it, and it is set to null below.
+    ok(unsafe { done(req, &mut is_done, &mut count) })?;
+    if is_done == 0 {
+        return Ok(None);
+    }
+    *req = ptr::null_mut();
+    Ok(Some(count))
+}
 
 /// The glue's start of an empty message with the barrier tag
 /// (`ipmc_irecv_answer`, `ipmc_isend_empty`).
@@ -631,30 +651,23 @@ impl Answers {
     /// Whether every answer arrived, driving Open MPI's progress engine
     /// (for use outside it, holding no lock of ipmc's).
     pub fn test(&mut self) -> Result<bool> {
-        self.all_done(sys::ipmc_test)
+        self.all_done(Wait::Progress)
     }
 
     /// Whether every answer arrived, looking without entering Open MPI's
     /// progress engine (for use from inside it).
     pub fn arrived(&mut self) -> Result<bool> {
-        self.all_done(sys::ipmc_look)
+        self.all_done(Wait::Look)
     }
 
-    /// Whether every answer arrived, by `done` (the glue's test or look).
-    fn all_done(&mut self, done: DoneTest) -> Result<bool> {
+    /// Whether every answer arrived, tested as `wait` says.
+    fn all_done(&mut self, wait: Wait) -> Result<bool> {
         for req in self.reqs.iter_mut().filter(|r| !r.is_null()) {
-            let (mut is_done, mut count) = (0, 0);
-            // SAFETY: `req` is a live request of these answers and `done`
-            // one of the glue's tests of a request; a request found
-            // complete has been freed (and is not looked at again).
-            let rc = unsafe { done(req, &mut is_done, &mut count) };
-            if rc != OMPI_SUCCESS {
-                return Err(Error::Ompi(rc));
-            }
-            if is_done == 0 {
+            // SAFETY: `req` is a live request of these answers (complete
+            // ones are null).
+            if unsafe { test_request(req, wait) }?.is_none() {
                 return Ok(false);
             }
-            *req = ptr::null_mut();
         }
         Ok(true)
     }
@@ -784,31 +797,21 @@ impl Messages {
     /// `Some(buffer)` once the message completed: for a receive the bytes
     /// received, for a send the buffer it sent (for reuse).
     pub fn test(&mut self, id: MsgId) -> Result<Option<Vec<u8>>> {
-        self.check(id, true)
+        self.check(id, Wait::Progress)
     }
 
     /// As [`Self::test`], but only looks at the request, without entering
     /// Open MPI's progress engine: for use from inside it.
     pub fn look(&mut self, id: MsgId) -> Result<Option<Vec<u8>>> {
-        self.check(id, false)
+        self.check(id, Wait::Look)
     }
 
-    fn check(&mut self, id: MsgId, progress: bool) -> Result<Option<Vec<u8>>> {
+    fn check(&mut self, id: MsgId, wait: Wait) -> Result<Option<Vec<u8>>> {
         let slot = &mut self.slots[id.0];
         assert!(!slot.req.is_null(), "message {id:?} already completed");
-        let (mut done, mut count) = (0, 0);
         // SAFETY: `slot.req` is the live request of this slot.
-        let rc = unsafe {
-            if progress {
-                sys::ipmc_test(&mut slot.req, &mut done, &mut count)
-            } else {
-                sys::ipmc_look(&mut slot.req, &mut done, &mut count)
-            }
-        };
-        if rc != OMPI_SUCCESS {
-            return Err(Error::Ompi(rc));
-        }
-        Ok((done != 0).then(|| self.finish(id, count)))
+        let count = unsafe { test_request(&mut slot.req, wait) }?;
+        Ok(count.map(|count| self.finish(id, count)))
     }
 
     /// Waits for the message and returns its buffer as [`Self::test`] does.
@@ -848,7 +851,7 @@ impl MessageIo for Messages {
     }
 
     fn test(&mut self, id: MsgId, wait: Wait) -> Result<Option<Vec<u8>>> {
-        self.check(id, wait == Wait::Progress)
+        self.check(id, wait)
     }
 
     fn wait(&mut self, id: MsgId) -> Result<Vec<u8>> {
@@ -1095,22 +1098,8 @@ impl PartIbcast {
         if self.req.is_null() {
             return Ok(true);
         }
-        let done = match wait {
-            Wait::Progress => sys::ipmc_test,
-            Wait::Look => sys::ipmc_look,
-        };
-        let (mut is_done, mut count) = (0, 0);
-        // SAFETY: `req` is this broadcast's live request; found complete,
-        // it has been freed and is not looked at again.
-        let rc = unsafe { done(&mut self.req, &mut is_done, &mut count) };
-        if rc != OMPI_SUCCESS {
-            return Err(Error::Ompi(rc));
-        }
-        if is_done == 0 {
-            return Ok(false);
-        }
-        self.req = ptr::null_mut();
-        Ok(true)
+        // SAFETY: `req` is this broadcast's live request (null once complete).
+        Ok(unsafe { test_request(&mut self.req, wait) }?.is_some())
     }
 
     /// The message, once [`PartIbcast::test`] found the broadcast complete.
