@@ -28,7 +28,7 @@
 //! background work ([`finish_all`]), so that no reference of ipmc's is left
 //! when it destroys the communicators.
 
-use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard, Weak};
 use std::time::{Duration, Instant};
 
@@ -464,16 +464,11 @@ static SLOTS: Mutex<Vec<Weak<Mutex<Slot>>>> = Mutex::new(Vec::new());
 /// levels starts its parts' broadcasts from there, and the first work of a
 /// part's communicator makes its slot.
 static NEW_SLOTS: Mutex<Vec<Weak<Mutex<Slot>>>> = Mutex::new(Vec::new());
-/// Whether `NEW_SLOTS` may hold a slot: the progress engine's turn, which
-/// runs on every turn of Open MPI's, looks at it without a lock.
-static ANY_NEW: AtomicBool = AtomicBool::new(false);
 
 /// Every communicator's slot, the new ones taken in: `SLOTS` locked (then
 /// `NEW_SLOTS`, never the other way round).
 fn take_in_new(slots: &mut Vec<Weak<Mutex<Slot>>>) {
-    if ANY_NEW.swap(false, Ordering::Acquire) {
-        slots.append(&mut locked(&NEW_SLOTS));
-    }
+    slots.append(&mut locked(&NEW_SLOTS));
 }
 /// Pieces of work in the background now: the progress callback's quick way out.
 static RUNNING: AtomicUsize = AtomicUsize::new(0);
@@ -520,7 +515,6 @@ impl Background {
         let slot = self.slot.get_or_insert_with(|| {
             let slot = Arc::new(Mutex::new(Slot::new(limit)));
             locked(&NEW_SLOTS).push(Arc::downgrade(&slot));
-            ANY_NEW.store(true, Ordering::Release);
             ompi::register_progress();
             slot
         });
