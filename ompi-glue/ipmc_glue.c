@@ -241,6 +241,12 @@ int ipmc_comm_bcast_bytes(struct ompi_communicator_t *comm, void *buf, int len, 
     return comm->c_coll->coll_bcast(buf, len, MPI_BYTE, root, comm, comm->c_coll->coll_bcast_module);
 }
 
+int ipmc_comm_allreduce_max_ints(struct ompi_communicator_t *comm, int *v, int n)
+{
+    return comm->c_coll->coll_allreduce(MPI_IN_PLACE, v, n, MPI_INT, MPI_MAX, comm,
+                                        comm->c_coll->coll_allreduce_module);
+}
+
 int ipmc_comm_ibcast_bytes(struct ompi_communicator_t *comm, void *buf, int len, int root,
                            struct ompi_request_t **req)
 {

@@ -152,6 +152,9 @@ int ipmc_comm_gatherv_bytes(struct ompi_communicator_t *comm, const void *sbuf, 
 int ipmc_comm_allgatherv_bytes(struct ompi_communicator_t *comm, void *buf, const int *counts,
                                const int *displs);
 int ipmc_comm_bcast_bytes(struct ompi_communicator_t *comm, void *buf, int len, int root);
+/* The element-wise maximum of n ints over a part of two levels, in place,
+   with whatever serves MPI_Allreduce there (never ipmc). */
+int ipmc_comm_allreduce_max_ints(struct ompi_communicator_t *comm, int *v, int n);
 /* Starts a nonblocking broadcast of len bytes on a part of two levels, with
    whatever serves it (a step of an MPI_Ibcast over the levels); test *req
    with ipmc_test or ipmc_look. */

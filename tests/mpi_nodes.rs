@@ -381,3 +381,55 @@ fn pipelined_levels_are_measured_above_a_mebibyte() {
         assert!(tally(s, "previous").0 >= 2, "{s:?}");
     }
 }
+
+/// Seed 001's dynamic choice of the receiving process: on 3 hosts of 2
+/// ranks, one rank enters every broadcast 2 ms late, with roots on every
+/// rank and every kind of message `bcast_check` sends. A late leader (rank
+/// 2) gives the lead of its node to the other rank there (`leader_moves`),
+/// which then hands the message over to it without waiting (`handovers`);
+/// a late rank that does not lead (rank 3) is handed the message over, and
+/// no lead moves. Every byte arrives on every rank either way.
+fn late_rank_on_two_levels(late: usize, moves: u64) {
+    let cluster = Cluster {
+        slots: 2,
+        ..Cluster::hosts(3)
+    };
+    let mca = [("coll_ipmc_print_statistics", "1")];
+    let skew = format!("rank={late}");
+    let args = [
+        "--max-bytes",
+        "70000",
+        "--burst",
+        "200",
+        "--burst-bytes",
+        "70000",
+        "--intercomm",
+        "0",
+        "--skew",
+        &skew,
+    ];
+    let run = cluster.mpirun(&mca, "bcast_check", &args);
+    assert_passed(&run);
+    let world = common::world_stats(&run, cluster.ranks());
+    for s in &world {
+        assert_eq!(num(s, "leader_moves"), moves, "{s:?}");
+        let handovers = num(s, "handovers");
+        // The late rank's node, and only it, took the message by handover.
+        if [2, 3].contains(&num(s, "rank")) {
+            assert!(handovers > 0, "{s:?}");
+            assert_eq!(handovers, num(&world[2], "handovers"), "{s:?}");
+        } else {
+            assert_eq!(handovers, 0, "{s:?}");
+        }
+    }
+}
+
+#[test]
+fn a_late_leader_gives_its_node_to_a_rank_that_enters_on_time() {
+    late_rank_on_two_levels(2, 1);
+}
+
+#[test]
+fn a_late_rank_that_does_not_lead_is_handed_the_message_over() {
+    late_rank_on_two_levels(3, 0);
+}

@@ -13,10 +13,11 @@ use std::cell::Cell;
 use std::collections::VecDeque;
 use std::ffi::c_int;
 use std::ops::Range;
+use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use crate::base::error::{Error, Result};
 use crate::base::io::Wait;
-use crate::platform::ompi::{AllgatherCall, BcastCall, Comm, PartIbcast};
+use crate::platform::ompi::{AllgatherCall, BcastCall, Comm, Fanout, PartIbcast};
 
 /// Bytes of a segment of a pipelined broadcast over the levels: 4 MiB
 /// over 4 emulated hosts of 4 ranks at 10 Gbit/s took 24.3 ms in segments
@@ -39,53 +40,108 @@ pub fn making_node_part() -> bool {
 }
 
 /// Where each rank of a communicator sits: its node (numbered in the order
-/// of each node's first rank) and whether it leads that node (its lowest
-/// rank). Every rank computes the same from the same host names.
+/// of each node's first rank) and which rank leads that node (at first its
+/// lowest; [`Layout::led_by`] moves a node's lead). Every rank computes the
+/// same from the same host names and the same moves.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct Layout {
     node: Vec<u32>,
-    /// Each node's rank within it: 0 for its leader.
+    /// Each rank's rank within its node's communicator: 0 for its leader,
+    /// then the others in rank order.
     local: Vec<u32>,
-    nodes: u32,
+    /// Each node's leader.
+    leader: Vec<u32>,
 }
 
 impl Layout {
     /// From the host name of every rank, in rank order.
     pub fn from_hosts<S: AsRef<str>>(hosts: impl IntoIterator<Item = S>) -> Self {
-        let mut seen: Vec<(String, u32)> = Vec::new();
-        let (mut node, mut local) = (Vec::new(), Vec::new());
+        let mut seen: Vec<String> = Vec::new();
+        let mut node = Vec::new();
         for host in hosts {
             let host = host.as_ref();
-            let i = match seen.iter().position(|(h, _)| h == host) {
+            let i = match seen.iter().position(|h| h == host) {
                 Some(i) => i,
                 None => {
-                    seen.push((host.to_owned(), 0));
+                    seen.push(host.to_owned());
                     seen.len() - 1
                 }
             };
             node.push(i as u32);
-            local.push(seen[i].1);
-            seen[i].1 += 1;
         }
+        let leader = (0..seen.len())
+            .map(|n| node.iter().position(|&m| m as usize == n).unwrap() as u32)
+            .collect();
+        Self::with(node, leader)
+    }
+
+    fn with(node: Vec<u32>, leader: Vec<u32>) -> Self {
+        let mut next = vec![1; leader.len()];
+        let local = node
+            .iter()
+            .enumerate()
+            .map(|(r, &n)| {
+                if leader[n as usize] as usize == r {
+                    0
+                } else {
+                    next[n as usize] += 1;
+                    next[n as usize] - 1
+                }
+            })
+            .collect();
         Layout {
             node,
             local,
-            nodes: seen.len() as u32,
+            leader,
         }
     }
 
+    /// The same nodes, each led by `leaders[node]`, a rank of that node.
+    pub fn led_by(&self, leaders: &[u32]) -> Self {
+        assert_eq!(leaders.len(), self.nodes());
+        for (n, &l) in leaders.iter().enumerate() {
+            assert_eq!(
+                self.node[l as usize] as usize, n,
+                "a leader outside its node"
+            );
+        }
+        Self::with(self.node.clone(), leaders.to_vec())
+    }
+
+    /// Each node's leader, by node.
+    pub fn leaders(&self) -> &[u32] {
+        &self.leader
+    }
+
+    /// The ranks of `rank`'s node, in the order of the node's communicator
+    /// (its leader first).
+    pub fn node_members(&self, rank: usize) -> Vec<usize> {
+        let n = self.node[rank];
+        let mut members: Vec<usize> = (0..self.node.len())
+            .filter(|&r| self.node[r] == n)
+            .collect();
+        members.sort_by_key(|&r| self.local[r]);
+        members
+    }
+
     pub fn nodes(&self) -> usize {
-        self.nodes as usize
+        self.leader.len()
     }
 
     /// Whether some node holds several ranks and there are several nodes:
     /// then two levels cross the network less than one.
     pub fn has_two_levels(&self) -> bool {
-        self.nodes > 1 && self.local.iter().any(|&l| l > 0)
+        self.nodes() > 1 && self.local.iter().any(|&l| l > 0)
     }
 
     pub fn is_leader(&self, rank: usize) -> bool {
         self.local[rank] == 0
+    }
+
+    /// `rank`'s node, which is its leader's rank in the leaders'
+    /// communicator.
+    pub fn node_of(&self, rank: usize) -> usize {
+        self.node[rank] as usize
     }
 
     /// Where an allgather over the levels keeps each rank's block (of
@@ -96,7 +152,7 @@ impl Layout {
         let mut at = vec![0; blocks.len()];
         let mut runs = Vec::with_capacity(self.nodes());
         let mut end = 0;
-        for n in 0..self.nodes {
+        for n in 0..self.nodes() as u32 {
             let start = end;
             for r in (0..blocks.len()).filter(|&r| self.node[r] == n) {
                 at[r] = end;
@@ -108,6 +164,107 @@ impl Layout {
     }
 }
 
+/// Handovers a leader keeps going before it waits for the oldest.
+const MAX_HANDOVERS: usize = 16;
+
+/// Broadcasts on the communicator before the first look at its leaders'
+/// lateness; then a look whenever their count doubled, and at least every
+/// [`LOOK_AT_MOST_EVERY`]: a program that broadcasts often pays for few.
+const FIRST_LOOK_AFTER: u64 = 64;
+const LOOK_AT_MOST_EVERY: u64 = 1024;
+
+/// When this rank entered a communicator's broadcasts since the last look,
+/// in nanoseconds of the wall clock, which all ranks of a node read alike.
+#[derive(Clone, Debug, Default)]
+struct Arrivals {
+    first: i64,
+    /// The sum of each entry's distance from the first.
+    sum: i64,
+    calls: i64,
+}
+
+impl Arrivals {
+    fn add(&mut self, at: SystemTime) {
+        let ns = at
+            .duration_since(UNIX_EPOCH)
+            .map_or(0, |d| i64::try_from(d.as_nanos()).unwrap_or(i64::MAX));
+        if self.calls == 0 {
+            self.first = ns;
+        }
+        self.sum = self.sum.saturating_add(ns.saturating_sub(self.first));
+        self.calls += 1;
+    }
+
+    fn mean(&self) -> i64 {
+        self.first + self.sum / self.calls.max(1)
+    }
+}
+
+/// Seed 001's dynamic choice of the receiving process, per communicator: a
+/// node whose leader enters broadcasts late holds its other ranks back by
+/// that much, so every so many broadcasts the ranks of each node compare
+/// their mean entry times, and where the leader was later than another rank
+/// by more than `coll_ipmc_leader_lateness` at two looks in a row, the
+/// earliest rank leads the node from then on (the levels are split again).
+#[derive(Clone, Debug)]
+pub struct Lookout {
+    arrivals: Arrivals,
+    calls: u64,
+    next_look: u64,
+    /// This rank's node's leader was late at the last look.
+    late_before: bool,
+    /// A rank of this node other than its leader entered late at the last
+    /// look: the leader hands its node the message without waiting for it.
+    hand_over: bool,
+}
+
+impl Default for Lookout {
+    fn default() -> Self {
+        Lookout {
+            arrivals: Arrivals::default(),
+            calls: 0,
+            next_look: FIRST_LOOK_AFTER,
+            late_before: false,
+            hand_over: false,
+        }
+    }
+}
+
+impl Lookout {
+    /// Counts a broadcast, and this rank's entry into it if `timed`;
+    /// whether a look is due (at the same call on every rank).
+    fn arrived(&mut self, at: SystemTime, timed: bool) -> bool {
+        if timed {
+            self.arrivals.add(at);
+        }
+        self.calls += 1;
+        self.calls == self.next_look
+    }
+
+    /// The leader this rank's node proposes from its ranks' mean entry
+    /// times (`means`, in the order of the node's communicator, its leader
+    /// first), and forgets the entries.
+    fn propose(&mut self, members: &[usize], means: &[i64], lateness: Duration) -> usize {
+        self.arrivals = Arrivals::default();
+        self.next_look = self.calls + self.calls.min(LOOK_AT_MOST_EVERY);
+        let earliest = (0..means.len()).min_by_key(|&i| means[i]).unwrap_or(0);
+        let late = i128::from(means[0]) - i128::from(means[earliest]) > lateness.as_nanos() as i128;
+        let moves = late && self.late_before;
+        self.late_before = late && !moves;
+        let leader = if moves { earliest } else { 0 };
+        let latest = means.iter().copied().max().unwrap_or(0);
+        self.hand_over =
+            i128::from(latest) - i128::from(means[leader]) > lateness.as_nanos() as i128;
+        members[leader]
+    }
+
+    /// Whether the node's leader hands the message over without waiting
+    /// for its node's ranks (see [`Levels::bcast`]).
+    pub fn hands_over(&self) -> bool {
+        self.hand_over
+    }
+}
+
 /// A communicator's two levels, for one rank: its node's communicator and,
 /// on a leader, the leaders'.
 pub struct Levels {
@@ -115,6 +272,10 @@ pub struct Levels {
     rank: usize,
     node: Comm,
     leaders: Option<Comm>,
+    pub lookout: Lookout,
+    /// A leader's handovers to its node that its node's ranks have not all
+    /// taken yet, oldest first.
+    handovers: VecDeque<Fanout>,
 }
 
 impl Levels {
@@ -123,16 +284,18 @@ impl Levels {
     pub fn split(comm: Comm, layout: Layout, rank: usize) -> Result<Self> {
         let name = comm.name();
         MAKING_NODE_PART.with(|m| m.set(true));
+        // Keyed so that each node's leader is rank 0 of its node's
+        // communicator, and node n's leader rank n of the leaders'.
         let node = comm.split(
             Some(layout.node[rank]),
-            rank,
+            layout.local[rank] as usize,
             &format!("ipmc node of {name}"),
         );
         MAKING_NODE_PART.with(|m| m.set(false));
         let node = node?.ok_or(Error::Unavailable)?;
         let leaders = comm.split(
             layout.is_leader(rank).then_some(0),
-            rank,
+            layout.node_of(rank),
             &format!("ipmc leaders of {name}"),
         );
         let leaders = match leaders {
@@ -151,7 +314,69 @@ impl Levels {
             rank,
             node,
             leaders,
+            lookout: Lookout::default(),
+            handovers: VecDeque::new(),
         })
+    }
+
+    /// Counts this rank's entry at `at` into a broadcast from `root`;
+    /// whether a look at the leaders' lateness is due ([`Levels::look`]).
+    /// Only entries into broadcasts from other nodes count: no rank can
+    /// have the message before the root entered, so a root's node waits
+    /// for it whoever leads, and its entry is no lateness.
+    pub fn arrived(&mut self, at: SystemTime, root: usize) -> bool {
+        let timed = self.layout.node_of(root) != self.layout.node_of(self.rank);
+        self.lookout.arrived(at, timed)
+    }
+
+    /// A look at the leaders' lateness, every rank at the same broadcast
+    /// (when [`Levels::arrived`] says so): the ranks of each node share
+    /// their mean entry times, each node proposes its leader, and the
+    /// leaders share the proposals with each other and their nodes. Returns
+    /// the new layout if some node's lead moves (the caller splits again).
+    pub fn look(&mut self, lateness: Duration) -> Result<Option<Layout>> {
+        let members = self.layout.node_members(self.rank);
+        let mut bytes = vec![0u8; 8 * members.len()];
+        let mine = 8 * self.layout.local[self.rank] as usize;
+        bytes[mine..mine + 8].copy_from_slice(&self.lookout.arrivals.mean().to_le_bytes());
+        let int = |n: usize| c_int::try_from(n).map_err(|_| Error::Range);
+        let counts = vec![8; members.len()];
+        let displs = (0..members.len())
+            .map(|i| int(8 * i))
+            .collect::<Result<Vec<_>>>()?;
+        self.node.allgatherv_bytes(&mut bytes, &counts, &displs)?;
+        let means: Vec<i64> = bytes
+            .chunks_exact(8)
+            .map(|b| i64::from_le_bytes(b.try_into().expect("8 bytes")))
+            .collect();
+        let was = self.lookout.hands_over();
+        let proposed = self.lookout.propose(&members, &means, lateness);
+        if self.lookout.hands_over() != was {
+            log::info!(
+                "rank {}: its node's leader {} the message over without waiting (entries {:?} ns behind the earliest)",
+                self.rank,
+                if was { "no longer hands" } else { "hands" },
+                means.iter().map(|m| m - means.iter().min().unwrap()).collect::<Vec<_>>()
+            );
+        }
+        let mut leaders = vec![-1i32; self.layout.nodes()];
+        leaders[self.layout.node_of(self.rank)] = int(proposed)?;
+        if let Some(comm) = self.leaders {
+            comm.allreduce_max(&mut leaders)?;
+        }
+        let mut map: Vec<u8> = leaders.iter().flat_map(|l| l.to_le_bytes()).collect();
+        self.node.bcast_bytes(&mut map, 0)?;
+        let leaders: Vec<u32> = map
+            .chunks_exact(4)
+            .map(|b| i32::from_le_bytes(b.try_into().expect("4 bytes")))
+            .map(|l| u32::try_from(l).map_err(|_| Error::Range))
+            .collect::<Result<_>>()?;
+        if leaders.iter().enumerate().any(|(n, &l)| {
+            (l as usize) >= self.layout.node.len() || self.layout.node[l as usize] as usize != n
+        }) {
+            return Err(Error::Range);
+        }
+        Ok((leaders != self.layout.leaders()).then(|| self.layout.led_by(&leaders)))
     }
 
     /// One broadcast over the two levels: among the leaders, the root's
@@ -159,10 +384,63 @@ impl Levels {
     /// root that does not lead its node first gives the message to its node
     /// (costing no trip across the network), which then needs no turn after
     /// the leaders.
-    pub fn bcast(&self, call: &mut BcastCall) -> Result<()> {
+    ///
+    /// Where a rank of the node entered late at the last look, its leader
+    /// hands it the message by point-to-point sends from a copy and returns
+    /// without waiting for them to be taken (a broadcast inside the node
+    /// would hold it until the late rank came, and with it, through the
+    /// leaders, every node).
+    ///
+    /// Returns whether the node's step went by handover.
+    pub fn bcast(&mut self, call: &mut BcastCall) -> Result<bool> {
+        let hand_over = self.lookout.hands_over() && !self.node_goes_first(call.root());
         for (part, root) in self.bcast_parts(call.root()) {
-            call.on_part(part, root)?;
+            if part == self.node && hand_over {
+                self.hand_over(call)?;
+            } else {
+                call.on_part(part, root)?;
+            }
         }
+        Ok(hand_over)
+    }
+
+    /// The node's step of [`Levels::bcast`] by handover: from the leader,
+    /// which has the message, to every other rank of its node.
+    fn hand_over(&mut self, call: &mut BcastCall) -> Result<()> {
+        let bytes = call.bytes();
+        if self.layout.is_leader(self.rank) {
+            let mut data = vec![0; bytes];
+            match call.contiguous(bytes) {
+                Some(buf) => data.copy_from_slice(buf),
+                None => call.pack(&mut data)?,
+            }
+            return self.send_handover(data);
+        }
+        match call.contiguous(bytes) {
+            Some(buf) => self.node.recv_bytes(buf, 0),
+            None => {
+                let mut packed = vec![0; bytes];
+                self.node.recv_bytes(&mut packed, 0)?;
+                call.unpack(&packed)
+            }
+        }
+    }
+
+    /// On a leader: hands `data` to the other ranks of its node, keeping at
+    /// most [`MAX_HANDOVERS`] going.
+    fn send_handover(&mut self, data: Vec<u8>) -> Result<()> {
+        let full = self.handovers.len() >= MAX_HANDOVERS;
+        if let Some(f) = self.handovers.front_mut().filter(|_| full) {
+            f.wait()?;
+        }
+        while let Some(f) = self.handovers.front_mut() {
+            if !f.test()? {
+                break;
+            }
+            self.handovers.pop_front();
+        }
+        let fanout = self.node.send_all(data, 1..self.node.size())?;
+        self.handovers.push_back(fanout);
         Ok(())
     }
 
@@ -173,7 +451,10 @@ impl Levels {
     /// network's. The root's node, where the root does not lead it, goes
     /// first and whole, as in [`Levels::bcast`]; the leaders' broadcasts
     /// are of segments everywhere.
-    pub fn bcast_pipelined(&self, buf: &mut [u8], root: usize, segment: usize) -> Result<()> {
+    /// Where the node's ranks take the message by handover (see
+    /// [`Levels::bcast`]), they do so once the leader has all of it; returns
+    /// whether they did.
+    pub fn bcast_pipelined(&mut self, buf: &mut [u8], root: usize, segment: usize) -> Result<bool> {
         let root_node = self.layout.node[root] as usize;
         let among_leaders = |chunk: &mut [u8]| match self.leaders {
             Some(leaders) => leaders.bcast_bytes(chunk, root_node),
@@ -182,9 +463,20 @@ impl Levels {
         if self.node_goes_first(root) {
             self.node
                 .bcast_bytes(buf, self.layout.local[root] as usize)?;
-            return buf.chunks_mut(segment.max(1)).try_for_each(among_leaders);
+            buf.chunks_mut(segment.max(1)).try_for_each(among_leaders)?;
+            return Ok(false);
         }
-        self.node.bcast_segments(buf, 0, segment, among_leaders)
+        if self.lookout.hands_over() {
+            buf.chunks_mut(segment.max(1)).try_for_each(among_leaders)?;
+            if self.layout.is_leader(self.rank) {
+                self.send_handover(buf.to_vec())?;
+            } else {
+                self.node.recv_bytes(buf, 0)?;
+            }
+            return Ok(true);
+        }
+        self.node.bcast_segments(buf, 0, segment, among_leaders)?;
+        Ok(false)
     }
 
     /// Whether this rank's node gets a broadcast from `root` before the
@@ -203,8 +495,6 @@ impl Levels {
             parts.push((self.node, self.layout.local[root] as usize));
         }
         if let Some(leaders) = self.leaders {
-            // The leaders' communicator orders them by rank, which orders
-            // the nodes as their numbers do.
             parts.push((leaders, self.layout.node[root] as usize));
         }
         if !first {
@@ -240,9 +530,8 @@ impl Levels {
         let int = |n: usize| c_int::try_from(n).map_err(|_| Error::Range);
         let mut own = vec![0; blocks[self.rank]];
         call.own_block(self.rank, &mut own)?;
-        let node = l.node[self.rank];
         let (mut counts, mut displs) = (Vec::new(), Vec::new());
-        for r in (0..blocks.len()).filter(|&r| l.node[r] == node) {
+        for r in l.node_members(self.rank) {
             counts.push(int(blocks[r])?);
             displs.push(int(at[r])?);
         }
@@ -274,8 +563,14 @@ impl Levels {
         Ok(())
     }
 
-    /// Frees both levels' communicators.
-    pub fn free(self) {
+    /// Frees both levels' communicators, once the node's ranks took what
+    /// this rank handed over.
+    pub fn free(mut self) {
+        for mut f in self.handovers.drain(..) {
+            if let Err(e) = f.wait() {
+                log::warn!("rank {}: a handover to its node failed ({e})", self.rank);
+            }
+        }
         if let Some(leaders) = self.leaders {
             leaders.free();
         }
@@ -353,6 +648,63 @@ mod tests {
         assert_eq!(leaders, [0, 1, 3]);
         assert!(!Layout::from_hosts(["a", "b", "c"]).has_two_levels());
         assert!(!Layout::from_hosts(["a", "a", "a"]).has_two_levels());
+    }
+
+    #[test]
+    fn a_moved_lead_comes_first_in_its_node() {
+        let l = Layout::from_hosts(["b", "a", "b", "c", "a", "b"]);
+        assert_eq!(l.leaders(), [0, 1, 3]);
+        let m = l.led_by(&[5, 1, 3]);
+        assert_eq!(m.local, [1, 0, 2, 0, 1, 0]);
+        assert!(m.is_leader(5) && !m.is_leader(0));
+        assert_eq!(m.node_members(2), [5, 0, 2]);
+        assert_eq!(m.node_members(4), [1, 4]);
+        // Node after node still, whoever leads: the leaders' ranks there.
+        assert_eq!((m.node_of(5), m.node_of(1), m.node_of(3)), (0, 1, 2));
+        assert_eq!(m.led_by(&[0, 1, 3]), l);
+    }
+
+    #[test]
+    #[should_panic(expected = "a leader outside its node")]
+    fn a_lead_stays_in_its_node() {
+        Layout::from_hosts(["a", "b", "a", "b"]).led_by(&[1, 3]);
+    }
+
+    #[test]
+    fn a_late_leader_gives_up_its_lead_at_the_second_look_in_a_row() {
+        let ms = |m: i64| m * 1_000_000;
+        let members = [4, 5, 6];
+        let late = Duration::from_millis(1);
+        let mut look = Lookout::default();
+        // Late by 3 ms behind rank 6: noted, not yet moved.
+        assert_eq!(look.propose(&members, &[ms(10), ms(8), ms(7)], late), 4);
+        assert_eq!(look.propose(&members, &[ms(10), ms(8), ms(7)], late), 6);
+        // Within the lateness allowed, or late only once: no move.
+        let mut look = Lookout::default();
+        assert_eq!(
+            look.propose(&members, &[ms(10), ms(9) + 1, ms(10)], late),
+            4
+        );
+        assert_eq!(
+            look.propose(&members, &[ms(10), ms(9) + 1, ms(10)], late),
+            4
+        );
+        assert_eq!(look.propose(&members, &[ms(10), ms(5), ms(10)], late), 4);
+        assert_eq!(look.propose(&members, &[ms(10), ms(10), ms(10)], late), 4);
+        assert_eq!(look.propose(&members, &[ms(10), ms(5), ms(10)], late), 4);
+    }
+
+    #[test]
+    fn looks_come_when_the_broadcasts_doubled_then_at_an_interval() {
+        let mut look = Lookout::default();
+        let mut at = Vec::new();
+        for call in 1..=5000u64 {
+            if look.arrived(SystemTime::now(), true) {
+                at.push(call);
+                look.propose(&[0, 1], &[0, 0], Duration::from_millis(1));
+            }
+        }
+        assert_eq!(at, [64, 128, 256, 512, 1024, 2048, 3072, 4096]);
     }
 
     #[test]

@@ -2,7 +2,7 @@
 
 use std::ffi::c_int;
 use std::net::{IpAddr, Ipv6Addr};
-use std::time::{Duration, Instant};
+use std::time::{Duration, Instant, SystemTime};
 
 use log::{debug, info, warn};
 
@@ -353,6 +353,7 @@ impl Module {
         // of a candidate's calls leaves such a call out. Timed from after
         // the wait, it would look fast, the root having entered meanwhile.
         let entered = Instant::now();
+        let arrived = SystemTime::now();
         self.moved = false;
         let bytes = call.bytes();
         if bytes == 0 {
@@ -405,6 +406,49 @@ impl Module {
             }
         })?;
         self.stats.record(alg, bytes);
+        self.follow_late_leaders(call.comm(), call.root(), arrived)
+    }
+
+    /// Seed 001's dynamic choice of the receiving process over two levels
+    /// ([`crate::component::levels::Lookout`]): counts this rank's entry
+    /// into a broadcast and, at a look (the same broadcast on every rank),
+    /// moves the lead of each node whose leader entered late to its
+    /// earliest rank, splitting the communicator again.
+    fn follow_late_leaders(&mut self, comm: Comm, root: usize, arrived: SystemTime) -> Result<()> {
+        let lateness = Duration::from_micros(self.cfg.leader_lateness as u64);
+        let TwoLevels::Ready(levels) = &mut self.levels else {
+            return Ok(());
+        };
+        if lateness.is_zero() || !levels.arrived(arrived, root) {
+            return Ok(());
+        }
+        // Nonblocking broadcasts queued on the levels end on them.
+        self.background.finish()?;
+        let TwoLevels::Ready(levels) = &mut self.levels else {
+            unreachable!("matched above");
+        };
+        let Some(layout) = levels.look(lateness)? else {
+            return Ok(());
+        };
+        info!(
+            "rank {} on {}: a node's leader entered broadcasts over {lateness:?} late; \
+             the nodes are led by ranks {:?} from now on",
+            self.rank,
+            comm.name(),
+            layout.leaders()
+        );
+        let TwoLevels::Ready(old) = std::mem::replace(&mut self.levels, TwoLevels::Pending(layout))
+        else {
+            unreachable!("matched above");
+        };
+        let lookout = old.lookout.clone();
+        old.free();
+        self.split_levels(comm)?;
+        if let TwoLevels::Ready(levels) = &mut self.levels {
+            levels.lookout = lookout;
+        }
+        self.stats.leader_moves += 1;
+        self.choice.measure_again();
         Ok(())
     }
 
@@ -928,26 +972,35 @@ impl Module {
     }
 
     /// The broadcast over the two levels.
-    fn run_levels(&self, call: &mut BcastCall) -> Result<()> {
-        match &self.levels {
-            TwoLevels::Ready(levels) => levels.bcast(call),
-            _ => Err(Error::Unavailable),
+    fn run_levels(&mut self, call: &mut BcastCall) -> Result<()> {
+        let TwoLevels::Ready(levels) = &mut self.levels else {
+            return Err(Error::Unavailable);
+        };
+        if levels.bcast(call)? {
+            self.stats.handovers += 1;
         }
+        Ok(())
     }
 
     /// The broadcast over the two levels, pipelined, on the message bytes
     /// (the parts' counts are `int`s: a larger message goes whole).
-    fn run_levels_pipelined(&self, call: &mut BcastCall, bytes: usize) -> Result<()> {
-        let TwoLevels::Ready(levels) = &self.levels else {
+    fn run_levels_pipelined(&mut self, call: &mut BcastCall, bytes: usize) -> Result<()> {
+        if c_int::try_from(bytes).is_err() {
+            return self.run_levels(call);
+        }
+        let TwoLevels::Ready(levels) = &mut self.levels else {
             return Err(Error::Unavailable);
         };
-        if c_int::try_from(bytes).is_err() {
-            return levels.bcast(call);
-        }
         let root = call.root();
+        let mut handed = false;
         on_message_bytes(call, self.rank, bytes, |buf| {
-            levels.bcast_pipelined(buf, root, LEVEL_SEGMENT)
-        })
+            handed = levels.bcast_pipelined(buf, root, LEVEL_SEGMENT)?;
+            Ok(())
+        })?;
+        if handed {
+            self.stats.handovers += 1;
+        }
+        Ok(())
     }
 
     /// The two-stage broadcast on the message bytes.

@@ -28,6 +28,10 @@ pub struct Stats {
     pub empty: u64,
     /// Nonblocking broadcasts ipmc served (counted with their algorithm too).
     pub nonblocking: u64,
+    /// Times a node's lead moved to an earlier rank, and broadcasts whose
+    /// node step went by handover (two levels).
+    pub leader_moves: u64,
+    pub handovers: u64,
     tallies: [Tally; Algorithm::ALL.len()],
     pub datagrams: Datagrams,
     pub barriers: Barriers,
@@ -46,6 +50,8 @@ impl Default for Stats {
         Stats {
             empty: 0,
             nonblocking: 0,
+            leader_moves: 0,
+            handovers: 0,
             tallies: Default::default(),
             datagrams: Datagrams::default(),
             barriers: Barriers::default(),
@@ -119,10 +125,12 @@ impl Stats {
     ) -> String {
         let mut line = format!(
             "ipmc stats: rank={rank} size={size} nodes={nodes} cid={cid} bcasts={} empty={} \
-             ibcasts={}",
+             ibcasts={} leader_moves={} handovers={}",
             self.total_calls(),
             self.empty,
-            self.nonblocking
+            self.nonblocking,
+            self.leader_moves,
+            self.handovers
         );
         for alg in Algorithm::ALL {
             let t = self.tally(alg);
@@ -431,6 +439,16 @@ impl Stats {
                 "Bytes gathered over two levels",
                 t.bytes,
             ),
+            counter(
+                "leader_moves",
+                "Times a node's lead moved to a rank that enters broadcasts earlier (two levels)",
+                self.leader_moves,
+            ),
+            counter(
+                "handovers",
+                "Broadcasts over two levels whose node step went by handover from a leader that did not wait for a late rank",
+                self.handovers,
+            ),
         ]);
         v
     }
@@ -473,7 +491,7 @@ mod tests {
         assert_eq!(s.total_calls(), 4);
         assert_eq!(
             s.report(2, 8, 4, 3, "MPI_COMM_WORLD"),
-            "ipmc stats: rank=2 size=8 nodes=4 cid=3 bcasts=4 empty=1 ibcasts=0 linear=2:15B chain=1:1048576B \
+            "ipmc stats: rank=2 size=8 nodes=4 cid=3 bcasts=4 empty=1 ibcasts=0 leader_moves=0 handovers=0 linear=2:15B chain=1:1048576B \
              multicast=0:0B previous=0:0B binomial=0:0B binary=0:0B two_level=0:0B two_level_pipelined=0:0B setup=none sent=0 send_full=0 \
              send_failed=0 recv=0 \
              injected=0 own=0 useful=0 dup=0 root_own=0 rej_comm=0 rej_stale=0 rej_future=0 \

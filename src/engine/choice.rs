@@ -96,6 +96,11 @@ impl Choice {
         &self.tuner
     }
 
+    /// See [`Tuner::measure_again`].
+    pub fn measure_again(&mut self) {
+        self.tuner.measure_again();
+    }
+
     /// The algorithm of a call of class `k` and what to measure of it, or
     /// what to wait for first; a class without a decision takes `fixed`.
     pub fn plan(&mut self, k: usize, fixed: Algorithm, io: &mut impl Ballots) -> Result<Next> {

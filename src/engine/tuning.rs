@@ -678,6 +678,25 @@ impl Tuner {
         d
     }
 
+    /// Measures every decided class again, as on a new communicator: the
+    /// levels under the decisions changed (a node's lead moved). Its next
+    /// calls go over the levels unmeasured while the new leaders'
+    /// communicator measures its own, and the last decision serves
+    /// nonblocking calls meanwhile. The same call on every rank.
+    pub fn measure_again(&mut self) {
+        for k in 0..self.classes.len() {
+            let fresh = Phase::explore(self.candidates(k).len());
+            let c = &mut self.classes[k];
+            if matches!(c.phase, Phase::Decided(_)) {
+                let Phase::Decided(d) = std::mem::replace(&mut c.phase, fresh) else {
+                    unreachable!("matched above");
+                };
+                c.last = Some(d);
+                c.calls = 0;
+            }
+        }
+    }
+
     /// The classes decided so far, smallest first, for the decision table.
     pub fn decisions(&self) -> impl Iterator<Item = (usize, &Decision)> {
         self.classes

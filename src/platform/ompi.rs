@@ -41,7 +41,7 @@ pub fn print_line(line: &str) {
 
 /// A communicator handle, valid for as long as Open MPI's call that handed it
 /// to ipmc runs.
-#[derive(Clone, Copy)]
+#[derive(Clone, Copy, PartialEq, Eq)]
 pub struct Comm(pub(crate) *mut ompi_communicator_t);
 
 // SAFETY: the handle is an address; Open MPI lets any thread use a
@@ -1009,6 +1009,52 @@ impl Comm {
         ok(unsafe { sys::ipmc_comm_bcast_bytes(self.0, buf.as_mut_ptr().cast(), len, root) })
     }
 
+    /// Starts sending `data` to each of `peers` (ranks of this
+    /// communicator, not this one) with ipmc's broadcast tag.
+    pub fn send_all(self, data: Vec<u8>, peers: impl IntoIterator<Item = usize>) -> Result<Fanout> {
+        let mut fanout = Fanout {
+            reqs: Vec::new(),
+            data,
+        };
+        for peer in peers {
+            assert!(peer < self.size() && peer != self.rank(), "bad peer {peer}");
+            let peer = c_int::try_from(peer).map_err(|_| Error::Range)?;
+            let mut req = ptr::null_mut();
+            // SAFETY: the buffer is the fanout's own, whose heap memory stays
+            // where it is until every send completed (`Drop` leaves it to a
+            // send that did not); `req` is a valid out-pointer.
+            ok(unsafe {
+                sys::ipmc_isend_bytes(
+                    fanout.data.as_ptr().cast(),
+                    fanout.data.len(),
+                    peer,
+                    self.0,
+                    &mut req,
+                )
+            })?;
+            fanout.reqs.push(req);
+        }
+        Ok(fanout)
+    }
+
+    /// Receives exactly `buf.len()` bytes from `peer` with ipmc's broadcast
+    /// tag.
+    pub fn recv_bytes(self, buf: &mut [u8], peer: usize) -> Result<()> {
+        let mut t = PmlTransport::new(self, self.rank(), self.size(), buf);
+        let len = t.len();
+        let id = t.irecv(0..len, peer)?;
+        t.wait_all(&[id])
+    }
+
+    /// Replaces each element of `v` by its maximum over the part's ranks,
+    /// by whatever serves `MPI_Allreduce` on it (never ipmc).
+    pub fn allreduce_max(self, v: &mut [i32]) -> Result<()> {
+        let n = c_int::try_from(v.len()).map_err(|_| Error::Range)?;
+        // SAFETY: `v` is `n` ints; every member of the part enters the same
+        // allreduce with as many.
+        ok(unsafe { sys::ipmc_comm_allreduce_max_ints(self.0, v.as_mut_ptr(), n) })
+    }
+
     /// Starts broadcasting `data` from `root` by whatever serves nonblocking
     /// broadcasts on this part; the broadcast owns the buffer.
     pub fn ibcast_bytes(self, mut data: Vec<u8>, root: usize) -> Result<PartIbcast> {
@@ -1120,6 +1166,49 @@ impl Drop for PartIbcast {
         // cannot be cancelled, and waiting for it may never end (another
         // rank failed): its buffer is left to it.
         if !self.req.is_null() {
+            std::mem::forget(std::mem::take(&mut self.data));
+        }
+    }
+}
+
+/// One message sent to several ranks of a communicator from a buffer it
+/// owns ([`Comm::send_all`]), so that the sender need not wait for them.
+pub struct Fanout {
+    /// Null once complete (and freed).
+    reqs: Vec<*mut ompi_request_t>,
+    data: Vec<u8>,
+}
+
+impl Fanout {
+    /// Whether every send completed (driving Open MPI's progress engine).
+    pub fn test(&mut self) -> Result<bool> {
+        for req in self.reqs.iter_mut().filter(|r| !r.is_null()) {
+            // SAFETY: `req` is one of this fanout's live sends (null once
+            // complete).
+            if unsafe { test_request(req, Wait::Progress) }?.is_none() {
+                return Ok(false);
+            }
+        }
+        Ok(true)
+    }
+
+    /// Waits until every send completed.
+    pub fn wait(&mut self) -> Result<()> {
+        for req in self.reqs.iter_mut().filter(|r| !r.is_null()) {
+            let mut count = 0;
+            // SAFETY: as in `test`; the glue frees the request it waited for.
+            ok(unsafe { sys::ipmc_wait(req, &mut count) })?;
+            *req = ptr::null_mut();
+        }
+        Ok(())
+    }
+}
+
+impl Drop for Fanout {
+    fn drop(&mut self) {
+        // Only a fanout given up after an error is dropped pending: its
+        // receivers may still read the buffer, which is left to them.
+        if self.reqs.iter().any(|r| !r.is_null()) {
             std::mem::forget(std::mem::take(&mut self.data));
         }
     }

@@ -18,6 +18,7 @@
  *                  last    the root enters last: it sleeps 2 ms before MPI_Bcast
  *                  random  every rank sleeps 0-10 ms, drawn from its MPI_COMM_WORLD rank and
  *                          its count of checked broadcasts, so a run is reproducible
+ *                  rank=N  the rank N of MPI_COMM_WORLD enters every one late: it sleeps 2 ms
  * --node-comm    1: also check a communicator of the ranks that share this rank's node
  *                (MPI_Comm_split_type with MPI_COMM_TYPE_SHARED), named "node"
  * --intercomm    0: skip the intercommunicator (default 1), whose creation
@@ -36,14 +37,15 @@
 #include <time.h>
 
 #define SENTINEL 0xEE
-#define SKEW_US 2000         /* the late ranks' delay with --skew first or last */
+#define SKEW_US 2000         /* the late ranks' delay with --skew first, last or rank=N */
 #define SKEW_RANDOM_US 10000 /* the largest delay with --skew random */
 
-enum skew { SKEW_NONE, SKEW_FIRST, SKEW_LAST, SKEW_RANDOM };
+enum skew { SKEW_NONE, SKEW_FIRST, SKEW_LAST, SKEW_RANDOM, SKEW_RANK };
 
 static size_t max_bytes = 1048576 + 1, large_above = 1048576, big = 0;
 static int burst = 64, burst_bytes = 0;
 static enum skew skew = SKEW_NONE;
+static int late_rank = -1; /* with --skew rank=N */
 static int node_comm = 0, intercomm = 1;
 static int world_rank;
 static long checked; /* checked broadcasts this process entered, all communicators */
@@ -107,6 +109,11 @@ static void apply_skew(int rank, int root)
     case SKEW_RANDOM:
         sleep_us((long) (mix(((uint64_t) world_rank << 32) ^ (uint64_t) call) %
                          (SKEW_RANDOM_US + 1)));
+        break;
+    case SKEW_RANK:
+        if (world_rank == late_rank) {
+            sleep_us(SKEW_US);
+        }
         break;
     }
 }
@@ -277,8 +284,10 @@ int main(int argc, char **argv)
             else if (!strcmp(m, "first")) skew = SKEW_FIRST;
             else if (!strcmp(m, "last")) skew = SKEW_LAST;
             else if (!strcmp(m, "random")) skew = SKEW_RANDOM;
+            else if (sscanf(m, "rank=%d", &late_rank) == 1 && late_rank >= 0) skew = SKEW_RANK;
             else {
-                fprintf(stderr, "bcast_check: unknown skew %s (none, first, last, random)\n", m);
+                fprintf(stderr, "bcast_check: unknown skew %s (none, first, last, random, rank=N)\n",
+                        m);
                 MPI_Abort(MPI_COMM_WORLD, 1);
             }
         } else {
