@@ -216,6 +216,18 @@ pub struct Lookout {
     /// A rank of this node other than its leader entered late at the last
     /// look: the leader hands its node the message without waiting for it.
     hand_over: bool,
+    /// Which nodes hand over, as every rank learnt at the last look.
+    handing: Vec<bool>,
+}
+
+/// What a look at the leaders' lateness found, alike on every rank.
+#[derive(Debug)]
+pub enum Seen {
+    Same,
+    /// Some nodes began or stopped handing the message over: which do now.
+    HandoversChanged(Vec<bool>),
+    /// Some node's lead moves: the layout from now on.
+    Moved(Layout),
 }
 
 impl Default for Lookout {
@@ -226,6 +238,7 @@ impl Default for Lookout {
             next_look: FIRST_LOOK_AFTER,
             late_before: false,
             hand_over: false,
+            handing: Vec::new(),
         }
     }
 }
@@ -331,10 +344,10 @@ impl Levels {
 
     /// A look at the leaders' lateness, every rank at the same broadcast
     /// (when [`Levels::arrived`] says so): the ranks of each node share
-    /// their mean entry times, each node proposes its leader, and the
-    /// leaders share the proposals with each other and their nodes. Returns
-    /// the new layout if some node's lead moves (the caller splits again).
-    pub fn look(&mut self, lateness: Duration) -> Result<Option<Layout>> {
+    /// their mean entry times, each node proposes its leader and whether it
+    /// hands the message over, and the leaders share the proposals with
+    /// each other and their nodes, so that every rank learns every node's.
+    pub fn look(&mut self, lateness: Duration) -> Result<Seen> {
         let members = self.layout.node_members(self.rank);
         let mut bytes = vec![0u8; 8 * members.len()];
         let mine = 8 * self.layout.local[self.rank] as usize;
@@ -349,34 +362,37 @@ impl Levels {
             .chunks_exact(8)
             .map(|b| i64::from_le_bytes(b.try_into().expect("8 bytes")))
             .collect();
-        let was = self.lookout.hands_over();
         let proposed = self.lookout.propose(&members, &means, lateness);
-        if self.lookout.hands_over() != was {
-            log::info!(
-                "rank {}: its node's leader {} the message over without waiting (entries {:?} ns behind the earliest)",
-                self.rank,
-                if was { "no longer hands" } else { "hands" },
-                means.iter().map(|m| m - means.iter().min().unwrap()).collect::<Vec<_>>()
-            );
-        }
-        let mut leaders = vec![-1i32; self.layout.nodes()];
-        leaders[self.layout.node_of(self.rank)] = int(proposed)?;
+        // Each node's proposal as 2 × its leader + whether it hands over;
+        // -1 where another node's goes.
+        let mut nodes = vec![-1i32; self.layout.nodes()];
+        nodes[self.layout.node_of(self.rank)] =
+            int(2 * proposed + usize::from(self.lookout.hands_over()))?;
         if let Some(comm) = self.leaders {
-            comm.allreduce_max(&mut leaders)?;
+            comm.allreduce_max(&mut nodes)?;
         }
-        let mut map: Vec<u8> = leaders.iter().flat_map(|l| l.to_le_bytes()).collect();
+        let mut map: Vec<u8> = nodes.iter().flat_map(|l| l.to_le_bytes()).collect();
         self.node.bcast_bytes(&mut map, 0)?;
-        let leaders: Vec<u32> = map
+        let nodes: Vec<u32> = map
             .chunks_exact(4)
             .map(|b| i32::from_le_bytes(b.try_into().expect("4 bytes")))
             .map(|l| u32::try_from(l).map_err(|_| Error::Range))
             .collect::<Result<_>>()?;
+        let leaders: Vec<u32> = nodes.iter().map(|n| n / 2).collect();
+        let handing: Vec<bool> = nodes.iter().map(|n| n % 2 == 1).collect();
         if leaders.iter().enumerate().any(|(n, &l)| {
             (l as usize) >= self.layout.node.len() || self.layout.node[l as usize] as usize != n
         }) {
             return Err(Error::Range);
         }
-        Ok((leaders != self.layout.leaders()).then(|| self.layout.led_by(&leaders)))
+        let was = std::mem::replace(&mut self.lookout.handing, handing.clone());
+        if leaders != self.layout.leaders() {
+            return Ok(Seen::Moved(self.layout.led_by(&leaders)));
+        }
+        if was != handing && (!was.is_empty() || handing.contains(&true)) {
+            return Ok(Seen::HandoversChanged(handing));
+        }
+        Ok(Seen::Same)
     }
 
     /// One broadcast over the two levels: among the leaders, the root's

@@ -12,7 +12,7 @@ use crate::base::error::{Error, Result};
 use crate::base::params::Config;
 use crate::base::transport::Transport;
 use crate::component::background::{Background, Form as IbcastForm, Ibcast, Joining, Open};
-use crate::component::levels::{Layout, Levels, LEVEL_SEGMENT};
+use crate::component::levels::{Layout, Levels, Seen, LEVEL_SEGMENT};
 use crate::component::logging::{tell_once, Notice};
 use crate::component::nodes::Nodes;
 use crate::component::stats::Stats;
@@ -427,8 +427,19 @@ impl Module {
         let TwoLevels::Ready(levels) = &mut self.levels else {
             unreachable!("matched above");
         };
-        let Some(layout) = levels.look(lateness)? else {
-            return Ok(());
+        let layout = match levels.look(lateness)? {
+            Seen::Same => return Ok(()),
+            Seen::HandoversChanged(handing) => {
+                info!(
+                    "rank {} on {}: nodes whose leader hands the message over without waiting \
+                     for a late rank: {handing:?}",
+                    self.rank,
+                    comm.name()
+                );
+                self.choice.measure_again();
+                return Ok(());
+            }
+            Seen::Moved(layout) => layout,
         };
         info!(
             "rank {} on {}: a node's leader entered broadcasts over {lateness:?} late; \
