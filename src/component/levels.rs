@@ -213,10 +213,9 @@ pub struct Lookout {
     next_look: u64,
     /// This rank's node's leader was late at the last look.
     late_before: bool,
-    /// A rank of this node other than its leader entered late at the last
-    /// look: the leader hands its node the message without waiting for it.
-    hand_over: bool,
-    /// Which nodes hand over, as every rank learnt at the last look.
+    /// Which nodes' leaders hand the message over without waiting for
+    /// their node's ranks, as every rank learnt at the last look (where a
+    /// rank other than the leader entered late).
     handing: Vec<bool>,
 }
 
@@ -237,7 +236,6 @@ impl Default for Lookout {
             calls: 0,
             next_look: FIRST_LOOK_AFTER,
             late_before: false,
-            hand_over: false,
             handing: Vec::new(),
         }
     }
@@ -256,8 +254,8 @@ impl Lookout {
 
     /// The leader this rank's node proposes from its ranks' mean entry
     /// times (`means`, in the order of the node's communicator, its leader
-    /// first), and forgets the entries.
-    fn propose(&mut self, members: &[usize], means: &[i64], lateness: Duration) -> usize {
+    /// first) and whether that leader is to hand over; forgets the entries.
+    fn propose(&mut self, members: &[usize], means: &[i64], lateness: Duration) -> (usize, bool) {
         self.arrivals = Arrivals::default();
         self.next_look = self.calls + self.calls.min(LOOK_AT_MOST_EVERY);
         let earliest = (0..means.len()).min_by_key(|&i| means[i]).unwrap_or(0);
@@ -266,15 +264,9 @@ impl Lookout {
         self.late_before = late && !moves;
         let leader = if moves { earliest } else { 0 };
         let latest = means.iter().copied().max().unwrap_or(0);
-        self.hand_over =
+        let hand_over =
             i128::from(latest) - i128::from(means[leader]) > lateness.as_nanos() as i128;
-        members[leader]
-    }
-
-    /// Whether the node's leader hands the message over without waiting
-    /// for its node's ranks (see [`Levels::bcast`]).
-    pub fn hands_over(&self) -> bool {
-        self.hand_over
+        (members[leader], hand_over)
     }
 }
 
@@ -362,12 +354,11 @@ impl Levels {
             .chunks_exact(8)
             .map(|b| i64::from_le_bytes(b.try_into().expect("8 bytes")))
             .collect();
-        let proposed = self.lookout.propose(&members, &means, lateness);
+        let (proposed, hand_over) = self.lookout.propose(&members, &means, lateness);
         // Each node's proposal as 2 × its leader + whether it hands over;
         // -1 where another node's goes.
         let mut nodes = vec![-1i32; self.layout.nodes()];
-        nodes[self.layout.node_of(self.rank)] =
-            int(2 * proposed + usize::from(self.lookout.hands_over()))?;
+        nodes[self.layout.node_of(self.rank)] = int(2 * proposed + usize::from(hand_over))?;
         if let Some(comm) = self.leaders {
             comm.allreduce_max(&mut nodes)?;
         }
@@ -395,6 +386,13 @@ impl Levels {
         Ok(Seen::Same)
     }
 
+    /// Whether this rank's node's leader hands the message over without
+    /// waiting for the node's ranks (see [`Levels::bcast`]).
+    fn hands_over(&self) -> bool {
+        let handing = &self.lookout.handing;
+        handing.get(self.layout.node_of(self.rank)) == Some(&true)
+    }
+
     /// One broadcast over the two levels: among the leaders, the root's
     /// node's one as their root, then inside every node from its leader. A
     /// root that does not lead its node first gives the message to its node
@@ -409,7 +407,7 @@ impl Levels {
     ///
     /// Returns whether the node's step went by handover.
     pub fn bcast(&mut self, call: &mut BcastCall) -> Result<bool> {
-        let hand_over = self.lookout.hands_over() && !self.node_goes_first(call.root());
+        let hand_over = self.hands_over() && !self.node_goes_first(call.root());
         for (part, root) in self.bcast_parts(call.root()) {
             if part == self.node && hand_over {
                 self.hand_over(call)?;
@@ -482,7 +480,7 @@ impl Levels {
             buf.chunks_mut(segment.max(1)).try_for_each(among_leaders)?;
             return Ok(false);
         }
-        if self.lookout.hands_over() {
+        if self.hands_over() {
             buf.chunks_mut(segment.max(1)).try_for_each(among_leaders)?;
             if self.layout.is_leader(self.rank) {
                 self.send_handover(buf.to_vec())?;
@@ -693,21 +691,19 @@ mod tests {
         let late = Duration::from_millis(1);
         let mut look = Lookout::default();
         // Late by 3 ms behind rank 6: noted, not yet moved.
-        assert_eq!(look.propose(&members, &[ms(10), ms(8), ms(7)], late), 4);
-        assert_eq!(look.propose(&members, &[ms(10), ms(8), ms(7)], late), 6);
+        let p = |look: &mut Lookout, means: [i64; 3]| look.propose(&members, &means, late);
+        assert_eq!(p(&mut look, [ms(10), ms(8), ms(7)]), (4, false));
+        // Moved: the old leader is now a late rank the new one hands over to.
+        assert_eq!(p(&mut look, [ms(10), ms(8), ms(7)]), (6, true));
         // Within the lateness allowed, or late only once: no move.
         let mut look = Lookout::default();
-        assert_eq!(
-            look.propose(&members, &[ms(10), ms(9) + 1, ms(10)], late),
-            4
-        );
-        assert_eq!(
-            look.propose(&members, &[ms(10), ms(9) + 1, ms(10)], late),
-            4
-        );
-        assert_eq!(look.propose(&members, &[ms(10), ms(5), ms(10)], late), 4);
-        assert_eq!(look.propose(&members, &[ms(10), ms(10), ms(10)], late), 4);
-        assert_eq!(look.propose(&members, &[ms(10), ms(5), ms(10)], late), 4);
+        assert_eq!(p(&mut look, [ms(10), ms(9) + 1, ms(10)]), (4, false));
+        assert_eq!(p(&mut look, [ms(10), ms(9) + 1, ms(10)]), (4, false));
+        assert_eq!(p(&mut look, [ms(10), ms(5), ms(10)]), (4, false));
+        assert_eq!(p(&mut look, [ms(10), ms(10), ms(10)]), (4, false));
+        assert_eq!(p(&mut look, [ms(10), ms(5), ms(10)]), (4, false));
+        // A late rank that does not lead is handed over to at once.
+        assert_eq!(p(&mut look, [ms(10), ms(12), ms(10)]), (4, true));
     }
 
     #[test]
