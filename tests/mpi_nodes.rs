@@ -390,25 +390,9 @@ fn pipelined_levels_are_measured_above_a_mebibyte() {
 /// a late rank that does not lead (rank 3) is handed the message over, and
 /// no lead moves. Every byte arrives on every rank either way.
 fn late_rank_on_two_levels(late: usize, moves: u64) {
-    let cluster = Cluster {
-        slots: 2,
-        ..Cluster::hosts(3)
-    };
+    let (cluster, skew) = late_rank_job(late);
     let mca = [("coll_ipmc_print_statistics", "1")];
-    let skew = format!("rank={late}");
-    let args = [
-        "--max-bytes",
-        "70000",
-        "--burst",
-        "200",
-        "--burst-bytes",
-        "70000",
-        "--intercomm",
-        "0",
-        "--skew",
-        &skew,
-    ];
-    let run = cluster.mpirun(&mca, "bcast_check", &args);
+    let run = cluster.mpirun(&mca, "bcast_check", &late_rank_args(&skew));
     assert_passed(&run);
     let world = common::world_stats(&run, cluster.ranks());
     for s in &world {
@@ -432,4 +416,39 @@ fn a_late_leader_gives_its_node_to_a_rank_that_enters_on_time() {
 #[test]
 fn a_late_rank_that_does_not_lead_is_handed_the_message_over() {
     late_rank_on_two_levels(3, 0);
+}
+
+fn late_rank_job(late: usize) -> (Cluster, String) {
+    let cluster = Cluster {
+        slots: 2,
+        ..Cluster::hosts(3)
+    };
+    (cluster, format!("rank={late}"))
+}
+
+fn late_rank_args(skew: &str) -> [&str; 10] {
+    [
+        "--max-bytes",
+        "70000",
+        "--burst",
+        "200",
+        "--burst-bytes",
+        "70000",
+        "--intercomm",
+        "0",
+        "--skew",
+        skew,
+    ]
+}
+
+/// A rank killed after a late leader gave up its lead (at 2 s of a run of
+/// 5 s or more: the look that moves it comes at the 128th broadcast on
+/// world), the late rank or the rank that leads its node now and hands it
+/// the message, ends the job instead of hanging it.
+#[test]
+fn a_killed_rank_ends_a_job_whose_late_leader_gave_up_its_lead() {
+    let (cluster, skew) = late_rank_job(2);
+    for rank in [2, 3] {
+        cluster.assert_killed_rank_ends_job(&[], rank, "bcast_check", &late_rank_args(&skew));
+    }
 }
