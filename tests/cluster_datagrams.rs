@@ -168,13 +168,12 @@ fn receive_buffer_drops(
     ];
     let job = common::job_line(&mca, "bcast_check", &args);
     let stopper = if stopping {
-        "( while sleep 0.05; do \
-             pids=$(ip netns pids $last 2>/dev/null | xargs -r ps -o pid= -o comm= -p | awk '$2 == \"bcast_check\" {print $1}'); \
-             [ -n \"$pids\" ] || continue; \
-             kill -STOP $pids 2>/dev/null; sleep 0.02; kill -CONT $pids 2>/dev/null; \
-           done ) &"
+        format!(
+            "python3 {} $last bcast_check 20 50 &",
+            common::repo().join("tests/cluster/stopper.py").display()
+        )
     } else {
-        "sleep 1 &"
+        "sleep 1 &".to_string()
     };
     let run = cluster.run_script(&format!(
         "hosts=$(echo \"$CLUSTER_HOSTS\" | tr , ' ' | sed 's/:[0-9]*//g'); \
@@ -190,6 +189,9 @@ fn receive_buffer_drops(
     ));
     let world = world_stats(&run, cluster.ranks());
     print_stats(&world);
+    if let Some(line) = run.output.lines().find(|l| l.starts_with("stopper:")) {
+        eprintln!("{line}");
+    }
     let errors: Vec<u64> = run
         .output
         .lines()
