@@ -413,7 +413,9 @@ impl Module {
     /// ([`crate::component::levels::Lookout`]): counts this rank's entry
     /// into a broadcast and, at a look (the same broadcast on every rank),
     /// moves the lead of each node whose leader entered late to its
-    /// earliest rank, splitting the communicator again.
+    /// earliest rank, splitting the communicator again, and has the leader
+    /// of a node with a late rank hand the message over; either change has
+    /// the size classes measured again.
     fn follow_late_leaders(&mut self, comm: Comm, root: usize, arrived: SystemTime) -> Result<()> {
         let lateness = Duration::from_micros(self.cfg.leader_lateness as u64);
         let TwoLevels::Ready(levels) = &mut self.levels else {
