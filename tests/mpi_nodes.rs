@@ -213,10 +213,7 @@ fn four_nodes_of_two_ranks_each_multicast_among_leaders() {
 /// Rank 0 prints the decision at verbose 1.
 #[test]
 fn two_levels_are_measured_against_open_mpis_broadcast() {
-    let cluster = Cluster {
-        slots: 2,
-        ..Cluster::hosts(3)
-    };
+    let cluster = three_hosts_of_two();
     let mca = [
         ("coll_ipmc_print_statistics", "1"),
         ("coll_ipmc_inject_timing", "1"),
@@ -356,10 +353,7 @@ fn a_killed_rank_ends_a_job_of_nonblocking_broadcasts_over_two_levels() {
 /// the pipelined levels on the same calls, and every byte arrives.
 #[test]
 fn pipelined_levels_are_measured_above_a_mebibyte() {
-    let cluster = Cluster {
-        slots: 2,
-        ..Cluster::hosts(3)
-    };
+    let cluster = three_hosts_of_two();
     let mca = [("coll_ipmc_print_statistics", "1")];
     let args = [
         "--max-bytes",
@@ -390,8 +384,9 @@ fn pipelined_levels_are_measured_above_a_mebibyte() {
 /// a late rank that does not lead (rank 3) is handed the message over, and
 /// no lead moves. Every byte arrives on every rank either way.
 fn late_rank_on_two_levels(late: usize, moves: u64) {
-    let (cluster, skew) = late_rank_job(late);
+    let cluster = three_hosts_of_two();
     let mca = [("coll_ipmc_print_statistics", "1")];
+    let skew = format!("rank={late}");
     let run = cluster.mpirun(&mca, "bcast_check", &late_rank_args(&skew));
     assert_passed(&run);
     let world = common::world_stats(&run, cluster.ranks());
@@ -418,12 +413,11 @@ fn a_late_rank_that_does_not_lead_is_handed_the_message_over() {
     late_rank_on_two_levels(3, 0);
 }
 
-fn late_rank_job(late: usize) -> (Cluster, String) {
-    let cluster = Cluster {
+fn three_hosts_of_two() -> Cluster {
+    Cluster {
         slots: 2,
         ..Cluster::hosts(3)
-    };
-    (cluster, format!("rank={late}"))
+    }
 }
 
 fn late_rank_args(skew: &str) -> [&str; 10] {
@@ -447,8 +441,8 @@ fn late_rank_args(skew: &str) -> [&str; 10] {
 /// the message, ends the job instead of hanging it.
 #[test]
 fn a_killed_rank_ends_a_job_whose_late_leader_gave_up_its_lead() {
-    let (cluster, skew) = late_rank_job(2);
+    let cluster = three_hosts_of_two();
     for rank in [2, 3] {
-        cluster.assert_killed_rank_ends_job(&[], rank, "bcast_check", &late_rank_args(&skew));
+        cluster.assert_killed_rank_ends_job(&[], rank, "bcast_check", &late_rank_args("rank=2"));
     }
 }

@@ -96,16 +96,15 @@ impl Layout {
         }
     }
 
-    /// The same nodes, each led by `leaders[node]`, a rank of that node.
-    pub fn led_by(&self, leaders: &[u32]) -> Self {
-        assert_eq!(leaders.len(), self.nodes());
-        for (n, &l) in leaders.iter().enumerate() {
-            assert_eq!(
-                self.node[l as usize] as usize, n,
-                "a leader outside its node"
-            );
-        }
-        Self::with(self.node.clone(), leaders.to_vec())
+    /// The same nodes, each led by `leaders[node]`; `None` unless each is
+    /// a rank of its node.
+    pub fn led_by(&self, leaders: &[u32]) -> Option<Self> {
+        let fits = leaders.len() == self.nodes()
+            && leaders
+                .iter()
+                .enumerate()
+                .all(|(n, &l)| self.node.get(l as usize).is_some_and(|&m| m as usize == n));
+        fits.then(|| Self::with(self.node.clone(), leaders.to_vec()))
     }
 
     /// Each node's leader, by node.
@@ -371,14 +370,10 @@ impl Levels {
             .collect::<Result<_>>()?;
         let leaders: Vec<u32> = nodes.iter().map(|n| n / 2).collect();
         let handing: Vec<bool> = nodes.iter().map(|n| n % 2 == 1).collect();
-        if leaders.iter().enumerate().any(|(n, &l)| {
-            (l as usize) >= self.layout.node.len() || self.layout.node[l as usize] as usize != n
-        }) {
-            return Err(Error::Range);
-        }
+        let layout = self.layout.led_by(&leaders).ok_or(Error::Range)?;
         let was = std::mem::replace(&mut self.lookout.handing, handing.clone());
         if leaders != self.layout.leaders() {
-            return Ok(Seen::Moved(self.layout.led_by(&leaders)));
+            return Ok(Seen::Moved(layout));
         }
         if was != handing && (!was.is_empty() || handing.contains(&true)) {
             return Ok(Seen::HandoversChanged(handing));
@@ -418,25 +413,20 @@ impl Levels {
         Ok(hand_over)
     }
 
-    /// The node's step of [`Levels::bcast`] by handover: from the leader,
-    /// which has the message, to every other rank of its node.
+    /// The node's step of [`Levels::bcast`] by handover, on the message's
+    /// bytes.
     fn hand_over(&mut self, call: &mut BcastCall) -> Result<()> {
-        let bytes = call.bytes();
+        let leads = self.layout.is_leader(self.rank);
+        call.on_message_bytes(call.bytes(), leads, |buf| self.hand_over_bytes(buf))
+    }
+
+    /// A handover of `buf`: from the leader, which has it, to every other
+    /// rank of its node.
+    fn hand_over_bytes(&mut self, buf: &mut [u8]) -> Result<()> {
         if self.layout.is_leader(self.rank) {
-            let mut data = vec![0; bytes];
-            match call.contiguous(bytes) {
-                Some(buf) => data.copy_from_slice(buf),
-                None => call.pack(&mut data)?,
-            }
-            return self.send_handover(data);
-        }
-        match call.contiguous(bytes) {
-            Some(buf) => self.node.recv_bytes(buf, 0),
-            None => {
-                let mut packed = vec![0; bytes];
-                self.node.recv_bytes(&mut packed, 0)?;
-                call.unpack(&packed)
-            }
+            self.send_handover(buf.to_vec())
+        } else {
+            self.node.recv_bytes(buf, 0)
         }
     }
 
@@ -482,11 +472,7 @@ impl Levels {
         }
         if self.hands_over() {
             buf.chunks_mut(segment.max(1)).try_for_each(among_leaders)?;
-            if self.layout.is_leader(self.rank) {
-                self.send_handover(buf.to_vec())?;
-            } else {
-                self.node.recv_bytes(buf, 0)?;
-            }
+            self.hand_over_bytes(buf)?;
             return Ok(true);
         }
         self.node.bcast_segments(buf, 0, segment, among_leaders)?;
@@ -668,20 +654,23 @@ mod tests {
     fn a_moved_lead_comes_first_in_its_node() {
         let l = Layout::from_hosts(["b", "a", "b", "c", "a", "b"]);
         assert_eq!(l.leaders(), [0, 1, 3]);
-        let m = l.led_by(&[5, 1, 3]);
+        let m = l.led_by(&[5, 1, 3]).unwrap();
         assert_eq!(m.local, [1, 0, 2, 0, 1, 0]);
         assert!(m.is_leader(5) && !m.is_leader(0));
         assert_eq!(m.node_members(2), [5, 0, 2]);
         assert_eq!(m.node_members(4), [1, 4]);
         // Node after node still, whoever leads: the leaders' ranks there.
         assert_eq!((m.node_of(5), m.node_of(1), m.node_of(3)), (0, 1, 2));
-        assert_eq!(m.led_by(&[0, 1, 3]), l);
+        assert_eq!(m.led_by(&[0, 1, 3]), Some(l));
     }
 
     #[test]
-    #[should_panic(expected = "a leader outside its node")]
     fn a_lead_stays_in_its_node() {
-        Layout::from_hosts(["a", "b", "a", "b"]).led_by(&[1, 3]);
+        let l = Layout::from_hosts(["a", "b", "a", "b"]);
+        assert_eq!(l.led_by(&[1, 3]), None);
+        assert_eq!(l.led_by(&[0, 9]), None);
+        assert_eq!(l.led_by(&[0]), None);
+        assert!(l.led_by(&[2, 3]).is_some());
     }
 
     #[test]

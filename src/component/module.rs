@@ -353,7 +353,10 @@ impl Module {
         // of a candidate's calls leaves such a call out. Timed from after
         // the wait, it would look fast, the root having entered meanwhile.
         let entered = Instant::now();
-        let arrived = SystemTime::now();
+        // Only two levels follow late ranks (`follow_late_leaders`).
+        let arrived = (self.cfg.leader_lateness > 0
+            && matches!(self.levels, TwoLevels::Pending(_) | TwoLevels::Ready(_)))
+        .then(SystemTime::now);
         self.moved = false;
         let bytes = call.bytes();
         if bytes == 0 {
@@ -416,14 +419,19 @@ impl Module {
     /// earliest rank, splitting the communicator again, and has the leader
     /// of a node with a late rank hand the message over; either change has
     /// the size classes measured again.
-    fn follow_late_leaders(&mut self, comm: Comm, root: usize, arrived: SystemTime) -> Result<()> {
-        let lateness = Duration::from_micros(self.cfg.leader_lateness as u64);
-        let TwoLevels::Ready(levels) = &mut self.levels else {
+    fn follow_late_leaders(
+        &mut self,
+        comm: Comm,
+        root: usize,
+        arrived: Option<SystemTime>,
+    ) -> Result<()> {
+        let (TwoLevels::Ready(levels), Some(arrived)) = (&mut self.levels, arrived) else {
             return Ok(());
         };
-        if lateness.is_zero() || !levels.arrived(arrived, root) {
+        if !levels.arrived(arrived, root) {
             return Ok(());
         }
+        let lateness = Duration::from_micros(self.cfg.leader_lateness as u64);
         // Nonblocking broadcasts queued on the levels end on them.
         self.background.finish()?;
         let TwoLevels::Ready(levels) = &mut self.levels else {
@@ -941,7 +949,7 @@ impl Module {
     /// Runs the linear or chain algorithm on the message bytes.
     fn run(&self, alg: Algorithm, call: &mut BcastCall, bytes: usize) -> Result<()> {
         let (comm, root) = (call.comm(), call.root());
-        on_message_bytes(call, self.rank, bytes, |buf| {
+        call.on_message_bytes(bytes, self.rank == call.root(), |buf| {
             let mut t = PmlTransport::new(comm, self.rank, self.size, buf);
             self.run_on(alg, &mut t, root)
         })
@@ -1006,7 +1014,7 @@ impl Module {
         };
         let root = call.root();
         let mut handed = false;
-        on_message_bytes(call, self.rank, bytes, |buf| {
+        call.on_message_bytes(bytes, self.rank == call.root(), |buf| {
             handed = levels.bcast_pipelined(buf, root, LEVEL_SEGMENT)?;
             Ok(())
         })?;
@@ -1029,7 +1037,7 @@ impl Module {
         };
         let comm = call.comm();
         let stats = &mut self.stats.datagrams;
-        on_message_bytes(call, self.rank, bytes, |buf| {
+        call.on_message_bytes(bytes, self.rank == call.root(), |buf| {
             background.bcast(comm, at, buf, stats)
         })
     }
@@ -1165,30 +1173,6 @@ impl Ballots for OmpiBallots<'_> {
     fn only_multicast_queued(&self) -> bool {
         self.background.holds_only_multicast()
     }
-}
-
-/// Runs `f` on the message's bytes: in the user's buffer when the datatype
-/// is contiguous, otherwise on a copy packed before (at the root) and
-/// unpacked after (elsewhere).
-fn on_message_bytes(
-    call: &mut BcastCall,
-    rank: usize,
-    bytes: usize,
-    f: impl FnOnce(&mut [u8]) -> Result<()>,
-) -> Result<()> {
-    if let Some(buf) = call.contiguous(bytes) {
-        return f(buf);
-    }
-    let root = call.root();
-    let mut packed = vec![0u8; bytes];
-    if rank == root {
-        call.pack(&mut packed)?;
-    }
-    f(&mut packed)?;
-    if rank != root {
-        call.unpack(&packed)?;
-    }
-    Ok(())
 }
 
 /// Opens and joins this rank's socket for the announced group.

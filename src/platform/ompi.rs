@@ -188,6 +188,29 @@ impl BcastCall {
         Some(unsafe { std::slice::from_raw_parts_mut(start, bytes) })
     }
 
+    /// Runs `f` on the message's `bytes` bytes: in the user's buffer when
+    /// the datatype is contiguous, otherwise on a copy, packed before where
+    /// this rank `has` the message and unpacked after where it has not.
+    pub fn on_message_bytes(
+        &mut self,
+        bytes: usize,
+        has: bool,
+        f: impl FnOnce(&mut [u8]) -> Result<()>,
+    ) -> Result<()> {
+        if let Some(buf) = self.contiguous(bytes) {
+            return f(buf);
+        }
+        let mut packed = vec![0u8; bytes];
+        if has {
+            self.pack(&mut packed)?;
+        }
+        f(&mut packed)?;
+        if !has {
+            self.unpack(&packed)?;
+        }
+        Ok(())
+    }
+
     /// Packs the user's message into `out` (exactly [`Self::bytes`] long).
     pub fn pack(&self, out: &mut [u8]) -> Result<()> {
         // SAFETY: as in `bytes`.
