@@ -141,12 +141,13 @@ fn each_way_of_passing_datagrams_carries_every_byte() {
 /// and 1 MiB receive buffers on `cluster`, with `flow_window`; with
 /// `stopping`, the ranks on the last host are stopped for 20 ms every 50 ms
 /// (their sockets keep receiving). The datagrams the kernel of each host
-/// dropped for a full receive buffer, and the statistics.
+/// dropped for a full receive buffer, world's statistics, and the roots'
+/// flow control stalls on every communicator.
 fn receive_buffer_drops(
     cluster: &Cluster,
     flow_window: &str,
     stopping: bool,
-) -> (Vec<u64>, Vec<Line>) {
+) -> (Vec<u64>, Vec<Line>, u64) {
     let mca = [
         ("coll_ipmc_print_statistics", "1"),
         ("coll_ipmc_bcast_algorithm", "3"),
@@ -188,7 +189,10 @@ fn receive_buffer_drops(
         cluster.ranks(),
     ));
     let world = world_stats(&run, cluster.ranks());
-    print_stats(&world);
+    // Every communicator's: any of their sockets may overflow.
+    let all = common::stats_lines(&run.output);
+    print_stats(&all);
+    let stalls = sum(&all, "flow_stalls");
     if let Some(line) = run.output.lines().find(|l| l.starts_with("stopper:")) {
         eprintln!("{line}");
     }
@@ -204,7 +208,7 @@ fn receive_buffer_drops(
         })
         .collect();
     assert_eq!(errors.len(), cluster.hosts, "{}", run.output);
-    (errors, world)
+    (errors, world, stalls)
 }
 
 fn ten_gigabit(hosts: usize) -> Cluster {
@@ -215,20 +219,38 @@ fn ten_gigabit(hosts: usize) -> Cluster {
     }
 }
 
+/// A run in which some root heard nothing for flow control's stall limit
+/// (a stop that came on top of a rank's own lateness, or that a busy
+/// machine stretched) may overrun a buffer by design
+/// (`docs/flow-control.md`), and the statistics say so: a run that lost
+/// datagrams to a buffer after a stall is tried again; one that lost any
+/// without a stall fails.
 #[test]
 fn a_receiver_that_keeps_stopping_loses_nothing_to_its_buffer() {
     let cluster = ten_gigabit(3);
-    let (paced, world) = receive_buffer_drops(&cluster, "0", true);
-    eprintln!("flow control: receive buffer errors per host {paced:?}");
-    assert_eq!(
-        paced,
-        [0, 0, 0],
-        "flow control let a receive buffer overflow"
-    );
+    const TRIES: usize = 4;
+    let mut stalled = Vec::new();
+    let world = loop {
+        let (paced, world, stalls) = receive_buffer_drops(&cluster, "0", true);
+        eprintln!("flow control: receive buffer errors per host {paced:?}, roots' stalls {stalls}");
+        if paced == [0, 0, 0] {
+            break world;
+        }
+        assert!(
+            stalls > 0,
+            "flow control let a receive buffer overflow without a stall"
+        );
+        stalled.push(paced);
+        assert!(
+            stalled.len() < TRIES,
+            "every run overflowed a buffer after a root's stall: the machine is too busy \
+             for this test (receive buffer errors per run {stalled:?})"
+        );
+    };
     assert!(sum(&world, "mcast_bytes") > 0);
     // Without flow control the same run overflows the stopped rank's buffer:
     // the test sees what it checks.
-    let (unpaced, _) = receive_buffer_drops(&cluster, "1099511627776", true);
+    let (unpaced, _, _) = receive_buffer_drops(&cluster, "1099511627776", true);
     eprintln!("no flow control: receive buffer errors per host {unpaced:?}");
     assert!(unpaced.iter().sum::<u64>() > 0, "{unpaced:?}");
 }
@@ -242,7 +264,7 @@ fn a_roots_own_datagrams_never_fill_its_buffer() {
         slots: 2,
         ..ten_gigabit(2)
     };
-    let (drops, world) = receive_buffer_drops(&cluster, "0", false);
+    let (drops, world, _) = receive_buffer_drops(&cluster, "0", false);
     assert_eq!(drops, [0, 0], "receive buffers overflowed");
     assert!(sum(&world, "own") > 0, "no own datagram came back");
 }

@@ -13,6 +13,9 @@ pub struct Datagrams {
     pub send_full: u64,
     /// Datagrams the kernel refused to send (the chain delivers them).
     pub send_failed: u64,
+    /// Times a root's receivers reported no progress for the flow control's
+    /// stall limit and it sent on without them.
+    pub flow_stalls: u64,
     /// Datagrams read from the socket (injected losses included).
     pub received: u64,
     /// Dropped on purpose by `coll_ipmc_inject_loss`.
@@ -46,6 +49,7 @@ impl Datagrams {
         self.sent += other.sent;
         self.send_full += other.send_full;
         self.send_failed += other.send_failed;
+        self.flow_stalls += other.flow_stalls;
         self.received += other.received;
         self.injected += other.injected;
         self.own += other.own;

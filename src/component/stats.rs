@@ -139,8 +139,16 @@ impl Stats {
         let d = &self.datagrams;
         let _ = write!(
             line,
-            " setup={} sent={} send_full={} send_failed={} recv={} injected={} own={}",
-            self.setup, d.sent, d.send_full, d.send_failed, d.received, d.injected, d.own
+            " setup={} sent={} send_full={} send_failed={} flow_stalls={} recv={} injected={} \
+             own={}",
+            self.setup,
+            d.sent,
+            d.send_full,
+            d.send_failed,
+            d.flow_stalls,
+            d.received,
+            d.injected,
+            d.own
         );
         for ((_, key), n) in VERDICTS.iter().zip(d.verdicts) {
             let _ = write!(line, " {key}={n}");
@@ -327,6 +335,11 @@ impl Stats {
                 d.send_failed,
             ),
             counter(
+                "flow_stalls",
+                "Times this root's receivers reported no progress for 50 ms and it sent on without them",
+                d.flow_stalls,
+            ),
+            counter(
                 "recv",
                 "Datagrams read from the socket, injected losses included",
                 d.received,
@@ -493,7 +506,7 @@ mod tests {
             s.report(2, 8, 4, 3, "MPI_COMM_WORLD"),
             "ipmc stats: rank=2 size=8 nodes=4 cid=3 bcasts=4 empty=1 ibcasts=0 leader_moves=0 handovers=0 linear=2:15B chain=1:1048576B \
              multicast=0:0B previous=0:0B binomial=0:0B binary=0:0B two_level=0:0B two_level_pipelined=0:0B setup=none sent=0 send_full=0 \
-             send_failed=0 recv=0 \
+             send_failed=0 flow_stalls=0 recv=0 \
              injected=0 own=0 useful=0 dup=0 root_own=0 rej_comm=0 rej_stale=0 rej_future=0 \
              rej_length=0 rej_magic=0 rej_crc=0 rej_auth=0 mcast_bytes=0 chain_bytes=0 \
              comm=\"MPI_COMM_WORLD\""

@@ -402,7 +402,9 @@ impl<S: DatagramIo> Driver<S> {
     fn multicast(&mut self, b: &mut Broadcast, now: Duration, stats: &mut Datagrams) {
         let limit = self.socket.batch_limit();
         loop {
+            let stalls = b.flow_stalls();
             let n = b.next_multicasts(now, limit, &mut self.send_buf);
+            stats.flow_stalls += u64::from(b.flow_stalls() - stalls);
             if n == 0 {
                 return;
             }

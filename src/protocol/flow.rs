@@ -20,7 +20,11 @@
 //! came, or it owns everything) is past every checkpoint, so loss never
 //! withholds a report for good; a root whose receivers report nothing for
 //! [`STALL_LIMIT`] (every datagram of a window lost, a receiver stopped)
-//! sends the rest without waiting, and the chain repairs what that costs.
+//! sends one more window without waiting, and after a second such stall of
+//! the same broadcast the rest; the chain repairs what that costs. A receiver
+//! stopped for a little longer than the limit is then overrun by at most a
+//! window, not by the rest of the message, and one still computing, or one
+//! that lost every datagram, holds the root back by two limits at most.
 //!
 //! The tree numbers the ranks from the root backwards along the ring (node
 //! `i` is the rank at distance `size - i` from the root), so that no report
@@ -33,9 +37,9 @@ use std::time::Duration;
 
 /// Children per rank in the reporting tree: depth 4 for 4,096 ranks.
 pub const FANOUT: usize = 8;
-/// How long a root out of credit waits for a report before it sends the
-/// rest of the message unpaced: longer than a receiver's usual stalls, so a
-/// stall costs time, not bytes.
+/// How long a root out of credit waits for a report before it grants
+/// itself more ([`Flow::stalled`]): longer than a receiver's usual stalls,
+/// so a stall costs time, not bytes.
 pub const STALL_LIMIT: Duration = Duration::from_millis(50);
 /// Bytes of a report.
 pub const REPORT_LEN: usize = 4;
@@ -65,8 +69,9 @@ pub struct Flow {
     /// reported to its parent.
     progress: u32,
     reported: u32,
-    /// Root: no more waiting for reports in this broadcast.
-    released: bool,
+    /// Root: the credit it granted itself after stalls, and how many.
+    granted: u32,
+    stalls: u32,
 }
 
 /// A rank's node in the reporting tree, from its distance to the root.
@@ -106,7 +111,8 @@ impl Flow {
             children,
             progress: 0,
             reported: 0,
-            released: false,
+            granted: 0,
+            stalls: 0,
         }
     }
 
@@ -122,19 +128,33 @@ impl Flow {
 
     /// Root: the fragments it may have multicast by now.
     pub fn credit(&self, fragments: u32) -> u32 {
-        if self.released || self.checkpoints == 0 {
+        if self.checkpoints == 0 {
             return fragments;
         }
         let passed = self.subtree_passed().unwrap_or(self.checkpoints);
         self.step
             .saturating_mul(passed)
             .saturating_add(self.window)
+            .max(self.granted)
             .min(fragments)
     }
 
-    /// Root: send the rest unpaced (see [`STALL_LIMIT`]).
-    pub fn release(&mut self) {
-        self.released = true;
+    /// Root: no report came for [`STALL_LIMIT`] while it had multicast
+    /// `sent` fragments and had no credit for more: it may send one more
+    /// window, and after a second stall everything.
+    pub fn stalled(&mut self, sent: u32) {
+        let grant = if self.stalls == 0 {
+            sent.saturating_add(self.window)
+        } else {
+            u32::MAX
+        };
+        self.granted = self.granted.max(grant);
+        self.stalls += 1;
+    }
+
+    /// Root: the stalls of this broadcast so far.
+    pub fn stalls(&self) -> u32 {
+        self.stalls
     }
 
     /// Non-root: a datagram of fragment `k` came (or every one did: `k` is
@@ -288,8 +308,24 @@ mod tests {
             Err(ReportError::BadCheckpoint)
         );
         assert_eq!(root.on_report(1, &[1]), Err(ReportError::BadLength));
-        root.release();
+    }
+
+    /// A first stall grants one window past what was sent; reports that
+    /// catch up take over from it; a second stall grants everything.
+    #[test]
+    fn a_stall_grants_a_window_and_a_second_the_rest() {
+        let (fragments, window) = (1000, 20);
+        let mut root = Flow::new(fragments, window, 3, 0);
+        assert_eq!(root.credit(fragments), 20);
+        root.stalled(20);
+        assert_eq!(root.credit(fragments), 40);
+        assert_eq!(root.stalls(), 1);
+        root.on_report(1, &30u32.to_le_bytes()).unwrap();
+        root.on_report(2, &30u32.to_le_bytes()).unwrap();
+        assert_eq!(root.credit(fragments), 320);
+        root.stalled(320);
         assert_eq!(root.credit(fragments), fragments);
+        assert_eq!(root.stalls(), 2);
     }
 
     #[test]

@@ -313,7 +313,7 @@ impl Broadcast {
             if now.saturating_sub(since) < flow::STALL_LIMIT {
                 return 0;
             }
-            self.flow.release();
+            self.flow.stalled(self.next_multicast);
         }
         self.blocked_since = None;
         let end = self.flow.credit(self.fragments).min(
@@ -627,6 +627,12 @@ impl Broadcast {
     /// `NEED` follows its last report.
     pub fn reply_may_come(&self) -> bool {
         self.expects_reply() && !self.succ_need_came && !self.flow.awaits(1)
+    }
+
+    /// Root: times its receivers' reports stopped for [`flow::STALL_LIMIT`]
+    /// in this broadcast and it sent more without them.
+    pub fn flow_stalls(&self) -> u32 {
+        self.flow.stalls()
     }
 
     /// Whether this rank's flow control reports are all sent and received.

@@ -792,14 +792,17 @@ pub fn world_decisions(output: &str) -> Vec<&str> {
 pub fn print_stats(lines: &[Line]) {
     for s in lines {
         println!(
-            "  rank={} multicast={} previous={} setup={} sent={} send_full={} recv={} own={} \
-             injected={} useful={} dup={} stale={} future={} mcast_bytes={} chain_bytes={}",
+            "  comm={} rank={} multicast={} previous={} setup={} sent={} send_full={} \
+             flow_stalls={} recv={} own={} injected={} useful={} dup={} stale={} future={} \
+             mcast_bytes={} chain_bytes={}",
+            s["comm"],
             s["rank"],
             s["multicast"],
             s["previous"],
             s["setup"],
             s["sent"],
             s["send_full"],
+            s["flow_stalls"],
             s["recv"],
             s["own"],
             s["injected"],
