@@ -384,6 +384,17 @@ int ipmc_base_bcast_bintree(struct ipmc_module *module, void *buf, int count,
     return ompi_coll_base_bcast_intra_bintree(buf, count, dt, root, comm, &m->super, 0);
 }
 
+int ipmc_base_bcast_scatter_allgather(struct ipmc_module *module, void *buf, int count,
+                                      struct ompi_datatype_t *dt, int root,
+                                      struct ompi_communicator_t *comm)
+{
+    mca_coll_ipmc_module_t *m = (mca_coll_ipmc_module_t *) module;
+    /* Unsegmented, as coll tuned runs it when it is forced; it caches
+       nothing (fewer elements than ranks go to coll/base's linear one). */
+    return ompi_coll_base_bcast_intra_scatter_allgather_ring(buf, count, dt, root, comm,
+                                                             &m->super, 0);
+}
+
 /* A nonblocking broadcast's request; `freed`: the user let it go before it
    completed. It is a request of Open MPI's nonblocking collectives: MPI_Ibcast
    keeps a derived datatype alive in its fields until the request completes. */

@@ -170,6 +170,12 @@ int ipmc_base_bcast_binomial(struct ipmc_module *module, void *buf, int count,
 int ipmc_base_bcast_bintree(struct ipmc_module *module, void *buf, int count,
                             struct ompi_datatype_t *dt, int root,
                             struct ompi_communicator_t *comm);
+/* Open MPI's scatter and ring allgather
+   (ompi_coll_base_bcast_intra_scatter_allgather_ring), unsegmented: coll
+   tuned's fixed algorithm 9. */
+int ipmc_base_bcast_scatter_allgather(struct ipmc_module *module, void *buf, int count,
+                                      struct ompi_datatype_t *dt, int root,
+                                      struct ompi_communicator_t *comm);
 
 /* The requests of ipmc's nonblocking broadcasts. ipmc_request_new makes one
    with two references, ipmc's and the user's; ipmc_request_drop releases

@@ -232,6 +232,7 @@ fn every_algorithm_can_be_forced() {
         ("4", "previous"),
         ("5", "binomial"),
         ("6", "binary"),
+        ("7", "scatter_allgather"),
     ] {
         check_run(
             4,

@@ -286,12 +286,16 @@ impl AutoRank {
                 let shape = Shape::Chain(self.cfg.chain_segment_size);
                 Serving::Steps(Box::new(Steps::new(msgs, shape, at, len, root_data)))
             }
-            Algorithm::Previous | Algorithm::Binomial | Algorithm::Binary => {
+            Algorithm::Previous
+            | Algorithm::Binomial
+            | Algorithm::Binary
+            | Algorithm::ScatterAllgather => {
                 let vrank = (self.rank + self.size - root) % self.size;
                 let real = |v: usize| (v + root) % self.size;
                 let model = match alg {
                     Algorithm::Binomial => Previous::Binomial,
                     Algorithm::Binary => Previous::Binary,
+                    Algorithm::ScatterAllgather => Previous::ScatterAllgather,
                     _ => self.previous.model(len),
                 };
                 let ops = match model {

@@ -15,6 +15,7 @@ fn forced(code: usize) -> Option<Algorithm> {
         4 => Some(Algorithm::Previous),
         5 => Some(Algorithm::Binomial),
         6 => Some(Algorithm::Binary),
+        7 => Some(Algorithm::ScatterAllgather),
         _ => None,
     }
 }
@@ -77,7 +78,12 @@ impl Config {
     pub fn takes_two_levels(&self) -> bool {
         !matches!(
             forced(self.bcast_algorithm),
-            Some(Algorithm::Previous | Algorithm::Binomial | Algorithm::Binary)
+            Some(
+                Algorithm::Previous
+                    | Algorithm::Binomial
+                    | Algorithm::Binary
+                    | Algorithm::ScatterAllgather
+            )
         )
     }
 

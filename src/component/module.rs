@@ -392,6 +392,7 @@ impl Module {
                     Algorithm::Previous => call.previous()?,
                     Algorithm::Binomial => call.binomial()?,
                     Algorithm::Binary => call.binary()?,
+                    Algorithm::ScatterAllgather => call.scatter_allgather()?,
                     Algorithm::Multicast => m.run_multicast(call, bytes)?,
                     Algorithm::TwoLevel => m.run_levels(call)?,
                     Algorithm::TwoLevelPipelined => m.run_levels_pipelined(call, bytes)?,
@@ -963,6 +964,7 @@ impl Module {
             | Algorithm::Previous
             | Algorithm::Binomial
             | Algorithm::Binary
+            | Algorithm::ScatterAllgather
             | Algorithm::TwoLevel
             | Algorithm::TwoLevelPipelined => Err(Error::Unavailable),
         }

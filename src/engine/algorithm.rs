@@ -24,11 +24,17 @@ pub enum Algorithm {
     /// The same, pipelined: each node's broadcast in segments, each begun
     /// once its leader has it.
     TwoLevelPipelined,
+    /// Open MPI's scatter and ring allgather (coll/base, unsegmented;
+    /// tuned's algorithm 9): each rank gets a part of the message from a
+    /// binomial scatter, then the parts go round the ring. For large
+    /// messages where several ranks share a host, its ring crosses the
+    /// network once per host and keeps every core busy.
+    ScatterAllgather,
 }
 
 impl Algorithm {
     /// Every algorithm, in the order statistics print them.
-    pub const ALL: [Algorithm; 8] = [
+    pub const ALL: [Algorithm; 9] = [
         Algorithm::Linear,
         Algorithm::Chain,
         Algorithm::Multicast,
@@ -37,6 +43,7 @@ impl Algorithm {
         Algorithm::Binary,
         Algorithm::TwoLevel,
         Algorithm::TwoLevelPipelined,
+        Algorithm::ScatterAllgather,
     ];
 
     /// Whether a call of it may begin while the communicator's queued
@@ -62,6 +69,7 @@ impl Algorithm {
             Algorithm::Binary => "binary",
             Algorithm::TwoLevel => "two_level",
             Algorithm::TwoLevelPipelined => "two_level_pipelined",
+            Algorithm::ScatterAllgather => "scatter_allgather",
         }
     }
 }

@@ -242,6 +242,12 @@ impl BcastCall {
         self.whole(sys::ipmc_base_bcast_bintree)
     }
 
+    /// Runs the call as Open MPI's scatter and ring allgather (coll/base)
+    /// on ipmc's module.
+    pub fn scatter_allgather(&mut self) -> Result<()> {
+        self.whole(sys::ipmc_base_bcast_scatter_allgather)
+    }
+
     /// Runs the call, the same message, as a broadcast from `root` on `part`
     /// (one level of the communicator, [`Comm::split`]), by whatever serves
     /// broadcasts there.
