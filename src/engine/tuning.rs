@@ -682,7 +682,8 @@ impl Tuner {
         d
     }
 
-    /// Measures every decided class again, as on a new communicator: the
+    /// Measures every class again whose decision every rank has, as on a
+    /// new communicator: the
     /// levels under the decisions changed (a node's lead moved). Its next
     /// calls go over the levels unmeasured while the new leaders'
     /// communicator measures its own, and the last decision serves
@@ -691,7 +692,11 @@ impl Tuner {
         for k in 0..self.classes.len() {
             let fresh = Phase::explore(self.candidates(k).len());
             let c = &mut self.classes[k];
-            if matches!(c.phase, Phase::Decided(_)) {
+            // Only a decision every rank has: each settles a vote when it
+            // must, by the call from which the decision serves, so before
+            // it some ranks may still be voting, and measuring again there
+            // would set them apart.
+            if matches!(&c.phase, Phase::Decided(d) if c.calls >= d.from) {
                 let Phase::Decided(d) = std::mem::replace(&mut c.phase, fresh) else {
                     unreachable!("matched above");
                 };
@@ -975,6 +980,41 @@ mod tests {
                 Due::No => {}
             }
         }
+    }
+
+    /// A look that measures again (a lead moved) may find a class's vote
+    /// settled on some ranks and not yet on others (each settles it when it
+    /// must): every rank then goes on alike, call after call.
+    #[test]
+    fn measuring_again_while_a_vote_settles_keeps_the_ranks_alike() {
+        let bytes = 4 << 20;
+        let k = class_of(bytes);
+        let time = |a| if a == Algorithm::Previous { 500 } else { 1000 };
+        let mut early = Tuner::over_two_levels(1, 0, false);
+        let mut late = Tuner::over_two_levels(1, 0, false);
+        let v = measure(&mut early, bytes, time);
+        assert_eq!(measure(&mut late, bytes, time), v);
+        early.settle(k, &v);
+        let (mut plans_early, mut plans_late) = (Vec::new(), Vec::new());
+        for call in 0..300 {
+            for (t, out) in [(&mut early, &mut plans_early), (&mut late, &mut plans_late)] {
+                if call == 3 {
+                    t.measure_again();
+                }
+                let (alg, sample) = t.plan(bytes).unwrap_or_else(|| {
+                    t.settle(k, &v);
+                    t.plan(bytes).expect("settled")
+                });
+                out.push(alg);
+                if let Some(s) = sample {
+                    t.record(s, Some(us(time(alg))), None);
+                }
+                if let Due::Vote(k, v) = t.due(bytes) {
+                    t.settle(k, &v);
+                }
+            }
+        }
+        assert_eq!(plans_early, plans_late);
     }
 
     /// Large messages over two levels also try the levels pipelined and
