@@ -13,7 +13,7 @@ use std::cell::Cell;
 use std::collections::VecDeque;
 use std::ffi::c_int;
 use std::ops::Range;
-use std::time::{Duration, SystemTime, UNIX_EPOCH};
+use std::time::Duration;
 
 use crate::base::error::{Error, Result};
 use crate::base::io::Wait;
@@ -176,35 +176,34 @@ const LOOK_AT_MOST_EVERY: u64 = 1024;
 /// in nanoseconds of the wall clock, which all ranks of a node read alike.
 #[derive(Clone, Debug, Default)]
 struct Arrivals {
-    first: i64,
-    /// The sum of each entry's distance from the first.
+    /// The sum of the times outside, in ns.
     sum: i64,
     calls: i64,
 }
 
 impl Arrivals {
-    fn add(&mut self, at: SystemTime) {
-        let ns = at
-            .duration_since(UNIX_EPOCH)
-            .map_or(0, |d| i64::try_from(d.as_nanos()).unwrap_or(i64::MAX));
-        if self.calls == 0 {
-            self.first = ns;
-        }
-        self.sum = self.sum.saturating_add(ns.saturating_sub(self.first));
+    fn add(&mut self, outside: Duration) {
+        let ns = i64::try_from(outside.as_nanos()).unwrap_or(i64::MAX);
+        self.sum = self.sum.saturating_add(ns);
         self.calls += 1;
     }
 
     fn mean(&self) -> i64 {
-        self.first + self.sum / self.calls.max(1)
+        self.sum / self.calls.max(1)
     }
 }
 
 /// Seed 001's dynamic choice of the receiving process, per communicator: a
 /// node whose leader enters broadcasts late holds its other ranks back by
 /// that much, so every so many broadcasts the ranks of each node compare
-/// their mean entry times, and where the leader was later than another rank
-/// by more than `coll_ipmc_leader_lateness` at two looks in a row, the
-/// earliest rank leads the node from then on (the levels are split again).
+/// how long each spent outside them (from its return from one to its entry
+/// into the next, on average), and where the leader's was longer than
+/// another rank's by more than `coll_ipmc_leader_lateness` at two looks in
+/// a row, the rank outside for the shortest time leads the node from then
+/// on (the levels are split again). Times outside, not entry times: a rank
+/// that leaves a broadcast late because it waited for a late rank elsewhere
+/// (in a tree of Open MPI's) enters the next one late too, but is not what
+/// makes the others wait.
 #[derive(Clone, Debug)]
 pub struct Lookout {
     arrivals: Arrivals,
@@ -241,18 +240,19 @@ impl Default for Lookout {
 }
 
 impl Lookout {
-    /// Counts a broadcast, and this rank's entry into it if `timed`;
-    /// whether a look is due (at the same call on every rank).
-    fn arrived(&mut self, at: SystemTime, timed: bool) -> bool {
-        if timed {
-            self.arrivals.add(at);
+    /// Counts a broadcast, and the time this rank spent outside broadcasts
+    /// before it if given; whether a look is due (at the same call on every
+    /// rank).
+    fn arrived(&mut self, outside: Option<Duration>) -> bool {
+        if let Some(outside) = outside {
+            self.arrivals.add(outside);
         }
         self.calls += 1;
         self.calls == self.next_look
     }
 
-    /// The leader this rank's node proposes from its ranks' mean entry
-    /// times (`means`, in the order of the node's communicator, its leader
+    /// The leader this rank's node proposes from its ranks' mean times
+    /// outside broadcasts (`means`, in the order of the node's communicator, its leader
     /// first) and whether that leader is to hand over; forgets the entries.
     fn propose(&mut self, members: &[usize], means: &[i64], lateness: Duration) -> (usize, bool) {
         self.arrivals = Arrivals::default();
@@ -323,19 +323,20 @@ impl Levels {
         })
     }
 
-    /// Counts this rank's entry at `at` into a broadcast from `root`;
-    /// whether a look at the leaders' lateness is due ([`Levels::look`]).
-    /// Only entries into broadcasts from other nodes count: no rank can
-    /// have the message before the root entered, so a root's node waits
-    /// for it whoever leads, and its entry is no lateness.
-    pub fn arrived(&mut self, at: SystemTime, root: usize) -> bool {
+    /// Counts this rank's entry into a broadcast from `root`, after
+    /// `outside` since its return from the one before (if known); whether a
+    /// look at the leaders' lateness is due ([`Levels::look`]). Only
+    /// entries into broadcasts from other nodes count: no rank can have the
+    /// message before the root entered, so a root's node waits for it
+    /// whoever leads, and its entry is no lateness.
+    pub fn arrived(&mut self, outside: Option<Duration>, root: usize) -> bool {
         let timed = self.layout.node_of(root) != self.layout.node_of(self.rank);
-        self.lookout.arrived(at, timed)
+        self.lookout.arrived(outside.filter(|_| timed))
     }
 
     /// A look at the leaders' lateness, every rank at the same broadcast
     /// (when [`Levels::arrived`] says so): the ranks of each node share
-    /// their mean entry times, each node proposes its leader and whether it
+    /// their mean times outside broadcasts, each node proposes its leader and whether it
     /// hands the message over, and the leaders share the proposals with
     /// each other and their nodes, so that every rank learns every node's.
     pub fn look(&mut self, lateness: Duration) -> Result<Seen> {
@@ -700,7 +701,7 @@ mod tests {
         let mut look = Lookout::default();
         let mut at = Vec::new();
         for call in 1..=5000u64 {
-            if look.arrived(SystemTime::now(), true) {
+            if look.arrived(Some(Duration::from_micros(call))) {
                 at.push(call);
                 look.propose(&[0, 1], &[0, 0], Duration::from_millis(1));
             }

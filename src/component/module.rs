@@ -2,7 +2,7 @@
 
 use std::ffi::c_int;
 use std::net::{IpAddr, Ipv6Addr};
-use std::time::{Duration, Instant, SystemTime};
+use std::time::{Duration, Instant};
 
 use log::{debug, info, warn};
 
@@ -191,6 +191,9 @@ pub struct Module {
     broken: bool,
     /// The current broadcast call has started to move messages.
     moved: bool,
+    /// When this rank last returned from a broadcast here, where two
+    /// levels follow late ranks (`follow_late_leaders`).
+    left_bcast: Option<Instant>,
     /// The automatic choice's measurements and decisions.
     choice: Choice,
     /// Two levels, where nodes hold several ranks.
@@ -227,6 +230,7 @@ impl Module {
             background: Background::new(limit),
             broken: false,
             moved: false,
+            left_bcast: None,
         }
     }
 
@@ -353,10 +357,15 @@ impl Module {
         // of a candidate's calls leaves such a call out. Timed from after
         // the wait, it would look fast, the root having entered meanwhile.
         let entered = Instant::now();
-        // Only two levels follow late ranks (`follow_late_leaders`).
-        let arrived = (self.cfg.leader_lateness > 0
-            && matches!(self.levels, TwoLevels::Pending(_) | TwoLevels::Ready(_)))
-        .then(SystemTime::now);
+        // Only two levels follow late ranks (`follow_late_leaders`), from
+        // the time this rank spent outside broadcasts.
+        let follows = self.cfg.leader_lateness > 0
+            && matches!(self.levels, TwoLevels::Pending(_) | TwoLevels::Ready(_));
+        let outside = self
+            .left_bcast
+            .take()
+            .filter(|_| follows)
+            .map(|left| entered.saturating_duration_since(left));
         self.moved = false;
         let bytes = call.bytes();
         if bytes == 0 {
@@ -410,26 +419,30 @@ impl Module {
             }
         })?;
         self.stats.record(alg, bytes);
-        self.follow_late_leaders(call.comm(), call.root(), arrived)
+        self.follow_late_leaders(call.comm(), call.root(), follows, outside)?;
+        self.left_bcast = follows.then(Instant::now);
+        Ok(())
     }
 
     /// Seed 001's dynamic choice of the receiving process over two levels
-    /// ([`crate::component::levels::Lookout`]): counts this rank's entry
-    /// into a broadcast and, at a look (the same broadcast on every rank),
-    /// moves the lead of each node whose leader entered late to its
-    /// earliest rank, splitting the communicator again, and has the leader
+    /// ([`crate::component::levels::Lookout`]): counts the time this rank
+    /// spent outside broadcasts before this one (`outside`, where `follows`)
+    /// and, at a look (the same broadcast on every rank), moves the lead of
+    /// each node whose leader was outside longest to its quickest rank,
+    /// splitting the communicator again, and has the leader
     /// of a node with a late rank hand the message over; either change has
     /// the size classes measured again.
     fn follow_late_leaders(
         &mut self,
         comm: Comm,
         root: usize,
-        arrived: Option<SystemTime>,
+        follows: bool,
+        outside: Option<Duration>,
     ) -> Result<()> {
-        let (TwoLevels::Ready(levels), Some(arrived)) = (&mut self.levels, arrived) else {
+        let TwoLevels::Ready(levels) = &mut self.levels else {
             return Ok(());
         };
-        if !levels.arrived(arrived, root) {
+        if !follows || !levels.arrived(outside, root) {
             return Ok(());
         }
         let lateness = Duration::from_micros(self.cfg.leader_lateness as u64);

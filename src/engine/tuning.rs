@@ -227,9 +227,30 @@ struct Class {
     interval: u64,
     /// The last decision, kept while the class is measured again.
     last: Option<Decision>,
+    /// To be measured again as soon as every rank has its decision
+    /// ([`Tuner::measure_again`] came while it was measured or voted on).
+    again: bool,
 }
 
 impl Class {
+    /// Measures the class again from its next call, as on a new
+    /// communicator, if every rank has its decision; `false` if not yet:
+    /// each rank settles a vote when it must, by the call from which the
+    /// decision serves, so before it some ranks may still be voting.
+    fn restart(&mut self, candidates: usize) -> bool {
+        if !matches!(&self.phase, Phase::Decided(d) if self.calls >= d.from) {
+            return false;
+        }
+        let Phase::Decided(d) = std::mem::replace(&mut self.phase, Phase::explore(candidates))
+        else {
+            unreachable!("matched above");
+        };
+        self.last = Some(d);
+        self.calls = 0;
+        self.again = false;
+        true
+    }
+
     /// The algorithm of the class's next call, unless it is measured or
     /// needs the decision of a vote that has not ended on this rank
     /// (`None` then; before any decision, the last one if there was one).
@@ -370,6 +391,7 @@ impl Tuner {
                 retune_at: 0,
                 interval: RETUNE_AFTER,
                 last: None,
+                again: false,
             })
             .collect();
         t
@@ -404,6 +426,9 @@ impl Tuner {
         let cands = self.candidates(k);
         let first_measured = self.first_measured(k);
         let c = &mut self.classes[k];
+        if c.again {
+            c.restart(cands.len());
+        }
         let call = c.calls + 1;
         if call < first_measured {
             c.calls = call;
@@ -682,26 +707,21 @@ impl Tuner {
         d
     }
 
-    /// Measures every class again whose decision every rank has, as on a
-    /// new communicator: the
-    /// levels under the decisions changed (a node's lead moved). Its next
-    /// calls go over the levels unmeasured while the new leaders'
-    /// communicator measures its own, and the last decision serves
-    /// nonblocking calls meanwhile. The same call on every rank.
+    /// Measures every class again, as on a new communicator: the levels
+    /// under the decisions changed (a node's lead moved). Its next calls go
+    /// over the levels unmeasured while the new leaders' communicator
+    /// measures its own, and the last decision serves nonblocking calls
+    /// meanwhile. The same call on every rank. A class whose decision not
+    /// every rank may have yet (being measured, voted on, or decided for
+    /// later calls) is measured again from the first call after its
+    /// decision serves on every rank ([`Class::restart`]).
     pub fn measure_again(&mut self) {
         for k in 0..self.classes.len() {
-            let fresh = Phase::explore(self.candidates(k).len());
+            let candidates = self.candidates(k);
             let c = &mut self.classes[k];
-            // Only a decision every rank has: each settles a vote when it
-            // must, by the call from which the decision serves, so before
-            // it some ranks may still be voting, and measuring again there
-            // would set them apart.
-            if matches!(&c.phase, Phase::Decided(d) if c.calls >= d.from) {
-                let Phase::Decided(d) = std::mem::replace(&mut c.phase, fresh) else {
-                    unreachable!("matched above");
-                };
-                c.last = Some(d);
-                c.calls = 0;
+            let untouched = matches!(c.phase, Phase::Explore { taken: 0, .. });
+            if !untouched && !c.restart(candidates.len()) {
+                c.again = true;
             }
         }
     }
@@ -984,7 +1004,8 @@ mod tests {
 
     /// A look that measures again (a lead moved) may find a class's vote
     /// settled on some ranks and not yet on others (each settles it when it
-    /// must): every rank then goes on alike, call after call.
+    /// must): every rank then goes on alike, call after call, and measures
+    /// the class again once all have the decision.
     #[test]
     fn measuring_again_while_a_vote_settles_keeps_the_ranks_alike() {
         let bytes = 4 << 20;
@@ -1015,6 +1036,8 @@ mod tests {
             }
         }
         assert_eq!(plans_early, plans_late);
+        // And the class was measured again, once both had the decision.
+        assert!(plans_early[4..].contains(&Algorithm::ScatterAllgather));
     }
 
     /// Large messages over two levels also try the levels pipelined and
