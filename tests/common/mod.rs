@@ -456,10 +456,10 @@ impl Cluster {
         // another process's line into a longer one (ipmc's statistics lines
         // are): such a run is run again.
         for _ in 1..SPLICED_RUNS {
-            if !spliced(&run.output) {
+            let Some(line) = spliced(&run.output) else {
                 break;
-            }
-            println!("output lines spliced by mpirun; running the job again");
+            };
+            println!("output lines spliced by mpirun ({line:?}); running the job again");
             run = self.run_script(&format!("exec {job}"));
         }
         run
@@ -531,9 +531,9 @@ pub fn job_line(mca: &[(&str, &str)], program: &str, args: &[&str]) -> String {
 /// Runs of one job, at most, while its output shows spliced lines.
 const SPLICED_RUNS: usize = 8;
 
-/// Whether mpirun's merged output cut a statistics line and put another
-/// process's line inside it.
-fn spliced(output: &str) -> bool {
+/// A statistics line that mpirun's merged output cut, or into which it put
+/// another process's line.
+fn spliced(output: &str) -> Option<&str> {
     // Whole, a statistics line holds one of its two starts and its fields
     // once, and ends with its communicator's name.
     let starts = ["ipmc stats: ", "ipmc collectives: "];
@@ -541,7 +541,7 @@ fn spliced(output: &str) -> bool {
     output
         .lines()
         .filter(|l| starts.iter().chain(&fields).any(|k| l.contains(k)))
-        .any(|l| {
+        .find(|l| {
             let count = |keys: &[&str]| keys.iter().map(|k| l.matches(k).count()).sum::<usize>();
             count(&starts) != 1
                 || count(&fields) != 1

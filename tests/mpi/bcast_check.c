@@ -28,6 +28,7 @@
  * rank and communicator, and "bcast_check: PASS" on rank 0 of MPI_COMM_WORLD when every
  * rank received exactly the root's bytes. Exits non-zero on the first wrong byte.
  */
+#include <unistd.h>
 #include <errno.h>
 #include <mpi.h>
 #include <stdint.h>
@@ -241,6 +242,17 @@ static void run_comm(MPI_Comm comm, const char *name)
     fflush(stdout);
 }
 
+/* Frees a communicator, then pauses: ipmc prints a communicator's statistics
+   (its own and its leaders' over two levels) when it is freed, and mpirun's
+   daemon reads at most 4096 bytes of a process's output at a time, so the
+   lines of several frees in a row would be cut at that boundary and another
+   process's output spliced in. */
+static void free_apart(MPI_Comm *comm)
+{
+    MPI_Comm_free(comm);
+    usleep(20000);
+}
+
 /* Broadcast across an intercommunicator (which ipmc must leave to coll/inter). */
 static void run_intercomm(int wrank, int wsize)
 {
@@ -316,9 +328,9 @@ int main(int argc, char **argv)
     if (wsize >= 2 && intercomm) {
         run_intercomm(wrank, wsize);
     }
-    MPI_Comm_free(&reversed);
-    MPI_Comm_free(&parity);
-    MPI_Comm_free(&dup);
+    free_apart(&reversed);
+    free_apart(&parity);
+    free_apart(&dup);
 
     MPI_Barrier(MPI_COMM_WORLD);
     if (wrank == 0) {
