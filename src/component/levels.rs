@@ -172,8 +172,8 @@ const MAX_HANDOVERS: usize = 16;
 const FIRST_LOOK_AFTER: u64 = 64;
 const LOOK_AT_MOST_EVERY: u64 = 1024;
 
-/// When this rank entered a communicator's broadcasts since the last look,
-/// in nanoseconds of the wall clock, which all ranks of a node read alike.
+/// How long this rank spent outside a communicator's broadcasts before each
+/// one it entered since the last look (a monotonic clock's durations).
 #[derive(Clone, Debug, Default)]
 struct Arrivals {
     /// The sum of the times outside, in ns.
@@ -252,8 +252,9 @@ impl Lookout {
     }
 
     /// The leader this rank's node proposes from its ranks' mean times
-    /// outside broadcasts (`means`, in the order of the node's communicator, its leader
-    /// first) and whether that leader is to hand over; forgets the entries.
+    /// outside broadcasts (`means`, in the order of the node's
+    /// communicator, its leader first) and whether that leader is to hand
+    /// over; forgets the times.
     fn propose(&mut self, members: &[usize], means: &[i64], lateness: Duration) -> (usize, bool) {
         self.arrivals = Arrivals::default();
         self.next_look = self.calls + self.calls.min(LOOK_AT_MOST_EVERY);
@@ -336,9 +337,10 @@ impl Levels {
 
     /// A look at the leaders' lateness, every rank at the same broadcast
     /// (when [`Levels::arrived`] says so): the ranks of each node share
-    /// their mean times outside broadcasts, each node proposes its leader and whether it
-    /// hands the message over, and the leaders share the proposals with
-    /// each other and their nodes, so that every rank learns every node's.
+    /// their mean times outside broadcasts, each node proposes its leader
+    /// and whether it hands the message over, and the leaders share the
+    /// proposals with each other and their nodes, so that every rank learns
+    /// every node's.
     pub fn look(&mut self, lateness: Duration) -> Result<Seen> {
         let members = self.layout.node_members(self.rank);
         let mut bytes = vec![0u8; 8 * members.len()];
