@@ -13,7 +13,7 @@ use std::cell::Cell;
 use std::collections::VecDeque;
 use std::ffi::c_int;
 use std::ops::Range;
-use std::time::Duration;
+use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use crate::base::error::{Error, Result};
 use crate::base::io::Wait;
@@ -172,38 +172,99 @@ const MAX_HANDOVERS: usize = 16;
 const FIRST_LOOK_AFTER: u64 = 64;
 const LOOK_AT_MOST_EVERY: u64 = 1024;
 
-/// How long this rank spent outside a communicator's broadcasts before each
-/// one it entered since the last look (a monotonic clock's durations).
+/// When this rank entered a communicator's broadcast: the wall clock then
+/// (which every rank of a node reads alike) and how long it had been
+/// outside broadcasts, from its return from the one before.
+#[derive(Clone, Copy, Debug)]
+pub struct Entry {
+    pub at: SystemTime,
+    pub outside: Duration,
+}
+
+/// This rank's entries since the last look, summed.
 #[derive(Clone, Debug, Default)]
 struct Arrivals {
+    /// The first entry's wall-clock time and the sum of each entry's
+    /// distance from it, in ns.
+    first: i64,
+    at_sum: i64,
     /// The sum of the times outside, in ns.
-    sum: i64,
+    outside_sum: i64,
     calls: i64,
 }
 
 impl Arrivals {
-    fn add(&mut self, outside: Duration) {
-        let ns = i64::try_from(outside.as_nanos()).unwrap_or(i64::MAX);
-        self.sum = self.sum.saturating_add(ns);
+    fn add(&mut self, e: Entry) {
+        let ns = |d: Duration| i64::try_from(d.as_nanos()).unwrap_or(i64::MAX);
+        let at = ns(e.at.duration_since(UNIX_EPOCH).unwrap_or_default());
+        if self.calls == 0 {
+            self.first = at;
+        }
+        self.at_sum = self.at_sum.saturating_add(at.saturating_sub(self.first));
+        self.outside_sum = self.outside_sum.saturating_add(ns(e.outside));
         self.calls += 1;
     }
 
-    fn mean(&self) -> i64 {
-        self.sum / self.calls.max(1)
+    fn mean(&self) -> Mean {
+        let n = self.calls.max(1);
+        Mean {
+            at: self.first + self.at_sum / n,
+            outside: self.outside_sum / n,
+        }
     }
+}
+
+/// A rank's mean entry since the last look (ns): its wall-clock time and
+/// its time outside broadcasts.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+struct Mean {
+    at: i64,
+    outside: i64,
+}
+
+impl Mean {
+    const BYTES: usize = 16;
+
+    fn to_bytes(self) -> [u8; Self::BYTES] {
+        let mut b = [0; Self::BYTES];
+        b[..8].copy_from_slice(&self.at.to_le_bytes());
+        b[8..].copy_from_slice(&self.outside.to_le_bytes());
+        b
+    }
+
+    fn from_bytes(b: &[u8]) -> Self {
+        let int = |b: &[u8]| i64::from_le_bytes(b.try_into().expect("8 bytes"));
+        Mean {
+            at: int(&b[..8]),
+            outside: int(&b[8..Self::BYTES]),
+        }
+    }
+}
+
+/// Each rank's own lateness (ns) among its node's `means`: how much later
+/// it entered than the node's earliest, and how much longer it stayed
+/// outside than the node's briefest, whichever is less. A rank late by its
+/// own work is late by both. Entry alone would blame a rank that left the
+/// broadcast before late because it waited for a late rank elsewhere (in a
+/// tree of Open MPI's); time outside alone a rank that left it early (a
+/// leader returns from its node's fan-out before the ranks it fed, and then
+/// waits longer in whatever synchronizes them next).
+fn own_lateness(means: &[Mean]) -> Vec<i64> {
+    let earliest = means.iter().map(|m| m.at).min().unwrap_or(0);
+    let briefest = means.iter().map(|m| m.outside).min().unwrap_or(0);
+    means
+        .iter()
+        .map(|m| (m.at - earliest).min(m.outside - briefest))
+        .collect()
 }
 
 /// Seed 001's dynamic choice of the receiving process, per communicator: a
 /// node whose leader enters broadcasts late holds its other ranks back by
 /// that much, so every so many broadcasts the ranks of each node compare
-/// how long each spent outside them (from its return from one to its entry
-/// into the next, on average), and where the leader's was longer than
-/// another rank's by more than `coll_ipmc_leader_lateness` at two looks in
-/// a row, the rank outside for the shortest time leads the node from then
-/// on (the levels are split again). Times outside, not entry times: a rank
-/// that leaves a broadcast late because it waited for a late rank elsewhere
-/// (in a tree of Open MPI's) enters the next one late too, but is not what
-/// makes the others wait.
+/// their entries ([`own_lateness`]), and where the leader was later than
+/// another rank by more than `coll_ipmc_leader_lateness` at two looks in a
+/// row, the least late rank leads the node from then on (the levels are
+/// split again).
 #[derive(Clone, Debug)]
 pub struct Lookout {
     arrivals: Arrivals,
@@ -240,32 +301,31 @@ impl Default for Lookout {
 }
 
 impl Lookout {
-    /// Counts a broadcast, and the time this rank spent outside broadcasts
-    /// before it if given; whether a look is due (at the same call on every
-    /// rank).
-    fn arrived(&mut self, outside: Option<Duration>) -> bool {
-        if let Some(outside) = outside {
-            self.arrivals.add(outside);
+    /// Counts a broadcast, and this rank's entry into it if given; whether
+    /// a look is due (at the same call on every rank).
+    fn arrived(&mut self, entry: Option<Entry>) -> bool {
+        if let Some(entry) = entry {
+            self.arrivals.add(entry);
         }
         self.calls += 1;
         self.calls == self.next_look
     }
 
-    /// The leader this rank's node proposes from its ranks' mean times
-    /// outside broadcasts (`means`, in the order of the node's
-    /// communicator, its leader first) and whether that leader is to hand
-    /// over; forgets the times.
-    fn propose(&mut self, members: &[usize], means: &[i64], lateness: Duration) -> (usize, bool) {
+    /// The leader this rank's node proposes from its ranks' mean entries
+    /// (`means`, in the order of the node's communicator, its leader first)
+    /// and whether that leader is to hand over; forgets the entries.
+    fn propose(&mut self, members: &[usize], means: &[Mean], lateness: Duration) -> (usize, bool) {
         self.arrivals = Arrivals::default();
         self.next_look = self.calls + self.calls.min(LOOK_AT_MOST_EVERY);
-        let earliest = (0..means.len()).min_by_key(|&i| means[i]).unwrap_or(0);
-        let late = i128::from(means[0]) - i128::from(means[earliest]) > lateness.as_nanos() as i128;
+        let late_by = own_lateness(means);
+        let limit = i64::try_from(lateness.as_nanos()).unwrap_or(i64::MAX);
+        let least = (0..late_by.len()).min_by_key(|&i| late_by[i]).unwrap_or(0);
+        let late = late_by[0] - late_by[least] > limit;
         let moves = late && self.late_before;
         self.late_before = late && !moves;
-        let leader = if moves { earliest } else { 0 };
-        let latest = means.iter().copied().max().unwrap_or(0);
-        let hand_over =
-            i128::from(latest) - i128::from(means[leader]) > lateness.as_nanos() as i128;
+        let leader = if moves { least } else { 0 };
+        let latest = late_by.iter().copied().max().unwrap_or(0);
+        let hand_over = latest - late_by[leader] > limit;
         (members[leader], hand_over)
     }
 }
@@ -324,38 +384,35 @@ impl Levels {
         })
     }
 
-    /// Counts this rank's entry into a broadcast from `root`, after
-    /// `outside` since its return from the one before (if known); whether a
-    /// look at the leaders' lateness is due ([`Levels::look`]). Only
-    /// entries into broadcasts from other nodes count: no rank can have the
-    /// message before the root entered, so a root's node waits for it
-    /// whoever leads, and its entry is no lateness.
-    pub fn arrived(&mut self, outside: Option<Duration>, root: usize) -> bool {
+    /// Counts this rank's entry into a broadcast from `root` (if known);
+    /// whether a look at the leaders' lateness is due ([`Levels::look`]).
+    /// Only entries into broadcasts from other nodes count: no rank can
+    /// have the message before the root entered, so a root's node waits for
+    /// it whoever leads, and its entry is no lateness.
+    pub fn arrived(&mut self, entry: Option<Entry>, root: usize) -> bool {
         let timed = self.layout.node_of(root) != self.layout.node_of(self.rank);
-        self.lookout.arrived(outside.filter(|_| timed))
+        self.lookout.arrived(entry.filter(|_| timed))
     }
 
     /// A look at the leaders' lateness, every rank at the same broadcast
     /// (when [`Levels::arrived`] says so): the ranks of each node share
-    /// their mean times outside broadcasts, each node proposes its leader
+    /// their mean entries, each node proposes its leader
     /// and whether it hands the message over, and the leaders share the
     /// proposals with each other and their nodes, so that every rank learns
     /// every node's.
     pub fn look(&mut self, lateness: Duration) -> Result<Seen> {
         let members = self.layout.node_members(self.rank);
-        let mut bytes = vec![0u8; 8 * members.len()];
-        let mine = 8 * self.layout.local[self.rank] as usize;
-        bytes[mine..mine + 8].copy_from_slice(&self.lookout.arrivals.mean().to_le_bytes());
+        let size = Mean::BYTES;
+        let mut bytes = vec![0u8; size * members.len()];
+        let mine = size * self.layout.local[self.rank] as usize;
+        bytes[mine..mine + size].copy_from_slice(&self.lookout.arrivals.mean().to_bytes());
         let int = |n: usize| c_int::try_from(n).map_err(|_| Error::Range);
-        let counts = vec![8; members.len()];
+        let counts = vec![int(size)?; members.len()];
         let displs = (0..members.len())
-            .map(|i| int(8 * i))
+            .map(|i| int(size * i))
             .collect::<Result<Vec<_>>>()?;
         self.node.allgatherv_bytes(&mut bytes, &counts, &displs)?;
-        let means: Vec<i64> = bytes
-            .chunks_exact(8)
-            .map(|b| i64::from_le_bytes(b.try_into().expect("8 bytes")))
-            .collect();
+        let means: Vec<Mean> = bytes.chunks_exact(size).map(Mean::from_bytes).collect();
         let (proposed, hand_over) = self.lookout.propose(&members, &means, lateness);
         // Each node's proposal as 2 × its leader + whether it hands over;
         // -1 where another node's goes.
@@ -676,26 +733,83 @@ mod tests {
         assert!(l.led_by(&[2, 3]).is_some());
     }
 
+    /// Means of ranks that entered `at` ms after one another's times and
+    /// stayed outside as long as they entered late (late by their own work).
+    fn own(at: [i64; 3]) -> [Mean; 3] {
+        at.map(|ms| Mean {
+            at: 1_000_000 * ms,
+            outside: 1_000_000 * ms,
+        })
+    }
+
     #[test]
     fn a_late_leader_gives_up_its_lead_at_the_second_look_in_a_row() {
-        let ms = |m: i64| m * 1_000_000;
         let members = [4, 5, 6];
         let late = Duration::from_millis(1);
         let mut look = Lookout::default();
+        let p = |look: &mut Lookout, means: [Mean; 3]| look.propose(&members, &means, late);
         // Late by 3 ms behind rank 6: noted, not yet moved.
-        let p = |look: &mut Lookout, means: [i64; 3]| look.propose(&members, &means, late);
-        assert_eq!(p(&mut look, [ms(10), ms(8), ms(7)]), (4, false));
+        assert_eq!(p(&mut look, own([10, 8, 7])), (4, false));
         // Moved: the old leader is now a late rank the new one hands over to.
-        assert_eq!(p(&mut look, [ms(10), ms(8), ms(7)]), (6, true));
+        assert_eq!(p(&mut look, own([10, 8, 7])), (6, true));
         // Within the lateness allowed, or late only once: no move.
         let mut look = Lookout::default();
-        assert_eq!(p(&mut look, [ms(10), ms(9) + 1, ms(10)]), (4, false));
-        assert_eq!(p(&mut look, [ms(10), ms(9) + 1, ms(10)]), (4, false));
-        assert_eq!(p(&mut look, [ms(10), ms(5), ms(10)]), (4, false));
-        assert_eq!(p(&mut look, [ms(10), ms(10), ms(10)]), (4, false));
-        assert_eq!(p(&mut look, [ms(10), ms(5), ms(10)]), (4, false));
+        let mut within = own([10, 9, 10]);
+        within[1] = Mean {
+            at: within[1].at + 1,
+            outside: within[1].outside + 1,
+        };
+        assert_eq!(p(&mut look, within), (4, false));
+        assert_eq!(p(&mut look, within), (4, false));
+        assert_eq!(p(&mut look, own([10, 5, 10])), (4, false));
+        assert_eq!(p(&mut look, own([10, 10, 10])), (4, false));
+        assert_eq!(p(&mut look, own([10, 5, 10])), (4, false));
         // A late rank that does not lead is handed over to at once.
-        assert_eq!(p(&mut look, [ms(10), ms(12), ms(10)]), (4, true));
+        assert_eq!(p(&mut look, own([10, 12, 10])), (4, true));
+    }
+
+    #[test]
+    fn lateness_is_a_ranks_own_not_what_it_waited_for() {
+        let members = [0, 1, 2];
+        let late = Duration::from_millis(1);
+        let ms = |at: i64, outside: i64| Mean {
+            at: 1_000_000 * at,
+            outside: 1_000_000 * outside,
+        };
+        let mut look = Lookout::default();
+        // The leader returned from its node's fan-out 5 ms before the
+        // others and entered with them: outside longest, not late.
+        let fanout = [ms(10, 9), ms(10, 4), ms(10, 4)];
+        for _ in 0..3 {
+            assert_eq!(look.propose(&members, &fanout, late), (0, false));
+        }
+        // Rank 2 left a tree 5 ms late, waiting for a rank elsewhere, and
+        // entered as soon as it could: late, but not by its own work.
+        let waited = [ms(10, 4), ms(10, 4), ms(15, 4)];
+        assert_eq!(look.propose(&members, &waited, late), (0, false));
+        // Both at once: rank 1 entered 3 ms late after 3 ms more outside.
+        let own_work = [ms(10, 4), ms(13, 7), ms(10, 4)];
+        assert_eq!(look.propose(&members, &own_work, late), (0, true));
+    }
+
+    #[test]
+    fn means_cross_between_ranks_whole() {
+        let m = Mean {
+            at: 1_800_000_000_123_456_789,
+            outside: -5,
+        };
+        assert_eq!(Mean::from_bytes(&m.to_bytes()), m);
+        let mut a = Arrivals::default();
+        let t = UNIX_EPOCH + Duration::from_secs(1_800_000_000);
+        for (ms, out) in [(0, 1), (2, 3), (4, 5)] {
+            a.add(Entry {
+                at: t + Duration::from_millis(ms),
+                outside: Duration::from_millis(out),
+            });
+        }
+        let mean = a.mean();
+        assert_eq!(mean.at, 1_800_000_000_002_000_000);
+        assert_eq!(mean.outside, 3_000_000);
     }
 
     #[test]
@@ -703,9 +817,13 @@ mod tests {
         let mut look = Lookout::default();
         let mut at = Vec::new();
         for call in 1..=5000u64 {
-            if look.arrived(Some(Duration::from_micros(call))) {
+            let entry = Entry {
+                at: SystemTime::now(),
+                outside: Duration::from_micros(call),
+            };
+            if look.arrived(Some(entry)) {
                 at.push(call);
-                look.propose(&[0, 1], &[0, 0], Duration::from_millis(1));
+                look.propose(&[0, 1], &[Mean::default(); 2], Duration::from_millis(1));
             }
         }
         assert_eq!(at, [64, 128, 256, 512, 1024, 2048, 3072, 4096]);

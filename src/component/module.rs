@@ -2,7 +2,7 @@
 
 use std::ffi::c_int;
 use std::net::{IpAddr, Ipv6Addr};
-use std::time::{Duration, Instant};
+use std::time::{Duration, Instant, SystemTime};
 
 use log::{debug, info, warn};
 
@@ -12,7 +12,7 @@ use crate::base::error::{Error, Result};
 use crate::base::params::Config;
 use crate::base::transport::Transport;
 use crate::component::background::{Background, Form as IbcastForm, Ibcast, Joining, Open};
-use crate::component::levels::{Layout, Levels, Seen, LEVEL_SEGMENT};
+use crate::component::levels::{Entry, Layout, Levels, Seen, LEVEL_SEGMENT};
 use crate::component::logging::{tell_once, Notice};
 use crate::component::nodes::Nodes;
 use crate::component::stats::Stats;
@@ -358,14 +358,17 @@ impl Module {
         // the wait, it would look fast, the root having entered meanwhile.
         let entered = Instant::now();
         // Only two levels follow late ranks (`follow_late_leaders`), from
-        // the time this rank spent outside broadcasts.
+        // when this rank entered and how long it was outside broadcasts.
         let follows = self.cfg.leader_lateness > 0
             && matches!(self.levels, TwoLevels::Pending(_) | TwoLevels::Ready(_));
-        let outside = self
+        let entry = self
             .left_bcast
             .take()
             .filter(|_| follows)
-            .map(|left| entered.saturating_duration_since(left));
+            .map(|left| Entry {
+                at: SystemTime::now(),
+                outside: entered.saturating_duration_since(left),
+            });
         self.moved = false;
         let bytes = call.bytes();
         if bytes == 0 {
@@ -419,16 +422,16 @@ impl Module {
             }
         })?;
         self.stats.record(alg, bytes);
-        self.follow_late_leaders(call.comm(), call.root(), follows, outside)?;
+        self.follow_late_leaders(call.comm(), call.root(), follows, entry)?;
         self.left_bcast = follows.then(Instant::now);
         Ok(())
     }
 
     /// Seed 001's dynamic choice of the receiving process over two levels
-    /// ([`crate::component::levels::Lookout`]): counts the time this rank
-    /// spent outside broadcasts before this one (`outside`, where `follows`)
-    /// and, at a look (the same broadcast on every rank), moves the lead of
-    /// each node whose leader was outside longest to its quickest rank,
+    /// ([`crate::component::levels::Lookout`]): counts this rank's entry
+    /// into this broadcast (`entry`, where `follows`) and, at a look (the
+    /// same broadcast on every rank), moves the lead of each node whose
+    /// leader was late to its least late rank,
     /// splitting the communicator again, and has the leader
     /// of a node with a late rank hand the message over; either change has
     /// the size classes measured again.
@@ -437,12 +440,12 @@ impl Module {
         comm: Comm,
         root: usize,
         follows: bool,
-        outside: Option<Duration>,
+        entry: Option<Entry>,
     ) -> Result<()> {
         let TwoLevels::Ready(levels) = &mut self.levels else {
             return Ok(());
         };
-        if !follows || !levels.arrived(outside, root) {
+        if !follows || !levels.arrived(entry, root) {
             return Ok(());
         }
         let lateness = Duration::from_micros(self.cfg.leader_lateness as u64);
