@@ -125,6 +125,15 @@ const CHAIN_FROM: usize = 64 << 10;
 /// to each candidate's own time, at little cost.
 const SHORT_UP_TO: usize = 8192;
 const SHORT_FACTOR: usize = 4;
+/// Over two levels, the classes of messages from [`PIPELINED_FROM`] have
+/// this many times as many calls per candidate. Their four candidates come
+/// within 10 % of each other where processes outnumber cores, and their
+/// calls vary by more: on 4 emulated hosts of 4 ranks at 10 Gbit/s, the
+/// best of 2 calls of Open MPI's scatter and ring allgather was 18.8 to
+/// 21.8 ms at 4 MiB (16.4 to 17.0 when it served every call), and the
+/// levels (19.1 ms when they served) won 4 of 14 decisions at 4 and 16 MiB
+/// in 7 runs; with the best of 4 calls 1 of 6, of 6 calls none of 4.
+const LARGE_FACTOR: usize = 2;
 /// Open MPI's binomial and binary trees measured against the others up to
 /// this size: there one tree step costs about a message's latency, and one
 /// or the other was the fastest of Open MPI's fixed algorithms at 1 KiB on
@@ -272,7 +281,8 @@ impl Class {
 /// A communicator's measured choice, the same on every rank.
 pub struct Tuner {
     /// Calls per candidate (`coll_ipmc_tune_calls`; [`SHORT_FACTOR`] times
-    /// as many up to [`SHORT_UP_TO`] bytes).
+    /// as many up to [`SHORT_UP_TO`] bytes, [`LARGE_FACTOR`] times as many
+    /// for large messages over two levels).
     samples: usize,
     rank: usize,
     /// `coll_ipmc_inject_timing`: made-up times for tests.
@@ -625,7 +635,7 @@ impl Tuner {
             } else {
                 candidates(k)
             };
-            let leaders = self.samples_of(k) * one_level.len();
+            let leaders = self.samples_on(k, false) * one_level.len();
             leaders as u64 + VOTE_CALLS + 1
         } else {
             1
@@ -634,8 +644,16 @@ impl Tuner {
 
     /// Measured calls of each candidate in class `k`.
     fn samples_of(&self, k: usize) -> usize {
+        self.samples_on(k, self.two_levels)
+    }
+
+    /// Measured calls of each candidate in class `k` on a communicator of
+    /// one or two levels.
+    fn samples_on(&self, k: usize, two_levels: bool) -> usize {
         if k == BARRIER || class_max(sized(k)) <= SHORT_UP_TO {
             self.samples * SHORT_FACTOR
+        } else if two_levels && k < BARRIER && class_max(k) >= PIPELINED_FROM {
+            self.samples * LARGE_FACTOR
         } else {
             self.samples
         }
@@ -1087,6 +1105,44 @@ mod tests {
         let mut t = Tuner::over_two_levels(1, 0, false);
         let v = measure(&mut t, 100, |alg| if alg == Previous { 20 } else { 30 });
         assert_eq!(t.settle(class_of(100), &v).alg, Previous);
+    }
+
+    #[test]
+    fn large_messages_over_two_levels_are_measured_on_more_calls() {
+        let bytes = 2 * PIPELINED_FROM;
+        let k = class_of(bytes);
+        let mut t = Tuner::over_two_levels(2, 0, false);
+        // The leaders' communicator, of one level, measures on as many
+        // calls as it would anywhere.
+        for _ in 0..2 * candidates(k).len() as u64 + VOTE_CALLS {
+            assert_eq!(t.plan(bytes), Some((Algorithm::TwoLevel, None)));
+        }
+        let mut seen = Vec::new();
+        measure(&mut t, bytes, |alg| {
+            seen.push(alg);
+            1000
+        });
+        let each = 2 * LARGE_FACTOR;
+        let cands = over_two_levels(k);
+        assert_eq!(seen.len(), each * cands.len());
+        for (i, alg) in seen.iter().enumerate() {
+            assert_eq!(*alg, cands[i / each], "call {i}");
+        }
+        // Below, and on one level, as many as `tune_calls`.
+        let mut t = Tuner::over_two_levels(2, 0, false);
+        let mut n = 0;
+        measure(&mut t, PIPELINED_FROM / 2, |_| {
+            n += 1;
+            1000
+        });
+        assert_eq!(n, 2 * over_two_levels(class_of(PIPELINED_FROM / 2)).len());
+        let mut t = Tuner::new(2, 0, false);
+        let mut n = 0;
+        measure(&mut t, bytes, |_| {
+            n += 1;
+            1000
+        });
+        assert_eq!(n, 2 * candidates(k).len());
     }
 
     #[test]
