@@ -208,7 +208,8 @@ impl Module {
         let mut m = Self::with(cfg, comm.rank(), comm.size(), comm.cid(), nodes);
         if let Some(layout) = layout.filter(|l| m.cfg.takes_two_levels() && l.has_two_levels()) {
             m.levels = TwoLevels::Pending(layout);
-            let tuner = Tuner::over_two_levels(m.cfg.tune_calls, m.rank, m.cfg.inject_timing);
+            let tuner = Tuner::over_two_levels(m.cfg.tune_calls, m.rank, m.cfg.inject_timing)
+                .of_ranks(m.size);
             m.choice = Choice::new(tuner);
         }
         m
@@ -218,7 +219,7 @@ impl Module {
         let limit = cfg.background_limit;
         Module {
             levels: TwoLevels::No,
-            choice: Choice::new(Tuner::new(cfg.tune_calls, rank, cfg.inject_timing)),
+            choice: Choice::new(Tuner::new(cfg.tune_calls, rank, cfg.inject_timing).of_ranks(size)),
             cfg,
             rank,
             size,
@@ -780,7 +781,7 @@ impl Module {
     /// Times `call`, a measured call of a short message, at its root (this
     /// rank), which entered it at `entered`: until every other rank answered
     /// that it has the message, for at most `until` from the call's entry
-    /// ([`tuning::ANSWER_WAIT`]). Waiting in the call, the root sees each
+    /// ([`tuning::Sample::answer_wait`]). Waiting in the call, the root sees each
     /// answer when it arrives; out of MPI (computing, or sleeping before its
     /// next call) it would see them only when it next drives the progress
     /// engine, which would make a candidate whose root returns early

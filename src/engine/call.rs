@@ -20,7 +20,7 @@ use std::time::Duration;
 use crate::base::error::{Error, Result};
 use crate::engine::algorithm::Algorithm;
 use crate::engine::choice::{Ballots, Choice, Next, Timed};
-use crate::engine::tuning::{self, Decision, Sample};
+use crate::engine::tuning::{Decision, Sample};
 
 /// Which collective a call serves: what its algorithms may run alongside.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -228,7 +228,7 @@ impl Call {
                         Some(s) if !s.timed_at_root() => choice.record(s, Timed::Here(took), lost),
                         Some(s) if self.root() == Some(self.rank) => {
                             self.stage = Stage::TimingAtRoot(s);
-                            let until = self.entered + tuning::ANSWER_WAIT;
+                            let until = self.entered + s.answer_wait();
                             return Ok(Action::TimeAtRoot { until });
                         }
                         Some(s) => {
@@ -331,7 +331,7 @@ impl Call {
 mod tests {
     use super::*;
     use crate::engine::choice::tests::Urn;
-    use crate::engine::tuning::Tuner;
+    use crate::engine::tuning::{self, Tuner};
 
     const US: fn(u64) -> Duration = Duration::from_micros;
 

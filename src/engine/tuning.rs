@@ -82,10 +82,16 @@ const RETUNE_AFTER: u64 = 1024;
 /// which the ranks' decision takes effect (see the module's summary).
 pub const VOTE_CALLS: u64 = 16;
 /// How long the root of a measured call of a short message waits in the
-/// call for the others' answers (see [`SHORT_UP_TO`]); later answers are
+/// call for the others' answers (see [`ROOT_TIMED_UP_TO`]); later answers are
 /// noted in the background. A call takes well under this where ranks wait
 /// for the root.
 pub const ANSWER_WAIT: Duration = Duration::from_millis(5);
+/// As [`ANSWER_WAIT`] for the classes above [`SHORT_UP_TO`] that are timed
+/// at their root: a 64 KiB broadcast takes 5.6 ms by multicast on 16 hosts
+/// at 100 Mbit/s and 50 ms by Open MPI's tree, and an answer the root sees
+/// after its call, when it next drives the progress engine, makes the
+/// candidate look as slow as the root's work until then.
+pub const LONG_ANSWER_WAIT: Duration = Duration::from_millis(100);
 /// Calls of a short messages' class between its last measured call and its
 /// vote (fewer than [`VOTE_CALLS`]): the roots' answers arrive meanwhile, and
 /// a root waits for them only if they have not by then.
@@ -114,17 +120,35 @@ const DELIVERED_VOTE: u32 = 1001;
 /// measurement finds.
 const CHAIN_FROM: usize = 64 << 10;
 /// Short messages: classes up to this size are measured on
-/// [`SHORT_FACTOR`] times as many calls, each timed at its root, from the
-/// root's entry until every other rank answered that it has the message.
-/// A call takes well under a millisecond there, and a rank's own time, from
-/// its entry, is mostly its wait for the root: how late the root entered,
-/// or when a rank got a core, varies by as much as what tells the
-/// candidates apart (tens of microseconds between Open MPI's trees at 1 KiB
-/// on 16 hosts). The answers cost an empty message per rank and measured
-/// call, the same for every candidate; the best of more calls comes closer
-/// to each candidate's own time, at little cost.
+/// [`SHORT_FACTOR`] times as many calls: a call takes well under a
+/// millisecond there, and the best of more calls comes closer to each
+/// candidate's own time, at little cost.
 const SHORT_UP_TO: usize = 8192;
 const SHORT_FACTOR: usize = 4;
+/// Classes up to this size are timed at their root, from the root's entry
+/// until every other rank answered that it has the message. A rank's own
+/// time, from its entry, is there mostly its wait for the root: how late
+/// the root entered, or when a rank got a core, varies by as much as what
+/// tells the candidates apart (tens of microseconds between Open MPI's
+/// trees at 1 KiB on 16 hosts). At 64 KiB on 2 emulated hosts of 8 ranks at
+/// 10 Gbit/s, a run of the benchmark that took the levels spent 0.58 ms per
+/// round, one that took Open MPI's broadcast 0.89; each rank's own best of 2
+/// calls, which held the 1 ms by which the benchmark's root enters after the
+/// others, made them 1.76 and 2.04 ms in the first, 1.85 and 1.88 in the
+/// second. Timed at the root: 0.79–1.04 and 1.01–1.39 ms, the levels chosen
+/// in 6 runs of 6. The answers cost an empty message per rank and measured
+/// call, the same for every candidate.
+/// Above [`SHORT_UP_TO`] only over two levels, on communicators of up to
+/// [`ROOT_TIMED_RANKS`] ranks: the root receives an answer from every rank,
+/// which on 1,000 simulated nodes at 100 Mbit/s took 20 ms of each call,
+/// more than a 64 KiB multicast broadcast; and on one level, where a rank
+/// whose host drops multicast gets every message by the chain, its backlog
+/// in a burst of broadcasts made multicast look slower from the root than
+/// Open MPI's tree (29.6 against 28.0 ms at 64 KiB on 6 hosts at
+/// 100 Mbit/s), where each rank's own time, as the user's program sees it
+/// on every other rank, favours multicast.
+const ROOT_TIMED_UP_TO: usize = 64 << 10;
+const ROOT_TIMED_RANKS: usize = 32;
 /// Over two levels, the classes of messages from [`PIPELINED_FROM`] have
 /// this many times as many calls per candidate. Their four candidates come
 /// within 10 % of each other where processes outnumber cores, and their
@@ -157,14 +181,25 @@ pub enum Due {
 pub struct Sample {
     class: usize,
     candidate: usize,
+    at_root: bool,
 }
 
 impl Sample {
     /// Whether the call is timed at its root, on the other ranks' answers
-    /// (see [`SHORT_UP_TO`]): the root passes its time to
+    /// (see [`ROOT_TIMED_UP_TO`]): the root passes its time to
     /// [`Tuner::record`], the other ranks none.
     pub fn timed_at_root(&self) -> bool {
-        self.class < BARRIER && class_max(self.class) <= SHORT_UP_TO
+        self.at_root
+    }
+
+    /// How long the root of a call timed at its root waits in the call for
+    /// the answers.
+    pub fn answer_wait(&self) -> Duration {
+        if class_max(self.class) <= SHORT_UP_TO {
+            ANSWER_WAIT
+        } else {
+            LONG_ANSWER_WAIT
+        }
     }
 }
 
@@ -292,6 +327,9 @@ pub struct Tuner {
     classes: Vec<Class>,
     /// Classes whose vote has not been settled.
     voting: usize,
+    /// Broadcasts of up to this many bytes are timed at their root
+    /// ([`ROOT_TIMED_UP_TO`]).
+    root_timed_up_to: usize,
 }
 
 /// The algorithms measured against each other on a communicator of one
@@ -393,6 +431,7 @@ impl Tuner {
             two_levels,
             classes: Vec::new(),
             voting: 0,
+            root_timed_up_to: SHORT_UP_TO,
         };
         t.classes = (0..=allgather_class(usize::MAX))
             .map(|k| Class {
@@ -405,6 +444,21 @@ impl Tuner {
             })
             .collect();
         t
+    }
+
+    /// For a communicator of `ranks` ranks: over two levels and up to
+    /// [`ROOT_TIMED_RANKS`] ranks, broadcasts up to [`ROOT_TIMED_UP_TO`]
+    /// are timed at their root, elsewhere up to [`SHORT_UP_TO`].
+    pub fn of_ranks(mut self, ranks: usize) -> Self {
+        if self.two_levels && ranks <= ROOT_TIMED_RANKS {
+            self.root_timed_up_to = ROOT_TIMED_UP_TO;
+        }
+        self
+    }
+
+    /// Whether the calls of class `k` are timed at their root.
+    fn timed_at_root(&self, k: usize) -> bool {
+        k < BARRIER && class_max(k) <= self.root_timed_up_to
     }
 
     /// The candidates of class `k` on this communicator.
@@ -435,6 +489,7 @@ impl Tuner {
         let samples = self.samples_of(k);
         let cands = self.candidates(k);
         let first_measured = self.first_measured(k);
+        let at_root = self.timed_at_root(k);
         let c = &mut self.classes[k];
         if c.again {
             c.restart(cands.len());
@@ -477,6 +532,7 @@ impl Tuner {
                     Some(Sample {
                         class: k,
                         candidate,
+                        at_root,
                     }),
                 ))
             }
@@ -582,7 +638,7 @@ impl Tuner {
             return Due::No;
         }
         let total = self.samples_of(k) * self.candidates(k).len();
-        let delay = if k < BARRIER && class_max(k) <= SHORT_UP_TO {
+        let delay = if self.timed_at_root(k) {
             ANSWER_CALLS
         } else {
             0
@@ -853,12 +909,27 @@ mod tests {
 
     #[test]
     fn short_messages_are_timed_at_their_root() {
-        let sample = |bytes| Sample {
-            class: class_of(bytes),
-            candidate: 0,
-        };
-        assert!(sample(SHORT_UP_TO).timed_at_root());
-        assert!(!sample(SHORT_UP_TO + 1).timed_at_root());
+        let few = Tuner::over_two_levels(1, 0, false).of_ranks(ROOT_TIMED_RANKS);
+        assert!(few.timed_at_root(class_of(ROOT_TIMED_UP_TO)));
+        assert!(!few.timed_at_root(class_of(ROOT_TIMED_UP_TO + 1)));
+        // On many ranks the root's answers would cost more than the call,
+        // and on one level each rank's own time serves above 8 KiB.
+        let many = Tuner::over_two_levels(1, 0, false).of_ranks(ROOT_TIMED_RANKS + 1);
+        let one_level = Tuner::new(1, 0, false).of_ranks(2);
+        for t in [many, one_level] {
+            assert!(t.timed_at_root(class_of(SHORT_UP_TO)));
+            assert!(!t.timed_at_root(class_of(SHORT_UP_TO + 1)));
+        }
+        // The root of a longer call waits longer for the answers in it.
+        let mut few = few;
+        let sample = std::iter::from_fn(|| few.plan(65536))
+            .find_map(|(_, s)| s)
+            .expect("measured");
+        assert!(sample.timed_at_root());
+        assert_eq!(sample.answer_wait(), LONG_ANSWER_WAIT);
+        let mut t = Tuner::new(1, 0, false);
+        let (_, sample) = t.plan(SHORT_UP_TO).unwrap();
+        assert_eq!(sample.unwrap().answer_wait(), ANSWER_WAIT);
         // Rank 0 is the root of every call; rank 1 times none of them and
         // votes 0, so the root's times decide.
         let mut root = Tuner::new(1, 0, false);
@@ -918,9 +989,10 @@ mod tests {
         assert!(matches!(t.due(1024), Due::Vote(_, v) if v == [7, 7, 7, 7, 0]));
         assert_eq!(calls + ANSWER_CALLS as usize, 4 * 4 + 8);
         // Longer messages vote right after their last measured call.
-        measure(&mut t, SHORT_UP_TO + 1, |_| 1);
-        assert!(t.voting(SHORT_UP_TO + 1));
-        assert_eq!(t.classes[class_of(SHORT_UP_TO + 1)].calls, 2);
+        measure(&mut t, ROOT_TIMED_UP_TO + 1, |_| 1);
+        assert!(t.voting(ROOT_TIMED_UP_TO + 1));
+        let k = class_of(ROOT_TIMED_UP_TO + 1);
+        assert_eq!(t.classes[k].calls, candidates(k).len() as u64);
     }
 
     #[test]
@@ -1149,14 +1221,15 @@ mod tests {
     fn candidates_take_turns_and_the_fastest_wins() {
         let mut t = Tuner::new(2, 0, false);
         let mut seen = Vec::new();
-        for _ in 0..4 {
-            let (alg, s) = t.plan(65536).unwrap();
+        let v = measure(&mut t, 65536, |alg| {
             seen.push(alg);
-            let took = if alg == Algorithm::Multicast { 50 } else { 100 };
-            t.record(s.unwrap(), Some(us(took)), Some(0));
-            let v = t.due(65536);
-            assert_eq!(matches!(v, Due::Vote(..)), seen.len() == 4);
-        }
+            if alg == Algorithm::Multicast {
+                50
+            } else {
+                100
+            }
+        });
+        assert_eq!(v, [100, 50, 0]);
         assert_eq!(
             seen,
             [
@@ -1277,17 +1350,18 @@ mod tests {
     #[test]
     fn a_rank_reports_its_smallest_loss() {
         let mut t = Tuner::new(2, 0, false);
-        let mut vector = None;
-        for lost in [Some(1000), None, Some(200), Some(900)] {
+        let mut losses = [Some(1000), None, Some(200), Some(900)].into_iter();
+        let vector = loop {
             let (_, s) = t.plan(65536).unwrap();
-            t.record(s.unwrap(), Some(us(5)), lost);
-            vector = match t.due(65536) {
-                Due::Vote(_, v) => Some(v),
-                _ => None,
-            };
-        }
+            if let Some(s) = s {
+                t.record(s, Some(us(5)), losses.next().expect("4 measured calls"));
+            }
+            if let Due::Vote(_, v) = t.due(65536) {
+                break v;
+            }
+        };
         // Voted as the share delivered by multicast, plus one.
-        assert_eq!(vector.unwrap().last(), Some(&801));
+        assert_eq!(vector.last(), Some(&801));
     }
 
     /// The vote's loss element after every rank's own: `None` for the
@@ -1299,7 +1373,9 @@ mod tests {
             let mut vector = None;
             while vector.is_none() {
                 let (_, s) = t.plan(65536).unwrap();
-                t.record(s.unwrap(), Some(us(5)), lost);
+                if let Some(s) = s {
+                    t.record(s, Some(us(5)), lost);
+                }
                 if let Due::Vote(_, v) = t.due(65536) {
                     vector = Some(v);
                 }
