@@ -149,7 +149,7 @@ const SHORT_FACTOR: usize = 4;
 /// on every other rank, favours multicast.
 const ROOT_TIMED_UP_TO: usize = 64 << 10;
 const ROOT_TIMED_RANKS: usize = 32;
-/// Over two levels, the classes of messages from [`PIPELINED_FROM`] have
+/// Over two levels, the classes of messages from [`LARGE_FROM`] have
 /// this many times as many calls per candidate. Their four candidates come
 /// within 10 % of each other where processes outnumber cores, and their
 /// calls vary by more: on 4 emulated hosts of 4 ranks at 10 Gbit/s, the
@@ -355,26 +355,33 @@ pub fn candidates(k: usize) -> &'static [Algorithm] {
 /// nodes too (`han`); for short messages also ipmc's linear broadcast from
 /// the root to every rank, one step where the levels take two or three (on
 /// 2 to 8 emulated hosts of 16 ranks at 10 Gbit/s, Open MPI's linear one
-/// was the fastest of all at 4 KiB, 1.4 times as fast as the levels); for
-/// large ones also the levels pipelined and Open MPI's scatter and ring
-/// allgather on the whole communicator (16 MiB on 8 emulated hosts of 2
-/// ranks at 10 Gbit/s: 77.5 ms, against 121 for ipmc without it and 148 for
-/// han).
+/// was the fastest of all at 4 KiB, 1.4 times as fast as the levels); from
+/// the class of 1 MiB also the levels pipelined (1 MiB on 2 emulated hosts
+/// of 8 ranks at 100 Mbit/s: 88.4 ms, against 94.7 whole and han's 88.2),
+/// and above it Open MPI's scatter and ring allgather on the whole
+/// communicator (16 MiB on 8 emulated hosts of 2 ranks at 10 Gbit/s:
+/// 77.5 ms, against 121 for ipmc without it and 148 for han).
 pub fn over_two_levels(k: usize) -> &'static [Algorithm] {
     use Algorithm::{Linear, Previous, ScatterAllgather, TwoLevel, TwoLevelPipelined};
     if class_max(k) <= SHORT_UP_TO {
         &[Previous, TwoLevel, Linear]
-    } else if class_max(k) >= PIPELINED_FROM {
+    } else if class_max(k) >= LARGE_FROM {
         &[Previous, TwoLevel, TwoLevelPipelined, ScatterAllgather]
+    } else if class_max(k) >= PIPELINED_FROM {
+        &[Previous, TwoLevel, TwoLevelPipelined]
     } else {
         &[Previous, TwoLevel]
     }
 }
 
-/// From the class of this largest message on (messages above 1 MiB) the
-/// levels pipelined are a candidate too: 4 segments of 256 KiB or more,
+/// From the class of this largest message on (messages above 512 KiB) the
+/// levels pipelined are a candidate too: 3 segments of 256 KiB or more,
 /// where the node's step has the network's to overlap.
-pub const PIPELINED_FROM: usize = 2 << 20;
+pub const PIPELINED_FROM: usize = 1 << 20;
+/// From the class of this largest message on (messages above 1 MiB) Open
+/// MPI's scatter and ring allgather is a candidate over two levels too, and
+/// each candidate is measured on more calls ([`LARGE_FACTOR`]).
+pub const LARGE_FROM: usize = 2 << 20;
 
 /// The barriers measured against each other: the replaced component's;
 /// Open MPI's linear one (coll/base), which Open MPI's own choice passes
@@ -708,7 +715,7 @@ impl Tuner {
     fn samples_on(&self, k: usize, two_levels: bool) -> usize {
         if k == BARRIER || class_max(sized(k)) <= SHORT_UP_TO {
             self.samples * SHORT_FACTOR
-        } else if two_levels && k < BARRIER && class_max(k) >= PIPELINED_FROM {
+        } else if two_levels && k < BARRIER && class_max(k) >= LARGE_FROM {
             self.samples * LARGE_FACTOR
         } else {
             self.samples
@@ -1135,10 +1142,13 @@ mod tests {
     #[test]
     fn two_levels_try_more_candidates_at_the_ends() {
         use Algorithm::{Linear, ScatterAllgather, TwoLevelPipelined};
-        let large = over_two_levels(class_of(PIPELINED_FROM));
+        let large = over_two_levels(class_of(LARGE_FROM));
         assert!(large.contains(&ScatterAllgather) && large.contains(&TwoLevelPipelined));
         let middle = over_two_levels(class_of(64 << 10));
         assert!(!middle.contains(&ScatterAllgather) && !middle.contains(&Linear));
+        assert!(!middle.contains(&TwoLevelPipelined));
+        let mebibyte = over_two_levels(class_of(PIPELINED_FROM));
+        assert!(mebibyte.contains(&TwoLevelPipelined) && !mebibyte.contains(&ScatterAllgather));
         assert!(over_two_levels(class_of(SHORT_UP_TO)).contains(&Linear));
         for k in 0..class_of(AUTO_LARGE << 2) {
             assert!(!candidates(k).contains(&ScatterAllgather), "class {k}");
@@ -1148,7 +1158,7 @@ mod tests {
     #[test]
     fn two_levels_are_measured_once_the_leaders_decided() {
         let mut t = Tuner::over_two_levels(2, 0, false);
-        let bytes = 1 << 20;
+        let bytes = 512 << 10;
         let k = class_of(bytes);
         // The leaders' communicator measures its candidates on these calls
         // and decides by the last of them.
@@ -1181,7 +1191,7 @@ mod tests {
 
     #[test]
     fn large_messages_over_two_levels_are_measured_on_more_calls() {
-        let bytes = 2 * PIPELINED_FROM;
+        let bytes = 2 * LARGE_FROM;
         let k = class_of(bytes);
         let mut t = Tuner::over_two_levels(2, 0, false);
         // The leaders' communicator, of one level, measures on as many
@@ -1203,11 +1213,11 @@ mod tests {
         // Below, and on one level, as many as `tune_calls`.
         let mut t = Tuner::over_two_levels(2, 0, false);
         let mut n = 0;
-        measure(&mut t, PIPELINED_FROM / 2, |_| {
+        measure(&mut t, LARGE_FROM / 2, |_| {
             n += 1;
             1000
         });
-        assert_eq!(n, 2 * over_two_levels(class_of(PIPELINED_FROM / 2)).len());
+        assert_eq!(n, 2 * over_two_levels(class_of(LARGE_FROM / 2)).len());
         let mut t = Tuner::new(2, 0, false);
         let mut n = 0;
         measure(&mut t, bytes, |_| {
