@@ -135,8 +135,8 @@ const SHORT_FACTOR: usize = 4;
 /// round, one that took Open MPI's broadcast 0.89; each rank's own best of 2
 /// calls, which held the 1 ms by which the benchmark's root enters after the
 /// others, made them 1.76 and 2.04 ms in the first, 1.85 and 1.88 in the
-/// second. Timed at the root: 0.79–1.04 and 1.01–1.39 ms, the levels chosen
-/// in 6 runs of 6. The answers cost an empty message per rank and measured
+/// second. Timed at the root: 0.76–1.04 and 1.01–1.39 ms, the levels chosen
+/// in 8 runs of 8. The answers cost an empty message per rank and measured
 /// call, the same for every candidate.
 /// Above [`SHORT_UP_TO`] only over two levels, on communicators of up to
 /// [`ROOT_TIMED_RANKS`] ranks: the root receives an answer from every rank,
