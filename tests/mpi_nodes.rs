@@ -433,10 +433,9 @@ fn a_leader_that_returns_first_keeps_its_lead() {
     let args = ["--sizes", "4194304", "--warmup", "250", "--rounds", "1"];
     let run = cluster.mpirun(&mca, "bcast_bench", &args);
     assert!(run.ok, "bcast_bench failed:\n{}", run.output);
-    // MPI_COMM_WORLD's lines: its communicator id is 0.
     let mut world: Vec<_> = common::stats_lines(&run.output)
         .into_iter()
-        .filter(|s| s["cid"] == "0")
+        .filter(|s| s["comm"] == "MPI_COMM_WORLD")
         .collect();
     world.sort_by_key(|s| num(s, "rank"));
     assert_eq!(world.len(), cluster.ranks(), "{}", run.output);

@@ -224,18 +224,12 @@ pub(crate) mod tests {
 
     #[test]
     fn a_class_is_measured_voted_on_and_decided_at_the_same_call_everywhere() {
-        // Above 64 KiB, where every rank times its own calls.
-        let k = tuning::class_of(128 << 10);
+        let k = tuning::class_of(65536);
         let mut choice = Choice::new(Tuner::new(1, 0, false));
         let mut io = Urn::default();
         let us = Duration::from_micros;
         // One call of each candidate, measured here.
-        let calls = [
-            (Algorithm::Previous, 100),
-            (Algorithm::Multicast, 50),
-            (Algorithm::Chain, 80),
-        ];
-        for (alg, took) in calls {
+        for (alg, took) in [(Algorithm::Previous, 100), (Algorithm::Multicast, 50)] {
             let Next::Run(a, Some(sample)) = choice.plan(k, Algorithm::Chain, &mut io).unwrap()
             else {
                 panic!("measured")
@@ -246,7 +240,7 @@ pub(crate) mod tests {
         }
         // The vote went after the last measured call: best times, then the
         // loss (as delivered + 1).
-        assert_eq!(io.sent, vec![(k, vec![100, 50, 80, 1001])]);
+        assert_eq!(io.sent, vec![(k, vec![100, 50, 1001])]);
         // Meanwhile multicast serves, without waiting for the vote.
         for _ in 0..tuning::VOTE_CALLS {
             let next = choice.plan(k, Algorithm::Chain, &mut io).unwrap();
@@ -257,7 +251,7 @@ pub(crate) mod tests {
             choice.plan(k, Algorithm::Chain, &mut io).unwrap(),
             Next::AwaitVote
         );
-        io.ended.push((k, vec![100, 60, 80, 1001]));
+        io.ended.push((k, vec![100, 60, 1001]));
         let decided = choice.settle(&mut io);
         assert_eq!(decided.len(), 1);
         assert_eq!(decided[0].1.alg, Algorithm::Multicast);
