@@ -169,7 +169,7 @@ fn batches_cut_into_datagrams(lo: &ipmc::net::interfaces::Chosen, opts: Options)
     assert_eq!(single.batch_limit(), 1);
     let mut batch = Vec::new();
     for k in 0..10u8 {
-        batch.extend(std::iter::repeat(k).take(if k == 9 { 500 } else { 1000 }));
+        batch.extend(std::iter::repeat_n(k, if k == 9 { 500 } else { 1000 }));
     }
     assert_eq!(tx.send_batch(&batch, 1000).unwrap(), 10);
 

@@ -596,7 +596,7 @@ impl Engine {
         } else if let Some(t) = wake_at.filter(|&t| t > now) {
             let host = &mut self.hosts[h];
             let at = t.max(host.busy_until);
-            if host.wake_pending.map_or(true, |p| p > at) {
+            if host.wake_pending.is_none_or(|p| p > at) {
                 host.wake_pending = Some(at);
                 self.at(at, Event::Wake(h));
             }

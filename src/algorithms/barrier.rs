@@ -96,7 +96,7 @@ mod tests {
                     seen[c] += 1;
                     // Releases go up in rank, arrivals down.
                     assert!(c > rank);
-                    assert!(arrivals(rank, size).0.map_or(true, |p| p < rank));
+                    assert!(arrivals(rank, size).0.is_none_or(|p| p < rank));
                 }
             }
             assert!(seen.iter().skip(1).all(|&n| n == 1), "{size}");

@@ -305,7 +305,7 @@ impl Broadcast {
     pub fn next_multicasts(&mut self, now: Duration, max: usize, out: &mut Vec<u8>) -> usize {
         out.clear();
         self.offered = 0;
-        if self.next_multicast >= self.fragments || self.stage1_start().map_or(true, |t| now < t) {
+        if self.next_multicast >= self.fragments || self.stage1_start().is_none_or(|t| now < t) {
             return 0;
         }
         if self.flow.credit(self.fragments) <= self.next_multicast {
