@@ -179,7 +179,12 @@ impl Work<McastSocket> for Ibcast {
                     queue::account(b, "ibcast", "completes", stats);
                     complete(request, message, at, b.data())?;
                 }
-                Ok(run.is_done())
+                if !run.is_done() {
+                    return Ok(false);
+                }
+                let run = state.take().expect("begun above");
+                d.recycle(run.into_broadcast());
+                Ok(true)
             }
             How::PointToPoint(shape, state) => {
                 if state.is_none() {

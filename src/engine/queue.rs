@@ -302,9 +302,7 @@ impl<S: DatagramIo, M: MessageIo, W: Work<S>> Queue<S, M, W> {
                 if !run.is_done() {
                     return Ok(Some(Job::Rest(run)));
                 }
-                if let Some(f) = &mut self.finished {
-                    f.push(run.into_broadcast());
-                }
+                self.finish(run.into_broadcast());
             }
             Job::Vote(mut v) => match v.turn(wait)? {
                 Some(result) => self.voted.push((v.class, result)),
@@ -447,15 +445,23 @@ impl<S: DatagramIo, M: MessageIo, W: Work<S>> Queue<S, M, W> {
                     let how = if done { "done" } else { "returns" };
                     returns(run.broadcast(), data, how, stats);
                     if done {
-                        if let Some(f) = &mut self.finished {
-                            f.push(run.into_broadcast());
-                        }
+                        self.finish(run.into_broadcast());
                     } else {
                         self.jobs.push_back(Job::Rest(run));
                     }
                     return Ok(Turn::Returned);
                 }
             }
+        }
+    }
+
+    /// `b` is over: kept where [`Queue::keep_finished`] asked for it, its
+    /// message buffer otherwise kept for a later broadcast.
+    fn finish(&mut self, b: Broadcast) {
+        if let Some(f) = &mut self.finished {
+            f.push(b);
+        } else if let Some(d) = &mut self.driver {
+            d.recycle(b);
         }
     }
 

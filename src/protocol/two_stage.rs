@@ -210,6 +210,18 @@ impl Broadcast {
     /// [`datagram::MAX_PAYLOAD`], or if the message has [`NEED`] or more
     /// fragments: the driver derives these from checked parameters.
     pub fn new(params: Params) -> Self {
+        Self::in_buffer(params, Vec::new())
+    }
+
+    /// As [`Broadcast::new`], the message in `buffer`, a finished
+    /// broadcast's ([`Broadcast::into_data`]): its bytes are not zeroed
+    /// again, since every one is written (the root's message, or a fragment
+    /// received) before the broadcast is complete and [`Broadcast::data`]
+    /// is read.
+    ///
+    /// # Panics
+    /// As [`Broadcast::new`].
+    pub fn in_buffer(params: Params, mut buffer: Vec<u8>) -> Self {
         assert!(params.vrank < params.size, "vrank outside the communicator");
         assert!(
             (1..=datagram::MAX_PAYLOAD).contains(&params.fragment_size),
@@ -224,7 +236,11 @@ impl Broadcast {
             prot: Protection::new(params.auth),
             scratch: Vec::new(),
             fragments,
-            data: vec![0; params.message_len],
+            data: {
+                buffer.truncate(params.message_len);
+                buffer.resize(params.message_len, 0);
+                buffer
+            },
             owned: Bits::new(fragments),
             owned_count: 0,
             started: None,
@@ -260,6 +276,11 @@ impl Broadcast {
     /// The message as far as this rank has it.
     pub fn data(&self) -> &[u8] {
         &self.data
+    }
+
+    /// The message buffer, to be used again by a later broadcast.
+    pub fn into_data(self) -> Vec<u8> {
+        self.data
     }
 
     /// The message buffer, for the root to fill before [`Broadcast::start_root`].
@@ -973,6 +994,24 @@ mod tests {
         assert_eq!(&b.data()[..256], &r.data()[..256]);
         assert!(b.data()[256..].iter().all(|&x| x == 0));
         assert_eq!((b.bytes_by_multicast(), b.bytes_by_chain()), (256, 0));
+    }
+
+    /// A finished broadcast's buffer, larger and full of its bytes, holds
+    /// the next message exactly once every fragment came.
+    #[test]
+    fn a_used_buffer_holds_the_next_message_exactly() {
+        let mut r = root(3, 600, 256, Duration::ZERO);
+        let mut b = Broadcast::in_buffer(params(1, 3, 600, 256), vec![0xee; 5000]);
+        assert_eq!(b.data().len(), 600);
+        let mut out = Vec::new();
+        while r.next_multicast(Duration::from_secs(1), &mut out).is_some() {
+            assert_eq!(b.on_datagram(&out), Verdict::Useful);
+            r.multicast_sent(1);
+        }
+        assert!(b.is_complete());
+        assert_eq!(b.data(), r.data());
+        let again = Broadcast::in_buffer(params(1, 3, 9000, 256), b.into_data());
+        assert_eq!(again.data().len(), 9000);
     }
 
     #[test]
