@@ -2,3 +2,4 @@
 //! [`crate::base::io`]).
 
 pub mod multicast;
+mod spares;

@@ -21,6 +21,8 @@ use crate::protocol::datagram::{self, Auth};
 use crate::protocol::flow;
 use crate::protocol::two_stage::{Broadcast, Params, Verdict};
 
+use super::spares;
+
 /// One broadcast's chain on this rank: the protocol state and the
 /// point-to-point messages it has in flight, which own their buffers, so a
 /// run can outlive the call that started it.
@@ -266,16 +268,7 @@ pub struct Driver<S: DatagramIo> {
     stash: VecDeque<Vec<u8>>,
     stash_bytes: usize,
     told_send_error: bool,
-    /// Message buffers of finished broadcasts, for the next ones: a fresh
-    /// buffer of several MiB costs a page fault per page and zeroing at
-    /// every rank, which made the measured choice's first calls of
-    /// multicast at 16 MiB a third slower than the later ones.
-    spares: Vec<Vec<u8>>,
 }
-
-/// Message buffers a communicator keeps for its next broadcasts: the one
-/// running and one still repairing in the background.
-const SPARES: usize = 2;
 
 /// One broadcast's place in the communicator.
 #[derive(Clone, Copy, Debug)]
@@ -319,7 +312,6 @@ impl<S: DatagramIo> Driver<S> {
             stash: VecDeque::new(),
             stash_bytes: 0,
             told_send_error: false,
-            spares: Vec::new(),
         }
     }
 
@@ -340,7 +332,7 @@ impl<S: DatagramIo> Driver<S> {
     ) -> Broadcast {
         let Ranks { rank, size, root } = at;
         let vrank = (rank + size - root) % size;
-        let buffer = self.spare_for(message_len);
+        let buffer = spares::take(message_len);
         let mut b = Broadcast::in_buffer(
             Params {
                 comm_id: self.comm_id,
@@ -364,29 +356,10 @@ impl<S: DatagramIo> Driver<S> {
         b
     }
 
-    /// A kept message buffer that holds `len` bytes without growing (the
-    /// smallest such), or none.
-    fn spare_for(&mut self, len: usize) -> Vec<u8> {
-        let fits = (0..self.spares.len())
-            .filter(|&i| self.spares[i].capacity() >= len)
-            .min_by_key(|&i| self.spares[i].capacity());
-        fits.map(|i| self.spares.swap_remove(i)).unwrap_or_default()
-    }
-
     /// Keeps the message buffer of `b`, a finished broadcast, for a later
-    /// one: at most [`SPARES`], the largest.
+    /// one ([`spares`]).
     pub fn recycle(&mut self, b: Broadcast) {
-        let buffer = b.into_data();
-        if buffer.capacity() == 0 {
-            return;
-        }
-        self.spares.push(buffer);
-        if self.spares.len() > SPARES {
-            let smallest = (0..self.spares.len())
-                .min_by_key(|&i| self.spares[i].capacity())
-                .expect("more than SPARES");
-            self.spares.swap_remove(smallest);
-        }
+        spares::give(b.into_data());
     }
 
     /// One step of a broadcast at time `now`: stage 1's datagrams as far as
