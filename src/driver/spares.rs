@@ -12,6 +12,11 @@ use std::sync::{Mutex, MutexGuard};
 /// background.
 const KEPT: usize = 2;
 
+/// Messages below this size are allocated as before: their buffers cost
+/// little, and one of them (a barrier's release, whose broadcast is never
+/// given back) must not carry a large kept buffer away.
+const FROM: usize = 64 << 10;
+
 static POOL: Mutex<Vec<Vec<u8>>> = Mutex::new(Vec::new());
 
 fn pool() -> MutexGuard<'static, Vec<Vec<u8>>> {
@@ -20,8 +25,12 @@ fn pool() -> MutexGuard<'static, Vec<Vec<u8>>> {
 }
 
 /// The smallest kept buffer that holds `len` bytes without growing, or an
-/// empty one. Its bytes are a finished broadcast's.
+/// empty one (always below [`FROM`] bytes). Its bytes are a finished
+/// broadcast's.
 pub fn take(len: usize) -> Vec<u8> {
+    if len < FROM {
+        return Vec::new();
+    }
     let mut pool = pool();
     let fits = (0..pool.len())
         .filter(|&i| pool[i].capacity() >= len)
@@ -29,9 +38,10 @@ pub fn take(len: usize) -> Vec<u8> {
     fits.map(|i| pool.swap_remove(i)).unwrap_or_default()
 }
 
-/// Keeps `buffer` for a later broadcast: the [`KEPT`] largest are kept.
+/// Keeps `buffer` for a later broadcast: the [`KEPT`] largest of at least
+/// [`FROM`] bytes are kept.
 pub fn give(buffer: Vec<u8>) {
-    if buffer.capacity() == 0 {
+    if buffer.capacity() < FROM {
         return;
     }
     let mut pool = pool();
@@ -52,15 +62,16 @@ mod tests {
     #[test]
     fn the_largest_buffers_are_kept_and_the_smallest_fitting_one_taken() {
         while pool().pop().is_some() {}
-        assert_eq!(take(10).capacity(), 0, "nothing kept yet");
-        for len in [100, 5000, 300] {
+        assert_eq!(take(FROM).capacity(), 0, "nothing kept yet");
+        for len in [FROM, 5 * FROM, 3 * FROM] {
             give(vec![1; len]);
         }
         assert_eq!(pool().len(), KEPT, "the smallest went");
-        assert_eq!(take(200).capacity(), 300);
-        assert_eq!(take(6000).capacity(), 0, "none holds it");
-        assert_eq!(take(1).capacity(), 5000);
-        give(Vec::new());
-        assert!(pool().is_empty(), "an empty buffer is not kept");
+        assert_eq!(take(1).capacity(), 0, "small messages take none");
+        assert_eq!(take(2 * FROM).capacity(), 3 * FROM);
+        assert_eq!(take(6 * FROM).capacity(), 0, "none holds it");
+        assert_eq!(take(FROM).capacity(), 5 * FROM);
+        give(vec![1; FROM - 1]);
+        assert!(pool().is_empty(), "a small buffer is not kept");
     }
 }
