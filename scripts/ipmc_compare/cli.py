@@ -60,6 +60,8 @@ def options(argv):
                          "which tbf needs to reach such rates on this testbed)")
     ap.add_argument("--slots", type=int, default=1,
                     help="ranks on each emulated host (default 1; --hosts 1 --slots 8: one node of 8 ranks)")
+    ap.add_argument("--mtu", type=int, default=1500,
+                    help="MTU of every link (default 1500; 9000: jumbo frames)")
     ap.add_argument("--loss", type=int, default=0,
                     help="percent of the multicast datagrams every host drops on receipt (nftables; default 0)")
     ap.add_argument("--timeout", type=int, help="seconds one mpirun may take before it is stopped")
@@ -98,6 +100,8 @@ def options(argv):
         ap.error("--repeat must be 1 to 50, --confirm 0 to 50")
     if not 1 <= args.slots <= 64 or not 0 <= args.loss <= 100:
         ap.error("--slots must be 1 to 64, --loss 0 to 100")
+    if not 1280 <= args.mtu <= 65535:
+        ap.error("--mtu must be 1280 to 65535")
     if min(args.hosts) * args.slots < 2:
         ap.error("a broadcast needs 2 ranks: one host needs --slots 2 or more")
     return args
@@ -194,7 +198,7 @@ def main(argv):
         "warmup": args.warmup, "repeat": args.repeat, "confirm": args.confirm,
         "confirmed": {str(p): sizes for p, sizes in recheck.items()} if args.confirm else {},
         "sizes": args.sizes, "hosts": args.hosts, "timeout_s": args.timeout,
-        "slots": args.slots, "loss_percent": args.loss,
+        "slots": args.slots, "loss_percent": args.loss, "mtu": args.mtu,
         "cluster": f"tests/cluster/cluster.sh --rate {args.rate} --burst {args.burst} "
                    f"{' '.join(cluster_options(args))} P -- ({args.slots} rank(s) per host)",
         "component_dir": str(component_dir), "bench": str(bench),

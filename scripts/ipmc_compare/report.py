@@ -90,7 +90,8 @@ def write_table_md(path, res, targets):
         + {"barrier": "barriers", "allgather": "allgathers"}.get(common.COLLECTIVE, "broadcasts"),
         "",
         f"{m['date']}, {m['nproc']} cores ({m['cpu_model']}), Linux {m['kernel']}, Open MPI {m['open_mpi']}; "
-        f"{m.get('slots', 1)} rank(s) per emulated host, links at {m['rate']}, "
+        f"{m.get('slots', 1)} rank(s) per emulated host, links at {m['rate']}"
+        f"{'' if m.get('mtu', 1500) == 1500 else ' with an MTU of ' + str(m['mtu'])}, "
         f"multicast loss {m.get('loss_percent', 0)} %; rounds {m['rounds']} "
         f"({m['big_rounds']} from {human_bytes(m['big_from'])}), after "
         f"{'56 (24 above 8 KiB)' if m.get('warmup', 0) is None else m.get('warmup', 0)} unrecorded "

@@ -230,8 +230,10 @@ def run_cluster(p, plan_path, plan, args):
 
 
 def cluster_options(args):
-    """cluster.sh's options for several ranks per host and multicast loss."""
+    """cluster.sh's options for several ranks per host, multicast loss and
+    the links' MTU."""
     words = ["--slots", str(args.slots)] if args.slots > 1 else []
+    words += ["--mtu", str(args.mtu)] if args.mtu != 1500 else []
     return words + (["--loss", str(args.loss)] if args.loss > 0 else [])
 
 

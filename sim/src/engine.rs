@@ -700,7 +700,7 @@ impl Engine {
         self.counters.datagrams_sent += 1;
         let datagram = self.next_datagram;
         self.next_datagram += 1;
-        let fragments = network::datagram_fragments(d.len());
+        let fragments = network::datagram_fragments(d.len(), self.net.mtu);
         let n = fragments.len();
         let mut whole = Some(d);
         for (i, wire) in fragments.into_iter().enumerate() {

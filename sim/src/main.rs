@@ -5,7 +5,7 @@ use std::process::ExitCode;
 use std::time::Instant;
 
 use ipmc_sim::auto::Previous;
-use ipmc_sim::network::Network;
+use ipmc_sim::network::{self, Network};
 use ipmc_sim::scenario::{Algorithm, Scenario};
 
 const USAGE: &str = "\
@@ -13,7 +13,7 @@ usage: simulate --nodes N --size BYTES [--loss PCT] [--burst LEN] [--rate MBITS]
                 [--latency-us US] [--queue BYTES] [--bucket BYTES]
                 [--tcp-window BYTES] [--tcp-queue BYTES] [--message-us US]
                 [--datagram-us US] [--byte-ps PS] [--leaf-hosts N] [--trunk-rate MBITS]
-                [--trunk-queue BYTES] [--preset emulated|clic]
+                [--trunk-queue BYTES] [--mtu BYTES] [--preset emulated|clic]
                 [--slow-hosts N] [--slow-factor F]
                 [--stall-host H] [--stall-at-us US] [--stall-us US]
                 [--peer NAME]... [--only NAME] [--seed S] [--root R]
@@ -38,8 +38,10 @@ a point-to-point connection's window and share of its host's link queue and
 a host's cost per point-to-point message, per datagram and per byte; --slow-hosts makes the last N ranks'
 host costs F times as large (default 2), --stall-host stops rank H from
 --stall-at-us (default 0) for --stall-us (default 10000) while its socket
-still receives. --flow-window sets coll_ipmc_flow_window (off: no flow
-control). The last line reads
+still receives. --mtu sets the links' MTU (default 1500; 9000: jumbo
+frames): IP fragments and TCP segments, and ipmc's datagrams as large as
+its fragment_size allows without IP fragmenting them. --flow-window sets
+coll_ipmc_flow_window (off: no flow control). The last line reads
   nodes=N ranks_per_node=R size=B loss=P completion_max_us=T wire_us=W
 T: when the slowest rank returned, from the root's entry; W: the message's
 bits at the link rate. --only NAME (ipmc or a peer) runs that algorithm
@@ -317,8 +319,9 @@ fn default_peers(nodes: usize) -> Vec<Algorithm> {
 }
 
 /// The options that change the network of a preset.
-const NET_FLAGS: [&str; 19] = [
+const NET_FLAGS: [&str; 20] = [
     "--loss",
+    "--mtu",
     "--burst",
     "--rate",
     "--latency-us",
@@ -366,6 +369,10 @@ fn set_network(net: &mut Network, set: &[(String, String)]) -> Result<f64, Strin
             }
             "--burst" if v >= 1.0 => net.burst = v,
             "--rate" if v > 0.0 => net.rate_bps = (v * 1e6) as u64,
+            "--mtu" if (1280.0..=65535.0).contains(&v) && v.fract() == 0.0 => {
+                net.mtu = v as usize;
+                net.segment = network::tcp_payload(net.mtu);
+            }
             "--latency-us" if v >= 0.0 => net.latency_ns = (v * 1e3) as u64,
             "--queue" if v >= 0.0 => net.port_queue = v as usize,
             "--bucket" if v >= 0.0 => net.bucket = v as usize,

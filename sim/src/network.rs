@@ -54,6 +54,9 @@ pub struct Network {
     /// A multicast socket's send and receive buffers, bytes.
     pub sndbuf: usize,
     pub rcvbuf: usize,
+    /// The links' MTU: IP fragments' size, and what a datagram that IP does
+    /// not fragment may carry.
+    pub mtu: usize,
     /// Payload bytes of one TCP segment of a point-to-point message.
     pub segment: usize,
     /// Largest point-to-point message sent without a rendezvous.
@@ -99,6 +102,7 @@ impl Network {
             faults: Faults::default(),
             sndbuf: 212_992,
             rcvbuf: 4 << 20,
+            mtu: 1500,
             segment: 1448,
             eager_limit: 65536,
             tcp_queue: 64 << 10,
@@ -129,6 +133,7 @@ impl Network {
             faults: Faults::default(),
             sndbuf: 131_072,
             rcvbuf: 1 << 20,
+            mtu: 1500,
             segment: 1448,
             eager_limit: 65536,
             tcp_queue: 64 << 10,
@@ -185,20 +190,28 @@ pub fn serialize_at(rate_bps: u64, wire: usize) -> Ns {
     (wire as u64 * 8 * 1_000_000_000).div_ceil(rate_bps)
 }
 
-/// Bytes on an Ethernet link of a UDP datagram of `len` bytes, IP fragments
-/// included: each fragment carries IP and Ethernet framing (preamble,
-/// header, FCS, gap).
-pub fn datagram_wire(len: usize) -> usize {
-    datagram_fragments(len).iter().sum()
+/// Bytes on an Ethernet link of MTU `mtu` of a UDP datagram of `len`
+/// bytes, IP fragments included: each fragment carries IP and Ethernet
+/// framing (preamble, header, FCS, gap).
+pub fn datagram_wire(len: usize, mtu: usize) -> usize {
+    datagram_fragments(len, mtu).iter().sum()
 }
 
-/// The wire bytes of each IP fragment of a UDP datagram of `len` bytes.
-pub fn datagram_fragments(len: usize) -> Vec<usize> {
+/// The wire bytes of each IP fragment of a UDP datagram of `len` bytes on
+/// a link of MTU `mtu` (fragments carry multiples of 8 bytes but the last).
+pub fn datagram_fragments(len: usize, mtu: usize) -> Vec<usize> {
+    let per_fragment = (mtu - IP_HEADER) / 8 * 8;
     let ip_payload = len + UDP_HEADER;
-    let n = ip_payload.div_ceil(IP_PAYLOAD).max(1);
+    let n = ip_payload.div_ceil(per_fragment).max(1);
     (0..n)
-        .map(|i| (ip_payload - i * IP_PAYLOAD).min(IP_PAYLOAD) + IP_HEADER + ETHERNET)
+        .map(|i| (ip_payload - i * per_fragment).min(per_fragment) + IP_HEADER + ETHERNET)
         .collect()
+}
+
+/// Payload bytes of a TCP segment on a link of MTU `mtu` (IP and TCP
+/// headers, timestamps included, take the rest).
+pub fn tcp_payload(mtu: usize) -> usize {
+    mtu - IP_HEADER - TCP_HEADER
 }
 
 /// Bytes on the link of one TCP segment of `payload` bytes.
@@ -213,6 +226,5 @@ pub const CONTROL_BYTES: usize = 64;
 
 const UDP_HEADER: usize = 8;
 const IP_HEADER: usize = 20;
-const IP_PAYLOAD: usize = 1480;
 const TCP_HEADER: usize = 32;
 const ETHERNET: usize = 38;

@@ -148,9 +148,6 @@ impl Algorithm {
 }
 
 /// What to simulate.
-/// The links' MTU: the simulated IP fragments carry 1,480 bytes.
-pub const MTU: u32 = 1500;
-
 #[derive(Clone, Debug)]
 pub struct Scenario {
     pub nodes: usize,
@@ -184,6 +181,9 @@ impl Scenario {
     pub fn new(nodes: usize, size: usize, net: Network) -> Self {
         let cfg = Config::default();
         let auth = setup::auth_of(&cfg, Key([7; ipmc::protocol::datagram::KEY_LEN]));
+        // What rank 0 announces on the links' MTU: datagrams that IP does
+        // not fragment.
+        let fragment_size = setup::fitting_fragment(cfg.fragment_size, net.mtu as u32, false, auth);
         Scenario {
             nodes,
             size,
@@ -191,9 +191,7 @@ impl Scenario {
             net,
             algorithm: Algorithm::Ipmc,
             ipmc: IpmcParams {
-                // What rank 0 announces on links of 1,500 bytes: datagrams
-                // that IP does not fragment.
-                fragment_size: setup::fitting_fragment(cfg.fragment_size, MTU, false, auth),
+                fragment_size,
                 auth,
                 root_wait: Duration::from_micros(cfg.root_wait_time as u64),
                 background_limit: cfg.background_limit,

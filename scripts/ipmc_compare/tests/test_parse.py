@@ -10,6 +10,7 @@ from ipmc_compare import common
 from ipmc_compare.common import parse_bytes, parse_host_list, parse_size_list
 from ipmc_compare.parse import parse_bench_output, parse_ipmc_algorithms, parse_selection
 from ipmc_compare.results import median_of_repeats
+from ipmc_compare.runner import cluster_options
 
 BENCH = """\
 bcast_bench: 4 ranks, root 0
@@ -53,6 +54,12 @@ class Units(unittest.TestCase):
                 parse_bytes(bad)
         with self.assertRaises(argparse.ArgumentTypeError):
             parse_size_list("2G")
+
+    def test_the_cluster_gets_slots_mtu_and_loss_only_where_not_defaults(self):
+        args = argparse.Namespace(slots=1, mtu=1500, loss=0)
+        self.assertEqual(cluster_options(args), [])
+        args = argparse.Namespace(slots=4, mtu=9000, loss=5)
+        self.assertEqual(cluster_options(args), ["--slots", "4", "--mtu", "9000", "--loss", "5"])
 
     def test_host_lists_take_ranges(self):
         self.assertEqual(parse_host_list("2-4,8"), [2, 3, 4, 8])
