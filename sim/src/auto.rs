@@ -199,7 +199,7 @@ impl AutoRank {
         Ok(AutoRank {
             io: io.clone(),
             queue: params.queue(io, comm_id),
-            choice: Choice::new(Tuner::new(cfg.tune_calls, rank, cfg.inject_timing)),
+            choice: Choice::new(Tuner::new(cfg.tune_calls, rank, cfg.inject_timing).of_ranks(size)),
             cfg,
             previous,
             rank,

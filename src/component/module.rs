@@ -219,7 +219,7 @@ impl Module {
         let limit = cfg.background_limit;
         Module {
             levels: TwoLevels::No,
-            choice: Choice::new(Tuner::new(cfg.tune_calls, rank, cfg.inject_timing)),
+            choice: Choice::new(Tuner::new(cfg.tune_calls, rank, cfg.inject_timing).of_ranks(size)),
             cfg,
             rank,
             size,
