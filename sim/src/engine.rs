@@ -78,6 +78,9 @@ enum Event {
     PortDone(usize),
     AtHost(usize, Rc<Packet>),
     Wake(usize),
+    /// Host `h`'s datagrams whose system call's cost is paid, and the
+    /// point-to-point messages its step sent after them: onto its link.
+    Release(usize, Vec<Rc<[u8]>>, Vec<Out>),
 }
 
 struct Queued {
@@ -414,6 +417,7 @@ impl Engine {
             socket: Rc::new(RefCell::new(SocketState {
                 rcvbuf: self.net.rcvbuf,
                 sndbuf: self.net.sndbuf,
+                call_bytes: self.net.call_bytes,
                 ..SocketState::default()
             })),
             p2p: Rc::new(RefCell::new(P2pState::default())),
@@ -489,6 +493,14 @@ impl Engine {
                 Event::DownAtLeaf(leaf, p) => self.down_at_leaf(leaf, p),
                 Event::PortDone(port) => self.port_done(port),
                 Event::AtHost(h, p) => self.at_host(h, p),
+                Event::Release(h, datagrams, outs) => {
+                    for d in datagrams {
+                        self.send_datagram(h, self.now, d);
+                    }
+                    for out in outs {
+                        self.start_message(h, self.now, out);
+                    }
+                }
             }
         }
         let stuck: Vec<usize> = (0..self.hosts.len())
@@ -556,34 +568,51 @@ impl Engine {
             .map_err(|e| format!("rank {h} at {} µs: {e}", now / 1000))?;
         // The host's work this step: what went through its socket and its
         // point-to-point layer.
-        let (messages, sent_or_read, bytes) = {
+        let (messages, p2p_bytes, sent_or_read, bytes) = {
             let mut s = host.io.socket.borrow_mut();
             let mut p = host.io.p2p.borrow_mut();
-            let m = (p.messages, s.messages, s.bytes + p.bytes);
+            let m = (p.messages, p.bytes, s.messages, s.bytes);
             (s.messages, s.bytes, p.messages, p.bytes) = (0, 0, 0, 0);
             m
         };
-        let cost = self.net.host_cost(messages, sent_or_read, bytes);
-        let end = now
-            + if slow {
-                (cost as f64 * self.net.slow_factor) as Ns
+        let net = &self.net;
+        let took = |datagrams: u64, bytes: u64| {
+            let cost = net.host_cost(messages, p2p_bytes, datagrams, bytes);
+            if slow {
+                (cost as f64 * net.slow_factor) as Ns
             } else {
                 cost
-            };
+            }
+        };
+        let end = now + took(sent_or_read, bytes);
         host.busy_until = end;
         if status.returned && host.returned_at.is_none() {
             host.returned_at = Some(end);
         }
-        let datagrams: Vec<Rc<[u8]>> = std::mem::take(&mut host.io.socket.borrow_mut().tx);
+        // Each datagram leaves once the step's work up to the system call
+        // that sent it is done, its point-to-point work counted first.
+        let mut releases: Vec<(Ns, Vec<Rc<[u8]>>)> = Vec::new();
+        for (d, m, b) in std::mem::take(&mut host.io.socket.borrow_mut().tx) {
+            let at = (now + took(m, b)).min(end);
+            match releases.last_mut() {
+                Some((t, ds)) if *t == at => ds.push(d),
+                _ => releases.push((at, vec![d])),
+            }
+        }
         let outs: Vec<Out> = std::mem::take(&mut host.io.p2p.borrow_mut().out);
         let wake_at = host.program.wake_at();
         if status.done {
             host.done = true;
         }
-        for d in datagrams {
-            self.send_datagram(h, end, d);
+        // The step's messages follow its datagrams, as its calls did: a
+        // chain's `END` never overtakes the datagrams it follows.
+        let mut outs = Some(outs);
+        let last = releases.len();
+        for (i, (at, datagrams)) in releases.into_iter().enumerate() {
+            let after = if i + 1 == last { outs.take() } else { None };
+            self.at(at, Event::Release(h, datagrams, after.unwrap_or_default()));
         }
-        for out in outs {
+        for out in outs.into_iter().flatten() {
             self.start_message(h, end, out);
         }
         if status.done {

@@ -4,6 +4,7 @@
 use std::process::ExitCode;
 use std::time::Instant;
 
+use ipmc::group::setup;
 use ipmc_sim::auto::Previous;
 use ipmc_sim::network::{self, Network};
 use ipmc_sim::scenario::{Algorithm, Scenario};
@@ -12,7 +13,8 @@ const USAGE: &str = "\
 usage: simulate --nodes N --size BYTES [--loss PCT] [--burst LEN] [--rate MBITS]
                 [--latency-us US] [--queue BYTES] [--bucket BYTES]
                 [--tcp-window BYTES] [--tcp-queue BYTES] [--message-us US]
-                [--datagram-us US] [--byte-ps PS] [--leaf-hosts N] [--trunk-rate MBITS]
+                [--datagram-us US] [--byte-ps PS] [--datagram-byte-ps PS]
+                [--leaf-hosts N] [--trunk-rate MBITS]
                 [--trunk-queue BYTES] [--mtu BYTES] [--preset emulated|clic]
                 [--slow-hosts N] [--slow-factor F]
                 [--stall-host H] [--stall-at-us US] [--stall-us US]
@@ -35,8 +37,9 @@ scatter-allgather above 2000 nodes) runs a model of Open MPI tuned's
 broadcast on the same network. Loss is per receiver and datagram, in bursts
 of mean length LEN (default 1: independent). The options after --bucket set
 a point-to-point connection's window and share of its host's link queue and
-a host's cost per point-to-point message, per datagram and per byte; --slow-hosts makes the last N ranks'
-host costs F times as large (default 2), --stall-host stops rank H from
+a host's cost per point-to-point message, per datagram and per byte (of
+both; --datagram-byte-ps: of datagrams only); --slow-hosts makes the last N
+ranks' host costs F times as large (default 2), --stall-host stops rank H from
 --stall-at-us (default 0) for --stall-us (default 10000) while its socket
 still receives. --mtu sets the links' MTU (default 1500; 9000: jumbo
 frames): IP fragments and TCP segments, and ipmc's datagrams as large as
@@ -87,9 +90,11 @@ the ring among the leaders), and every block given to the node's ranks, the
 node's steps modelled as the broadcast's.
 
   simulate validate RESULTS.csv [--preset clic] [network options]
+                    [--fragment BYTES]
 sets each point of a scripts/compare run the simulator has a model of
 against its simulation (ipmc-mcast: ipmc, tuned-6: binomial,
-tuned-3-seg64k: pipeline, tuned-9: scatter-allgather).";
+tuned-3-seg64k: pipeline, tuned-9: scatter-allgather); --fragment is the
+run's coll_ipmc_fragment_size, fitted to the MTU as the component does.";
 
 struct Args {
     scenario: Scenario,
@@ -319,7 +324,7 @@ fn default_peers(nodes: usize) -> Vec<Algorithm> {
 }
 
 /// The options that change the network of a preset.
-const NET_FLAGS: [&str; 20] = [
+const NET_FLAGS: [&str; 21] = [
     "--loss",
     "--mtu",
     "--burst",
@@ -332,6 +337,7 @@ const NET_FLAGS: [&str; 20] = [
     "--message-us",
     "--datagram-us",
     "--byte-ps",
+    "--datagram-byte-ps",
     "--leaf-hosts",
     "--trunk-rate",
     "--trunk-queue",
@@ -380,7 +386,11 @@ fn set_network(net: &mut Network, set: &[(String, String)]) -> Result<f64, Strin
             "--tcp-queue" if v >= 1.0 => net.tcp_queue = v as usize,
             "--message-us" if v >= 0.0 => net.per_message_ns = (v * 1e3) as u64,
             "--datagram-us" if v >= 0.0 => net.per_datagram_ns = (v * 1e3) as u64,
-            "--byte-ps" if v >= 0.0 => net.per_byte_ps = v as u64,
+            "--byte-ps" if v >= 0.0 => {
+                net.per_byte_ps = v as u64;
+                net.per_datagram_byte_ps = v as u64;
+            }
+            "--datagram-byte-ps" if v >= 0.0 => net.per_datagram_byte_ps = v as u64,
             "--leaf-hosts" if v >= 0.0 && v.fract() == 0.0 => net.leaf_hosts = v as usize,
             "--trunk-rate" if v > 0.0 => net.trunk_rate_bps = (v * 1e6) as u64,
             "--trunk-queue" if v >= 0.0 => net.trunk_queue = v as usize,
@@ -428,10 +438,12 @@ fn validate(argv: &[String]) -> Result<(), String> {
         .ok_or("validate: the results.csv of a scripts/compare run")?;
     let mut net = Network::emulated();
     let mut set = Vec::new();
+    let mut fragment_bound = None;
     for pair in argv[1..].chunks(2) {
         match pair {
             [flag, p] if flag == "--preset" && p == "clic" => net = Network::clic(),
             [flag, p] if flag == "--preset" && p == "emulated" => {}
+            [flag, b] if flag == "--fragment" => fragment_bound = Some(bytes(b)?),
             [flag, v] if NET_FLAGS.contains(&flag.as_str()) => set.push((flag.clone(), v.clone())),
             _ => return Err(format!("validate: unknown options {pair:?}")),
         }
@@ -467,6 +479,11 @@ fn validate(argv: &[String]) -> Result<(), String> {
         };
         let mut s = Scenario::new(p, size, net.clone());
         s.algorithm = model;
+        if let Some(bound) = fragment_bound {
+            // As the component fits coll_ipmc_fragment_size to the MTU.
+            s.ipmc.fragment_size =
+                setup::fitting_fragment(bound, net.mtu as u32, false, s.ipmc.auth);
+        }
         let simulated = us(s.run()?.completion_max_ns());
         let ratio = simulated / measured;
         all += 1;

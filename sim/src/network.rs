@@ -66,12 +66,19 @@ pub struct Network {
     /// acknowledged (its window).
     pub tcp_queue: usize,
     pub tcp_window: usize,
+    /// Bytes of datagrams one system call sends (UDP segmentation, as the
+    /// component's socket); 0: one datagram per call.
+    pub call_bytes: usize,
     /// Host cost of each point-to-point message sent or received.
     pub per_message_ns: Ns,
     /// Host cost of each multicast datagram sent or received.
     pub per_datagram_ns: Ns,
-    /// Host cost of each byte sent or received, picoseconds.
+    /// Host cost of each byte of a point-to-point message sent or
+    /// received, picoseconds.
     pub per_byte_ps: u64,
+    /// Host cost of each byte of a datagram sent or received, picoseconds
+    /// (ipmc's tag and copies besides the kernel's).
+    pub per_datagram_byte_ps: u64,
     /// Hosts slower than the others: the last `slow_hosts` ranks' host
     /// costs are `slow_factor` times the others' (a shared core, a slower
     /// machine).
@@ -107,9 +114,11 @@ impl Network {
             eager_limit: 65536,
             tcp_queue: 64 << 10,
             tcp_window: 64 << 10,
+            call_bytes: 65507,
             per_message_ns: 5_000,
-            per_datagram_ns: 1_500,
+            per_datagram_ns: 350,
             per_byte_ps: 250,
+            per_datagram_byte_ps: 1_050,
             slow_hosts: 0,
             slow_factor: 1.0,
             stall: None,
@@ -138,9 +147,11 @@ impl Network {
             eager_limit: 65536,
             tcp_queue: 64 << 10,
             tcp_window: 64 << 10,
+            call_bytes: 0,
             per_message_ns: 20_000,
             per_datagram_ns: 20_000,
             per_byte_ps: 2_000,
+            per_datagram_byte_ps: 2_000,
             slow_hosts: 0,
             slow_factor: 1.0,
             stall: None,
@@ -176,12 +187,12 @@ impl Network {
         len + MESSAGE_HEADER <= self.eager_limit
     }
 
-    /// A host's cost of `messages` point-to-point messages, `datagrams`
-    /// datagrams and `bytes` bytes.
-    pub fn host_cost(&self, messages: u64, datagrams: u64, bytes: u64) -> Ns {
+    /// A host's cost of `messages` point-to-point messages of `bytes` in
+    /// all, and `datagrams` datagrams of `datagram_bytes`.
+    pub fn host_cost(&self, messages: u64, bytes: u64, datagrams: u64, datagram_bytes: u64) -> Ns {
         messages * self.per_message_ns
             + datagrams * self.per_datagram_ns
-            + bytes * self.per_byte_ps / 1000
+            + (bytes * self.per_byte_ps + datagram_bytes * self.per_datagram_byte_ps) / 1000
     }
 }
 

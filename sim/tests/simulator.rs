@@ -13,6 +13,7 @@ fn wire_only() -> Network {
         per_message_ns: 0,
         per_datagram_ns: 0,
         per_byte_ps: 0,
+        per_datagram_byte_ps: 0,
         ..Network::emulated()
     }
 }
@@ -706,4 +707,33 @@ fn a_jumbo_mtu_carries_larger_datagrams_unfragmented() {
     assert_eq!(b.counters.datagrams_sent, 16);
     assert!(b.counters.host_link_bytes < a.counters.host_link_bytes);
     assert!(b.completion_max_ns() < a.completion_max_ns());
+}
+
+/// A datagram leaves its host once the system call that sent it is paid
+/// for, not the root's whole step: with one datagram per call the receiver
+/// works on the first while the root pays for the next, so a broadcast
+/// takes about the root's cost, not the root's and then the receiver's. The
+/// chain's `END`, sent after them, never overtakes them (which would make
+/// the receiver ask the chain for every fragment).
+#[test]
+fn datagrams_leave_as_their_calls_are_paid_for() {
+    let per_datagram = 10_000;
+    let net = Network {
+        rate_bps: 10_000_000_000,
+        call_bytes: 0,
+        per_datagram_ns: per_datagram,
+        ..wire_only()
+    };
+    let s = scenario(2, 65536, net, Algorithm::Ipmc);
+    let n = 65536_u64.div_ceil(s.ipmc.fragment_size as u64);
+    let out = s.run().unwrap();
+    assert_eq!(out.counters.datagrams_sent, n);
+    assert_eq!(out.counters.messages_sent, 2, "END and NEED, no repair");
+    let root = n * per_datagram;
+    assert_eq!(out.returned_ns[0], root);
+    assert!(
+        out.returned_ns[1] < root + 6 * per_datagram,
+        "{} ns after the root's {root}",
+        out.returned_ns[1]
+    );
 }
