@@ -125,18 +125,6 @@ const CHAIN_FROM: usize = 64 << 10;
 /// candidate's own time, at little cost.
 const SHORT_UP_TO: usize = 8192;
 const SHORT_FACTOR: usize = 4;
-/// Broadcasts above [`SHORT_UP_TO`] up to [`ROOT_TIMED_UP_TO`] are measured
-/// on this many times as many calls. At 16 and 64 KiB on 4 and 8 emulated
-/// hosts at 10 Gbit/s (4 and 8 processes on 2 cores), the best of 2 calls
-/// per candidate took the clearly slower one in 2 of 12 decisions; the best
-/// of 4 and of 8 calls took the faster one in 12 of 12 each (`scripts/compare
-/// --hosts 4,8 --sizes 32k,64k --rate 10gbit --peers
-/// ipmc,ipmc-multicast,default,tuned-6 --warmup 80 --repeat 3` with
-/// `coll_ipmc_tune_calls` 4 and 8). Such a call takes 0.1 to 0.5 ms there,
-/// and 5 to 50 ms at 100 Mbit/s on 16 hosts, where the candidates are
-/// several times apart: 2 more calls of the slower one cost a program
-/// up to 0.1 s, once per 1,024 and more calls of the class.
-const MID_FACTOR: usize = 2;
 /// Classes up to this size are timed at their root, from the root's entry
 /// until every other rank answered that it has the message. A rank's own
 /// time, from its entry, is there mostly its wait for the root: how late
@@ -332,8 +320,7 @@ impl Class {
 /// A communicator's measured choice, the same on every rank.
 pub struct Tuner {
     /// Calls per candidate (`coll_ipmc_tune_calls`; [`SHORT_FACTOR`] times
-    /// as many up to [`SHORT_UP_TO`] bytes, [`MID_FACTOR`] times as many for
-    /// broadcasts up to [`ROOT_TIMED_UP_TO`], [`LARGE_FACTOR`] times as many
+    /// as many up to [`SHORT_UP_TO`] bytes, [`LARGE_FACTOR`] times as many
     /// for large messages over two levels).
     samples: usize,
     rank: usize,
@@ -732,8 +719,6 @@ impl Tuner {
     fn samples_on(&self, k: usize, two_levels: bool) -> usize {
         if k == BARRIER || class_max(sized(k)) <= SHORT_UP_TO {
             self.samples * SHORT_FACTOR
-        } else if k < BARRIER && class_max(k) <= ROOT_TIMED_UP_TO {
-            self.samples * MID_FACTOR
         } else if two_levels && k < BARRIER && class_max(k) >= LARGE_FROM {
             self.samples * LARGE_FACTOR
         } else {
@@ -906,13 +891,7 @@ mod tests {
             calls += 1;
             1
         });
-        assert_eq!(calls, 2 * MID_FACTOR * 2);
-        let mut calls = 0;
-        measure(&mut t, ROOT_TIMED_UP_TO + 1, |_| {
-            calls += 1;
-            1
-        });
-        assert_eq!(calls, 2 * candidates(class_of(ROOT_TIMED_UP_TO + 1)).len());
+        assert_eq!(calls, 2 * 2);
     }
 
     #[test]
@@ -1026,10 +1005,7 @@ mod tests {
         // Longer messages vote right after their last measured call.
         measure(&mut t, SHORT_UP_TO + 1, |_| 1);
         assert!(t.voting(SHORT_UP_TO + 1));
-        assert_eq!(
-            t.classes[class_of(SHORT_UP_TO + 1)].calls,
-            2 * MID_FACTOR as u64
-        );
+        assert_eq!(t.classes[class_of(SHORT_UP_TO + 1)].calls, 2);
     }
 
     #[test]
@@ -1261,18 +1237,23 @@ mod tests {
     fn candidates_take_turns_and_the_fastest_wins() {
         let mut t = Tuner::new(2, 0, false);
         let mut seen = Vec::new();
-        let each = 2 * MID_FACTOR;
-        for _ in 0..2 * each {
+        for _ in 0..4 {
             let (alg, s) = t.plan(65536).unwrap();
             seen.push(alg);
             let took = if alg == Algorithm::Multicast { 50 } else { 100 };
             t.record(s.unwrap(), Some(us(took)), Some(0));
             let v = t.due(65536);
-            assert_eq!(matches!(v, Due::Vote(..)), seen.len() == 2 * each);
+            assert_eq!(matches!(v, Due::Vote(..)), seen.len() == 4);
         }
-        let (previous, multicast) = seen.split_at(each);
-        assert!(previous.iter().all(|&a| a == Algorithm::Previous));
-        assert!(multicast.iter().all(|&a| a == Algorithm::Multicast));
+        assert_eq!(
+            seen,
+            [
+                Algorithm::Previous,
+                Algorithm::Previous,
+                Algorithm::Multicast,
+                Algorithm::Multicast
+            ]
+        );
         assert!(t.voting(65536) && t.awaits_votes());
         // While the vote runs, the class multicasts.
         assert_eq!(t.plan(65536), Some((Algorithm::Multicast, None)));
@@ -1385,8 +1366,7 @@ mod tests {
     fn a_rank_reports_its_smallest_loss() {
         let mut t = Tuner::new(2, 0, false);
         let mut vector = None;
-        let losses = [Some(1000), None, Some(200), Some(900)];
-        for lost in losses.into_iter().cycle().take(4 * MID_FACTOR) {
+        for lost in [Some(1000), None, Some(200), Some(900)] {
             let (_, s) = t.plan(65536).unwrap();
             t.record(s.unwrap(), Some(us(5)), lost);
             vector = match t.due(65536) {
