@@ -237,7 +237,7 @@ impl Broadcast {
             scratch: Vec::new(),
             fragments,
             data: {
-                buffer.truncate(params.message_len);
+                // Shorter: cut; longer: zeros only beyond the kept bytes.
                 buffer.resize(params.message_len, 0);
                 buffer
             },
