@@ -196,6 +196,11 @@ impl<M: MessageIo> Run<M> {
         &self.b
     }
 
+    /// See [`Broadcast::deliver_into`].
+    pub fn deliver_into(&mut self, dst: &mut [u8]) {
+        self.b.deliver_into(dst);
+    }
+
     /// The protocol state, once the run is over.
     pub fn into_broadcast(self) -> Broadcast {
         self.b

@@ -415,11 +415,12 @@ impl<S: DatagramIo, M: MessageIo, W: Work<S>> Queue<S, M, W> {
                     if !self.jobs.is_empty() {
                         let d = self.driver.as_mut().ok_or(Error::Unavailable)?;
                         d.stage1(&mut b, now, stats);
+                        b.deliver_into(data);
                         // Within the bytes that may return before their
                         // chains, as they stand now.
                         let ahead = self.later_bytes() + b.params().message_len <= AHEAD_LIMIT;
                         if ahead && b.stage1_done() && b.is_complete() {
-                            returns(&b, data, "returns before its chain", stats);
+                            account(&b, "bcast", "returns before its chain", stats);
                             self.jobs
                                 .push_back(Job::Later(Box::new(Later { b: *b, msgs, at })));
                             return Ok(Turn::Returned);
@@ -437,13 +438,14 @@ impl<S: DatagramIo, M: MessageIo, W: Work<S>> Queue<S, M, W> {
                 Call::Chain(mut run) => {
                     let d = self.driver.as_mut().ok_or(Error::Unavailable)?;
                     d.step(&mut run, now, wait, stats)?;
+                    run.deliver_into(data);
                     let done = run.is_done();
                     if !(done || in_background && run.may_return()) {
                         self.call = Some(Call::Chain(run));
                         return Ok(Turn::Pending);
                     }
                     let how = if done { "done" } else { "returns" };
-                    returns(run.broadcast(), data, how, stats);
+                    account(run.broadcast(), "bcast", how, stats);
                     if done {
                         self.finish(run.into_broadcast());
                     } else {
@@ -472,15 +474,6 @@ impl<S: DatagramIo, M: MessageIo, W: Work<S>> Queue<S, M, W> {
                 .multicast_bytes()
                 .is_some_and(|held| held + len <= self.limit)
     }
-}
-
-/// A blocking broadcast returns: a non-root's message to its buffer, its
-/// bytes to the statistics.
-fn returns(b: &Broadcast, data: &mut [u8], how: &str, stats: &mut Datagrams) {
-    if b.params().vrank != 0 {
-        data.copy_from_slice(b.data());
-    }
-    account(b, "bcast", how, stats);
 }
 
 /// A broadcast (`what`: `bcast` or `ibcast`) returns or completes its

@@ -170,6 +170,8 @@ pub struct Broadcast {
     /// This rank holds the fragment's bytes.
     owned: Bits,
     owned_count: u32,
+    /// Fragments taken since [`Broadcast::deliver_into`] last ran.
+    fresh: Vec<u32>,
     /// Root: when the message was in place.
     started: Option<Duration>,
     /// Root: the fragment stage 1 multicasts next; those before it are done.
@@ -243,6 +245,7 @@ impl Broadcast {
             },
             owned: Bits::new(fragments),
             owned_count: 0,
+            fresh: Vec::new(),
             started: None,
             next_multicast: 0,
             offered: 0,
@@ -276,6 +279,35 @@ impl Broadcast {
     /// The message as far as this rank has it.
     pub fn data(&self) -> &[u8] {
         &self.data
+    }
+
+    /// Copies the fragments this rank took since the last call into `dst`,
+    /// the caller's buffer of the message: called as datagrams come, it
+    /// fills that buffer while the link is busy, rather than all of it
+    /// after the last datagram. `dst` must be the same buffer each time.
+    ///
+    /// # Panics
+    /// If `dst` is not as long as the message.
+    pub fn deliver_into(&mut self, dst: &mut [u8]) {
+        assert_eq!(
+            dst.len(),
+            self.data.len(),
+            "a buffer of the message's length"
+        );
+        let mut fresh = std::mem::take(&mut self.fresh);
+        fresh.sort_unstable();
+        // Fragments mostly come in order: one copy per run of them.
+        let mut runs = fresh.iter().peekable();
+        while let Some(&first) = runs.next() {
+            let mut last = first;
+            while runs.next_if(|&&k| k == last + 1).is_some() {
+                last += 1;
+            }
+            let bytes = self.range(first).start..self.range(last).end;
+            dst[bytes.clone()].copy_from_slice(&self.data[bytes]);
+        }
+        fresh.clear();
+        self.fresh = fresh;
     }
 
     /// The message buffer, to be used again by a later broadcast.
@@ -763,6 +795,7 @@ impl Broadcast {
         self.data[range].copy_from_slice(payload);
         self.owned.set(k);
         self.owned_count += 1;
+        self.fresh.push(k);
         if self.owed.get(k) {
             self.owed.clear(k);
             self.owed_count -= 1;
@@ -994,6 +1027,42 @@ mod tests {
         assert_eq!(&b.data()[..256], &r.data()[..256]);
         assert!(b.data()[256..].iter().all(|&x| x == 0));
         assert_eq!((b.bytes_by_multicast(), b.bytes_by_chain()), (256, 0));
+    }
+
+    /// The caller's buffer gets each fragment once it is taken, whichever
+    /// way and order it came, and nothing else.
+    #[test]
+    fn deliver_into_copies_what_came_since_the_last_call() {
+        let r = root(3, 1300, 256, Duration::ZERO);
+        let p = params(1, 3, 1300, 256);
+        let mut b = Broadcast::new(p);
+        let mut user = vec![0xee; 1300];
+        for k in [3, 0, 1] {
+            assert_eq!(
+                b.on_datagram(&datagram_of(&p, k, piece(&r, k), |_| ())),
+                Verdict::Useful
+            );
+        }
+        b.deliver_into(&mut user);
+        for k in 0..6 {
+            let place = &user[k * 256..1300.min(k * 256 + 256)];
+            if [0, 1, 3].contains(&k) {
+                assert_eq!(place, piece(&r, k as u32), "fragment {k}");
+            } else {
+                assert!(place.iter().all(|&x| x == 0xee), "fragment {k} untouched");
+            }
+        }
+        user[..256].fill(0xee);
+        b.deliver_into(&mut user);
+        assert!(user[..256].iter().all(|&x| x == 0xee), "each fragment once");
+        for k in [5, 2, 4] {
+            assert_eq!(
+                b.on_datagram(&datagram_of(&p, k, piece(&r, k), |_| ())),
+                Verdict::Useful
+            );
+        }
+        b.deliver_into(&mut user);
+        assert_eq!(user[256..], r.data()[256..]);
     }
 
     /// A finished broadcast's buffer, larger and full of its bytes, holds
