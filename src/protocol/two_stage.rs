@@ -239,7 +239,8 @@ impl Broadcast {
             scratch: Vec::new(),
             fragments,
             data: {
-                // Shorter: cut; longer: zeros only beyond the kept bytes.
+                // A longer buffer is cut to the message; a shorter one
+                // gains zeros beyond the bytes it kept.
                 buffer.resize(params.message_len, 0);
                 buffer
             },
