@@ -384,6 +384,15 @@ int ipmc_base_bcast_bintree(struct ipmc_module *module, void *buf, int count,
     return ompi_coll_base_bcast_intra_bintree(buf, count, dt, root, comm, &m->super, 0);
 }
 
+int ipmc_base_bcast_split_bintree(struct ipmc_module *module, void *buf, int count,
+                                  struct ompi_datatype_t *dt, int root,
+                                  struct ompi_communicator_t *comm)
+{
+    mca_coll_ipmc_module_t *m = (mca_coll_ipmc_module_t *) module;
+    /* As the binary tree above, whose cached tree it uses. */
+    return ompi_coll_base_bcast_intra_split_bintree(buf, count, dt, root, comm, &m->super, 0);
+}
+
 int ipmc_base_bcast_scatter_allgather(struct ipmc_module *module, void *buf, int count,
                                       struct ompi_datatype_t *dt, int root,
                                       struct ompi_communicator_t *comm)

@@ -170,6 +170,11 @@ int ipmc_base_bcast_binomial(struct ipmc_module *module, void *buf, int count,
 int ipmc_base_bcast_bintree(struct ipmc_module *module, void *buf, int count,
                             struct ompi_datatype_t *dt, int root,
                             struct ompi_communicator_t *comm);
+/* Open MPI's split binary tree (ompi_coll_base_bcast_intra_split_bintree),
+   unsegmented: coll tuned's fixed algorithm 4. */
+int ipmc_base_bcast_split_bintree(struct ipmc_module *module, void *buf, int count,
+                                  struct ompi_datatype_t *dt, int root,
+                                  struct ompi_communicator_t *comm);
 /* Open MPI's scatter and ring allgather
    (ompi_coll_base_bcast_intra_scatter_allgather_ring), unsegmented: coll
    tuned's fixed algorithm 9. */

@@ -233,6 +233,7 @@ fn every_algorithm_can_be_forced() {
         ("5", "binomial"),
         ("6", "binary"),
         ("7", "scatter_allgather"),
+        ("8", "split_binary"),
     ] {
         check_run(
             4,

@@ -16,6 +16,7 @@ fn forced(code: usize) -> Option<Algorithm> {
         5 => Some(Algorithm::Binomial),
         6 => Some(Algorithm::Binary),
         7 => Some(Algorithm::ScatterAllgather),
+        8 => Some(Algorithm::SplitBinary),
         _ => None,
     }
 }
@@ -82,6 +83,7 @@ impl Config {
                 Algorithm::Previous
                     | Algorithm::Binomial
                     | Algorithm::Binary
+                    | Algorithm::SplitBinary
                     | Algorithm::ScatterAllgather
             )
         )

@@ -405,6 +405,7 @@ impl Module {
                     Algorithm::Previous => call.previous()?,
                     Algorithm::Binomial => call.binomial()?,
                     Algorithm::Binary => call.binary()?,
+                    Algorithm::SplitBinary => call.split_binary()?,
                     Algorithm::ScatterAllgather => call.scatter_allgather()?,
                     Algorithm::Multicast => m.run_multicast(call, bytes)?,
                     Algorithm::TwoLevel => m.run_levels(call)?,
@@ -981,6 +982,7 @@ impl Module {
             | Algorithm::Previous
             | Algorithm::Binomial
             | Algorithm::Binary
+            | Algorithm::SplitBinary
             | Algorithm::ScatterAllgather
             | Algorithm::TwoLevel
             | Algorithm::TwoLevelPipelined => Err(Error::Unavailable),

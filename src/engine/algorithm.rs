@@ -30,11 +30,16 @@ pub enum Algorithm {
     /// messages where several ranks share a host, its ring crosses the
     /// network once per host and keeps every core busy.
     ScatterAllgather,
+    /// Open MPI's split binary tree (coll/base, unsegmented; tuned's
+    /// algorithm 4): each half of the message goes down one of the binary
+    /// tree's two subtrees, and the ranks of each subtree then swap halves
+    /// with the other's.
+    SplitBinary,
 }
 
 impl Algorithm {
     /// Every algorithm, in the order statistics print them.
-    pub const ALL: [Algorithm; 9] = [
+    pub const ALL: [Algorithm; 10] = [
         Algorithm::Linear,
         Algorithm::Chain,
         Algorithm::Multicast,
@@ -44,6 +49,7 @@ impl Algorithm {
         Algorithm::TwoLevel,
         Algorithm::TwoLevelPipelined,
         Algorithm::ScatterAllgather,
+        Algorithm::SplitBinary,
     ];
 
     /// Whether a call of it may begin while the communicator's queued
@@ -70,6 +76,7 @@ impl Algorithm {
             Algorithm::TwoLevel => "two_level",
             Algorithm::TwoLevelPipelined => "two_level_pipelined",
             Algorithm::ScatterAllgather => "scatter_allgather",
+            Algorithm::SplitBinary => "split_binary",
         }
     }
 }

@@ -359,16 +359,19 @@ pub fn candidates(k: usize) -> &'static [Algorithm] {
 /// nodes too (`han`); for short messages also ipmc's linear broadcast from
 /// the root to every rank, one step where the levels take two or three (on
 /// 2 to 8 emulated hosts of 16 ranks at 10 Gbit/s, Open MPI's linear one
-/// was the fastest of all at 4 KiB, 1.4 times as fast as the levels); from
-/// the class of 1 MiB also the levels pipelined (1 MiB on 2 emulated hosts
+/// was the fastest of all at 4 KiB, 1.4 times as fast as the levels); up
+/// to [`SPLIT_UP_TO`] Open MPI's split binary tree; from the class of 1 MiB
+/// also the levels pipelined (1 MiB on 2 emulated hosts
 /// of 8 ranks at 100 Mbit/s: 88.4 ms, against 94.7 whole and han's 88.2),
 /// and above it Open MPI's scatter and ring allgather on the whole
 /// communicator (16 MiB on 8 emulated hosts of 2 ranks at 10 Gbit/s:
 /// 77.5 ms, against 121 for ipmc without it and 148 for han).
 pub fn over_two_levels(k: usize) -> &'static [Algorithm] {
-    use Algorithm::{Linear, Previous, ScatterAllgather, TwoLevel, TwoLevelPipelined};
+    use Algorithm::{Linear, Previous, ScatterAllgather, SplitBinary, TwoLevel, TwoLevelPipelined};
     if class_max(k) <= SHORT_UP_TO {
         &[Previous, TwoLevel, Linear]
+    } else if class_max(k) <= SPLIT_UP_TO {
+        &[Previous, TwoLevel, SplitBinary]
     } else if class_max(k) >= LARGE_FROM {
         &[Previous, TwoLevel, TwoLevelPipelined, ScatterAllgather]
     } else if class_max(k) >= PIPELINED_FROM {
@@ -378,6 +381,13 @@ pub fn over_two_levels(k: usize) -> &'static [Algorithm] {
     }
 }
 
+/// Over two levels, Open MPI's split binary tree (tuned's algorithm 4) on
+/// the whole communicator is a candidate above [`SHORT_UP_TO`] up to this
+/// size: at 64 KiB on 8 emulated hosts of 2 ranks at 10 Gbit/s the fastest
+/// of tuned's fixed algorithms (0.72 to 0.76 ms, against 0.81 to 0.85 for
+/// ipmc without it); at 16 and 32 KiB han's broadcast was faster than it,
+/// at 128 KiB ipmc's levels (1.01 against 1.87 ms).
+pub const SPLIT_UP_TO: usize = 128 << 10;
 /// From the class of this largest message on (messages above 512 KiB) the
 /// levels pipelined are a candidate too: 3 segments of 256 KiB or more,
 /// where the node's step has the network's to overlap.
@@ -1144,15 +1154,18 @@ mod tests {
     }
 
     /// Large messages over two levels also try the levels pipelined and
-    /// Open MPI's scatter and ring allgather; short ones the linear one.
+    /// Open MPI's scatter and ring allgather; short ones the linear one,
+    /// middle ones the split binary tree.
     #[test]
     fn two_levels_try_more_candidates_at_the_ends() {
-        use Algorithm::{Linear, ScatterAllgather, TwoLevelPipelined};
+        use Algorithm::{Linear, ScatterAllgather, SplitBinary, TwoLevelPipelined};
         let large = over_two_levels(class_of(LARGE_FROM));
         assert!(large.contains(&ScatterAllgather) && large.contains(&TwoLevelPipelined));
         let middle = over_two_levels(class_of(64 << 10));
         assert!(!middle.contains(&ScatterAllgather) && !middle.contains(&Linear));
-        assert!(!middle.contains(&TwoLevelPipelined));
+        assert!(!middle.contains(&TwoLevelPipelined) && middle.contains(&SplitBinary));
+        assert!(!over_two_levels(class_of(SHORT_UP_TO)).contains(&SplitBinary));
+        assert!(!over_two_levels(class_of(SPLIT_UP_TO) + 1).contains(&SplitBinary));
         let mebibyte = over_two_levels(class_of(PIPELINED_FROM));
         assert!(mebibyte.contains(&TwoLevelPipelined) && !mebibyte.contains(&ScatterAllgather));
         assert!(over_two_levels(class_of(SHORT_UP_TO)).contains(&Linear));

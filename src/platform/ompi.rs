@@ -242,6 +242,13 @@ impl BcastCall {
         self.whole(sys::ipmc_base_bcast_bintree)
     }
 
+    /// Runs the call as Open MPI's split binary tree (coll/base) on ipmc's
+    /// module.
+    pub fn split_binary(&mut self) -> Result<()> {
+        // As in `binomial`.
+        self.whole(sys::ipmc_base_bcast_split_bintree)
+    }
+
     /// Runs the call as Open MPI's scatter and ring allgather (coll/base)
     /// on ipmc's module.
     pub fn scatter_allgather(&mut self) -> Result<()> {
