@@ -48,6 +48,7 @@ use crate::Ns;
 pub enum Previous {
     Binomial,
     Binary,
+    SplitBinary,
     Pipeline,
     ScatterAllgather,
     /// As tuned 4.1.4's fixed rule on communicators of 128 to 2047 ranks
@@ -289,12 +290,14 @@ impl AutoRank {
             Algorithm::Previous
             | Algorithm::Binomial
             | Algorithm::Binary
+            | Algorithm::SplitBinary
             | Algorithm::ScatterAllgather => {
                 let vrank = (self.rank + self.size - root) % self.size;
                 let real = |v: usize| (v + root) % self.size;
                 let model = match alg {
                     Algorithm::Binomial => Previous::Binomial,
                     Algorithm::Binary => Previous::Binary,
+                    Algorithm::SplitBinary => Previous::SplitBinary,
                     Algorithm::ScatterAllgather => Previous::ScatterAllgather,
                     _ => self.previous.model(len),
                 };
@@ -307,6 +310,7 @@ impl AutoRank {
                         programs::scatter_allgather(vrank, self.size, len, real)
                     }
                     Previous::Binary => programs::binary(vrank, self.size, len, real),
+                    Previous::SplitBinary => programs::split_binary(vrank, self.size, len, real),
                 };
                 Serving::Model(Schedule::new(&self.io, ops))
             }

@@ -56,8 +56,8 @@ returned (returned_us=...). --only ipmc-auto runs ipmc's automatic choice,
 the component's own, on those calls: each rank
 measures the candidates on the first calls and the ranks vote; rank 0's
 decision table follows the result line. --previous (binomial, binary,
-pipeline, scatter-allgather, tuned; default tuned: binomial below 512 KiB, then
-scatter-allgather) is the model of Open MPI's broadcast among them;
+split-binary, pipeline, scatter-allgather, tuned; default tuned: binomial below
+512 KiB, then scatter-allgather) is the model of Open MPI's broadcast among them;
 --inject-timing feeds the choice coll_ipmc_inject_timing's made-up times.
 --ranks-per-node R makes every node hold R ranks: the broadcast runs among
 one leader per node (N nodes), each of which then gives the message to its
@@ -204,6 +204,7 @@ fn parse(argv: &[String]) -> Result<Option<Args>, String> {
                 previous = match value.as_str() {
                     "binomial" => Previous::Binomial,
                     "binary" => Previous::Binary,
+                    "split-binary" => Previous::SplitBinary,
                     "pipeline" => Previous::Pipeline,
                     "scatter-allgather" => Previous::ScatterAllgather,
                     "tuned" => Previous::Tuned,

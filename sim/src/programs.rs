@@ -528,6 +528,47 @@ pub fn binary(vrank: usize, size: usize, len: usize, real: impl Fn(usize) -> usi
     tree_bcast(bintree(vrank, size), len, real)
 }
 
+/// Open MPI's split binary tree (`ompi_coll_base_bcast_intra_split_bintree`,
+/// tuned's 4), unsegmented: the root sends the first half of the message
+/// down the binary tree's left subtree (odd virtual ranks) and the second
+/// down the right one (even), then each rank swaps halves with its pair in
+/// the other subtree (odd `v` with `v + 1`); with an even number of ranks
+/// the last one, which has no pair, gets the second half from the root.
+pub fn split_binary(
+    vrank: usize,
+    size: usize,
+    len: usize,
+    real: impl Fn(usize) -> usize,
+) -> Vec<Op> {
+    if size <= 2 {
+        return binary(vrank, size, len, real);
+    }
+    let halves = [len / 2, len - len / 2];
+    let (parent, children) = bintree(vrank, size);
+    if vrank == 0 {
+        let mut ops: Vec<Op> = children
+            .iter()
+            .map(|&c| Op::send(real(c), halves[(c + 1) % 2], None))
+            .collect();
+        if size % 2 == 0 {
+            ops.push(Op::send(real(size - 1), halves[1], None));
+        }
+        return ops;
+    }
+    let own = halves[(vrank + 1) % 2];
+    let mut ops = vec![Op::recv(real(parent.expect("a rank below the root")))];
+    ops.extend(children.iter().map(|&c| Op::send(real(c), own, Some(0))));
+    let pair = if vrank % 2 == 1 { vrank + 1 } else { vrank - 1 };
+    if pair < size {
+        // The send goes first: a send waits for the receives listed before it.
+        ops.push(Op::send(real(pair), own, Some(0)));
+        ops.push(Op::recv(real(pair)));
+    } else {
+        ops.push(Op::recv(real(0)));
+    }
+    ops
+}
+
 /// Open MPI's generic tree broadcast of one segment
 /// (`ompi_coll_base_bcast_intra_generic`): a rank receives from its parent,
 /// then sends to all its children at once.
@@ -738,6 +779,44 @@ mod tests {
                 if let Some(p) = bintree(v, size).0 {
                     assert!(bintree(p, size).1.contains(&v), "{p} -> {v} of {size}");
                 }
+            }
+        }
+    }
+
+    /// Every rank of the split binary tree gets both halves, and every send
+    /// has its receive.
+    #[test]
+    fn split_binary_gives_every_rank_the_whole_message() {
+        let len = 1001;
+        for size in 2..40 {
+            let ops: Vec<Vec<Op>> = (0..size)
+                .map(|v| split_binary(v, size, len, |v| v))
+                .collect();
+            let mut got = vec![0; size];
+            let mut recvs = vec![Vec::new(); size];
+            for (from, rank_ops) in ops.iter().enumerate() {
+                for op in rank_ops {
+                    match *op {
+                        Op::Send { to, len, .. } => {
+                            got[to] += len;
+                            recvs[to].push(from);
+                        }
+                        Op::Recv { .. } => {}
+                    }
+                }
+            }
+            for v in 1..size {
+                assert_eq!(got[v], len, "rank {v} of {size}");
+                let mut posted: Vec<usize> = ops[v]
+                    .iter()
+                    .filter_map(|op| match *op {
+                        Op::Recv { from, .. } => Some(from),
+                        Op::Send { .. } => None,
+                    })
+                    .collect();
+                posted.sort_unstable();
+                recvs[v].sort_unstable();
+                assert_eq!(posted, recvs[v], "rank {v} of {size}");
             }
         }
     }
