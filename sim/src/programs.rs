@@ -530,20 +530,18 @@ pub fn binary(vrank: usize, size: usize, len: usize, real: impl Fn(usize) -> usi
 
 /// Open MPI's split binary tree (`ompi_coll_base_bcast_intra_split_bintree`,
 /// tuned's 4), unsegmented: the root sends the first half of the message
-/// down the binary tree's left subtree (odd virtual ranks) and the second
-/// down the right one (even), then each rank swaps halves with its pair in
-/// the other subtree (odd `v` with `v + 1`); with an even number of ranks
-/// the last one, which has no pair, gets the second half from the root.
+/// (the larger, if one is) down the binary tree's left subtree (odd virtual
+/// ranks) and the second down the right one (even), then each rank swaps
+/// halves with its pair in the other subtree (odd `v` with `v + 1`); with
+/// an even number of ranks the last one, which has no pair, gets the second
+/// half from the root.
 pub fn split_binary(
     vrank: usize,
     size: usize,
     len: usize,
     real: impl Fn(usize) -> usize,
 ) -> Vec<Op> {
-    if size <= 2 {
-        return binary(vrank, size, len, real);
-    }
-    let halves = [len / 2, len - len / 2];
+    let halves = [len - len / 2, len / 2];
     let (parent, children) = bintree(vrank, size);
     if vrank == 0 {
         let mut ops: Vec<Op> = children
