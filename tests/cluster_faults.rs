@@ -257,7 +257,8 @@ fn short_messages_are_timed_from_the_roots_entry() {
 
 /// Where every datagram is lost, the 64 KiB class multicasts on its 2
 /// measured calls and the 16 calls while the ranks agree, and Open MPI's
-/// broadcast serves it from then on: the decision table says so.
+/// broadcast (its own choice or its split binary tree, whichever measured
+/// faster) serves it from then on: the decision table says so.
 #[test]
 fn with_every_datagram_lost_multicast_is_given_up_after_its_measured_calls() {
     let cluster = Cluster {
@@ -265,17 +266,16 @@ fn with_every_datagram_lost_multicast_is_given_up_after_its_measured_calls() {
         ..Cluster::hosts(6)
     };
     let (run, row) = burst_of_64k(&cluster, "60");
-    assert!(
-        row.contains(": previous (") && row.contains("multicast loss 100.0%"),
-        "{row}"
-    );
+    let open_mpis = row.contains(": previous (") || row.contains(": split_binary (");
+    assert!(open_mpis && row.contains("multicast loss 100.0%"), "{row}");
     let world = world_stats(&run, cluster.ranks());
     for s in &world {
         // At most 2 measured and 16 interim calls of the 64 KiB class, and
         // whatever the sweep of 0 and 1 byte took.
-        let (multicast, previous) = (tally(s, "multicast"), tally(s, "previous"));
+        let multicast = tally(s, "multicast");
+        let open_mpi = tally(s, "previous").1 + tally(s, "split_binary").1;
         assert!(multicast.1 <= 18 * 65536 + multicast.0, "{s:?}");
-        assert!(previous.1 >= (60 - 18) * 65536, "{s:?}");
+        assert!(open_mpi >= (60 - 18) * 65536, "{s:?}");
     }
     // Loss counts in datagrams of the size the group agreed (1,420 bytes at
     // an MTU of 1,500), not the configured bound (4,096): 16 KiB is 12 of
@@ -285,9 +285,13 @@ fn with_every_datagram_lost_multicast_is_given_up_after_its_measured_calls() {
 }
 
 /// One host of six drops every multicast datagram (its firewall): the chain
-/// repairs it, multicast still serves the others, and since it is the
-/// faster there, the class keeps it without a word to the user; the loss
-/// rule gives multicast up only where it fails every rank.
+/// repairs it, multicast still serves the others on its measured calls and
+/// while the ranks agree, and its loss (the best-served rank's) is none, so
+/// the times decide, without a word to the user; the loss rule gives
+/// multicast up only where it fails every rank. In 5 runs multicast, with
+/// the chain to that host, measured 17.8 to 21.0 ms, Open MPI's split binary
+/// tree 18.6 to 24.4 (chosen once), Open MPI's own choice 30.7 to 43.8: one
+/// of the first two serves.
 #[test]
 fn one_host_without_multicast_does_not_make_the_others_give_it_up() {
     let cluster = Cluster {
@@ -301,16 +305,18 @@ fn one_host_without_multicast_does_not_make_the_others_give_it_up() {
         "{}",
         run.output
     );
-    assert!(row.contains(": multicast ("), "{row}");
-    // Rank 2 runs on host 3 (one rank per host, in order): all by the chain.
+    let fast = row.contains(": multicast (") || row.contains(": split_binary (");
+    assert!(fast && row.contains("multicast loss 0.0%"), "{row}");
+    // Rank 2 runs on host 3 (one rank per host, in order): all by the chain,
+    // on 2 measured and 16 interim calls at least.
     let world = world_stats(&run, cluster.ranks());
     for (rank, s) in world.iter().enumerate() {
-        assert!(tally(s, "multicast").0 >= 30, "{s:?}");
+        assert!(tally(s, "multicast").0 >= 18, "{s:?}");
         if rank == 2 {
             assert_eq!(num(s, "mcast_bytes"), 0, "{s:?}");
-            assert!(num(s, "chain_bytes") >= 30 * 65536, "{s:?}");
+            assert!(num(s, "chain_bytes") >= 18 * 65536, "{s:?}");
         } else if rank != 0 {
-            assert!(num(s, "mcast_bytes") >= 30 * 65536, "{s:?}");
+            assert!(num(s, "mcast_bytes") >= 18 * 65536, "{s:?}");
         }
     }
 }

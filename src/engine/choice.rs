@@ -228,8 +228,14 @@ pub(crate) mod tests {
         let mut choice = Choice::new(Tuner::new(1, 0, false));
         let mut io = Urn::default();
         let us = Duration::from_micros;
-        // One call of each candidate, measured here.
-        for (alg, took) in [(Algorithm::Previous, 100), (Algorithm::Multicast, 50)] {
+        // One call of each candidate, measured here (too long for a closer
+        // look).
+        let turns = [
+            (Algorithm::Previous, 10_000),
+            (Algorithm::Multicast, 5_000),
+            (Algorithm::SplitBinary, 8_000),
+        ];
+        for (alg, took) in turns {
             let Next::Run(a, Some(sample)) = choice.plan(k, Algorithm::Chain, &mut io).unwrap()
             else {
                 panic!("measured")
@@ -240,7 +246,7 @@ pub(crate) mod tests {
         }
         // The vote went after the last measured call: best times, then the
         // loss (as delivered + 1).
-        assert_eq!(io.sent, vec![(k, vec![100, 50, 1001])]);
+        assert_eq!(io.sent, vec![(k, vec![10_000, 5_000, 8_000, 1001])]);
         // Meanwhile multicast serves, without waiting for the vote.
         for _ in 0..tuning::VOTE_CALLS {
             let next = choice.plan(k, Algorithm::Chain, &mut io).unwrap();
@@ -251,7 +257,7 @@ pub(crate) mod tests {
             choice.plan(k, Algorithm::Chain, &mut io).unwrap(),
             Next::AwaitVote
         );
-        io.ended.push((k, vec![100, 60, 1001]));
+        io.ended.push((k, vec![10_000, 6_000, 9_000, 1001]));
         let decided = choice.settle(&mut io);
         assert_eq!(decided.len(), 1);
         assert_eq!(decided[0].1.alg, Algorithm::Multicast);

@@ -162,6 +162,22 @@ const ROOT_TIMED_RANKS: usize = 32;
 /// levels (19.1 ms when they served) won 4 of 14 decisions at 4 and 16 MiB
 /// in 7 runs; with the best of 4 calls 1 of 6, of 6 calls none of 4.
 const LARGE_FACTOR: usize = 2;
+/// A broadcast class above [`SHORT_UP_TO`] up to [`SPLIT_UP_TO`] whose
+/// candidates measured so little that this many times as many calls of
+/// each cost at most [`CLOSER_LOOK_BUDGET`] is measured again at once on
+/// that many: its first calls vary by more than what tells its candidates
+/// apart. At 64 KiB on 4 emulated hosts at 10 Gbit/s the best of 2 calls
+/// per candidate, timed at the root, was 293 to 407 µs for Open MPI's own
+/// choice and 255 to 686 for its split binary tree, and picked the split
+/// tree in 4 runs of 10 (0.144 to 0.154 ms per call then, against 0.19 to
+/// 0.38 for Open MPI's choice); the best of 8 was 206 to 220 µs for the
+/// split tree, 264 to 297 for Open MPI's choice, and picked the split tree
+/// in 4 runs of 4; with this closer look, in 6 runs of 6.
+const CLOSER_FACTOR: usize = 4;
+/// What a closer look may cost, its candidates' best times summed over its
+/// calls: on a network where the first look took a few milliseconds
+/// (100 Mbit/s, where multicast wins by 3 to 8 times) it is not taken.
+const CLOSER_LOOK_BUDGET: Duration = Duration::from_millis(20);
 /// Open MPI's binomial and binary trees measured against the others up to
 /// this size: there one tree step costs about a message's latency, and one
 /// or the other was the fastest of Open MPI's fixed algorithms at 1 KiB on
@@ -278,6 +294,9 @@ struct Class {
     /// To be measured again as soon as every rank has its decision
     /// ([`Tuner::measure_again`] came while it was measured or voted on).
     again: bool,
+    /// The class's measurement is, or is about to be, a closer look
+    /// ([`CLOSER_FACTOR`]).
+    closer: bool,
 }
 
 impl Class {
@@ -296,6 +315,7 @@ impl Class {
         self.last = Some(d);
         self.calls = 0;
         self.again = false;
+        self.closer = false;
         true
     }
 
@@ -337,17 +357,27 @@ pub struct Tuner {
 }
 
 /// The algorithms measured against each other on a communicator of one
-/// level in class `k`; Open MPI's own broadcast first.
+/// level in class `k`; Open MPI's own broadcast first. Above
+/// [`SHORT_UP_TO`] up to [`SPLIT_UP_TO`] also Open MPI's split binary tree:
+/// on 4 emulated hosts at 10 Gbit/s it was the fastest of tuned's fixed
+/// algorithms at 64 KiB (0.149 ms, against 0.22 for Open MPI's own choice
+/// and 0.19 to 0.38 for ipmc without it; 0.15 to 0.23 with it, 3 runs
+/// each); at 100 Mbit/s multicast wins there and the tree costs its
+/// measured calls.
 pub fn candidates(k: usize) -> &'static [Algorithm] {
-    use Algorithm::{Binary, Binomial, Chain, Multicast, Previous};
+    use Algorithm::{Binary, Binomial, Chain, Multicast, Previous, SplitBinary};
     let max = class_max(k);
     if max <= TREES_UP_TO {
         &[Previous, Binomial, Binary, Multicast]
     } else if max > AUTO_LARGE {
         // Multicast keeps a copy of the message per rank while it runs.
         &[Previous, Chain]
-    } else if max > CHAIN_FROM {
+    } else if max > SPLIT_UP_TO {
         &[Previous, Multicast, Chain]
+    } else if max > CHAIN_FROM {
+        &[Previous, Multicast, Chain, SplitBinary]
+    } else if max > SHORT_UP_TO {
+        &[Previous, Multicast, SplitBinary]
     } else {
         &[Previous, Multicast]
     }
@@ -381,12 +411,12 @@ pub fn over_two_levels(k: usize) -> &'static [Algorithm] {
     }
 }
 
-/// Over two levels, Open MPI's split binary tree (tuned's algorithm 4) on
-/// the whole communicator is a candidate above [`SHORT_UP_TO`] up to this
-/// size: at 64 KiB on 8 emulated hosts of 2 ranks at 10 Gbit/s the fastest
-/// of tuned's fixed algorithms (0.72 to 0.76 ms, against 0.81 to 0.85 for
-/// ipmc without it); at 16 and 32 KiB han's broadcast was faster than it,
-/// at 128 KiB ipmc's levels (1.01 against 1.87 ms).
+/// Open MPI's split binary tree (tuned's algorithm 4), on the whole
+/// communicator over one level or two, is a candidate above [`SHORT_UP_TO`]
+/// up to this size: at 64 KiB on 8 emulated hosts of 2 ranks at 10 Gbit/s
+/// the fastest of tuned's fixed algorithms (0.72 to 0.76 ms, against 0.81
+/// to 0.85 for ipmc without it); at 16 and 32 KiB han's broadcast was
+/// faster than it, at 128 KiB ipmc's levels (1.01 against 1.87 ms).
 pub const SPLIT_UP_TO: usize = 128 << 10;
 /// From the class of this largest message on (messages above 512 KiB) the
 /// levels pipelined are a candidate too: 3 segments of 256 KiB or more,
@@ -462,6 +492,7 @@ impl Tuner {
                 interval: RETUNE_AFTER,
                 last: None,
                 again: false,
+                closer: false,
             })
             .collect();
         t
@@ -712,8 +743,13 @@ impl Tuner {
             } else {
                 candidates(k)
             };
-            let leaders = self.samples_on(k, false) * one_level.len();
-            leaders as u64 + VOTE_CALLS + 1
+            let measured = (self.samples_on(k, false) * one_level.len()) as u64;
+            let mut leaders = measured + VOTE_CALLS;
+            if Self::may_look_closer(k) {
+                // The leaders may look closer: not known here.
+                leaders += measured * CLOSER_FACTOR as u64 + VOTE_CALLS;
+            }
+            leaders + 1
         } else {
             1
         }
@@ -721,7 +757,27 @@ impl Tuner {
 
     /// Measured calls of each candidate in class `k`.
     fn samples_of(&self, k: usize) -> usize {
-        self.samples_on(k, self.two_levels)
+        let closer = if self.classes[k].closer {
+            CLOSER_FACTOR
+        } else {
+            1
+        };
+        self.samples_on(k, self.two_levels) * closer
+    }
+
+    /// Whether class `k` may be looked at closer ([`CLOSER_FACTOR`]): the
+    /// broadcasts above [`SHORT_UP_TO`] up to [`SPLIT_UP_TO`], where Open
+    /// MPI's split binary tree and its own choice come close.
+    fn may_look_closer(k: usize) -> bool {
+        k < BARRIER && class_max(k) > SHORT_UP_TO && class_max(k) <= SPLIT_UP_TO
+    }
+
+    /// Whether a closer look at class `k`, whose candidates measured
+    /// `times` (µs) on its first look, is worth taking.
+    fn closer_look_pays(&self, k: usize, times: &[u32]) -> bool {
+        let calls = (self.samples_on(k, self.two_levels) * CLOSER_FACTOR) as u64;
+        let cost: u64 = times.iter().map(|&t| u64::from(t) * calls).sum();
+        Self::may_look_closer(k) && cost <= CLOSER_LOOK_BUDGET.as_micros() as u64
     }
 
     /// Measured calls of each candidate in class `k` on a communicator of
@@ -775,6 +831,7 @@ impl Tuner {
         } else {
             cands[fastest]
         };
+        let closer = !self.classes[k].closer && self.closer_look_pays(k, &times);
         let c = &mut self.classes[k];
         let (at, interim) = match c.phase {
             Phase::Voting { at, interim } => {
@@ -785,9 +842,16 @@ impl Tuner {
         };
         // The decision serves from the call every rank counts alike.
         let from = at + 1 + if interim.is_some() { VOTE_CALLS } else { 0 };
-        // Measured again after `interval` calls of the decision.
-        c.retune_at = from - 1 + c.interval;
-        c.interval *= 2;
+        if closer {
+            // Measured again from that call on, the decision serving
+            // meanwhile.
+            c.retune_at = from - 1;
+        } else {
+            // Measured again after `interval` calls of the decision.
+            c.retune_at = from - 1 + c.interval;
+            c.interval *= 2;
+        }
+        c.closer = closer;
         c.last = None;
         c.phase = Phase::Decided(Decision {
             alg,
@@ -879,8 +943,11 @@ mod tests {
         assert_eq!(class_max(13), 8192);
         assert_eq!(class_of(usize::MAX), 64);
         assert_eq!(class_max(64), usize::MAX);
-        assert_eq!(candidates(class_of(CHAIN_FROM)).len(), 2);
-        assert_eq!(candidates(class_of(CHAIN_FROM + 1)).len(), 3);
+        assert_eq!(candidates(class_of(SHORT_UP_TO)).len(), 2);
+        assert_eq!(candidates(class_of(CHAIN_FROM)).len(), 3);
+        assert_eq!(candidates(class_of(CHAIN_FROM + 1)).len(), 4);
+        assert!(candidates(class_of(SPLIT_UP_TO)).contains(&Algorithm::SplitBinary));
+        assert!(!candidates(class_of(SPLIT_UP_TO + 1)).contains(&Algorithm::SplitBinary));
         assert!(candidates(class_of(1 << 20)).contains(&Algorithm::Chain));
         assert!(!candidates(class_of(AUTO_LARGE + 1)).contains(&Algorithm::Multicast));
         assert!(candidates(class_of(TREES_UP_TO)).contains(&Algorithm::Binomial));
@@ -901,7 +968,7 @@ mod tests {
             calls += 1;
             1
         });
-        assert_eq!(calls, 2 * 2);
+        assert_eq!(calls, 3 * 2);
     }
 
     #[test]
@@ -1015,7 +1082,7 @@ mod tests {
         // Longer messages vote right after their last measured call.
         measure(&mut t, SHORT_UP_TO + 1, |_| 1);
         assert!(t.voting(SHORT_UP_TO + 1));
-        assert_eq!(t.classes[class_of(SHORT_UP_TO + 1)].calls, 2);
+        assert_eq!(t.classes[class_of(SHORT_UP_TO + 1)].calls, 3);
     }
 
     #[test]
@@ -1206,6 +1273,14 @@ mod tests {
         let mut t = Tuner::over_two_levels(1, 0, false);
         let v = measure(&mut t, 100, |alg| if alg == Previous { 20 } else { 30 });
         assert_eq!(t.settle(class_of(100), &v).alg, Previous);
+        // Where the leaders may look closer, after that look too.
+        let mut t = Tuner::over_two_levels(2, 0, false);
+        let bytes = 64 << 10;
+        let first = 2 * candidates(class_of(bytes)).len() as u64;
+        for _ in 0..first + VOTE_CALLS + first * CLOSER_FACTOR as u64 + VOTE_CALLS {
+            assert_eq!(t.plan(bytes), Some((TwoLevel, None)));
+        }
+        assert!(t.plan(bytes).unwrap().1.is_some());
     }
 
     #[test]
@@ -1250,27 +1325,30 @@ mod tests {
     fn candidates_take_turns_and_the_fastest_wins() {
         let mut t = Tuner::new(2, 0, false);
         let mut seen = Vec::new();
-        for _ in 0..4 {
+        for _ in 0..6 {
             let (alg, s) = t.plan(65536).unwrap();
             seen.push(alg);
             let took = if alg == Algorithm::Multicast { 50 } else { 100 };
             t.record(s.unwrap(), Some(us(took)), Some(0));
             let v = t.due(65536);
-            assert_eq!(matches!(v, Due::Vote(..)), seen.len() == 4);
+            assert_eq!(matches!(v, Due::Vote(..)), seen.len() == 6);
         }
+        use Algorithm::{Multicast, Previous, SplitBinary};
         assert_eq!(
             seen,
             [
-                Algorithm::Previous,
-                Algorithm::Previous,
-                Algorithm::Multicast,
-                Algorithm::Multicast
+                Previous,
+                Previous,
+                Multicast,
+                Multicast,
+                SplitBinary,
+                SplitBinary
             ]
         );
         assert!(t.voting(65536) && t.awaits_votes());
         // While the vote runs, the class multicasts.
         assert_eq!(t.plan(65536), Some((Algorithm::Multicast, None)));
-        let d = t.settle(class_of(65536), &[100, 50, 0]);
+        let d = t.settle(class_of(65536), &[100, 50, 80, 0]);
         assert_eq!(d.alg, Algorithm::Multicast);
         assert!(!t.awaits_votes());
         assert_eq!(t.plan(65536), Some((Algorithm::Multicast, None)));
@@ -1278,6 +1356,64 @@ mod tests {
         // Other classes are measured on their own.
         assert_eq!(t.current(1000), None);
         assert!(t.plan(1000).unwrap().1.is_some());
+    }
+
+    /// A class whose calls are cheap is measured again at once on more
+    /// calls, the first decision serving meanwhile; one whose calls are
+    /// not is decided on its first look.
+    #[test]
+    fn cheap_classes_are_looked_at_closer() {
+        use Algorithm::{Multicast, Previous, SplitBinary};
+        let bytes = 65536;
+        let k = class_of(bytes);
+        let mut t = Tuner::new(2, 0, false);
+        let mut calls = 0;
+        let first = measure(&mut t, bytes, |_| {
+            calls += 1;
+            300
+        });
+        assert_eq!(calls, 3 * 2);
+        assert_eq!(first, [300, 300, 300, 0]);
+        // 3 candidates of 300 µs on 8 calls each: 7.2 ms, a closer look.
+        assert_eq!(t.settle(k, &[300, 400, 350, 0]).alg, Previous);
+        for _ in 0..interim_left(bytes) {
+            assert_eq!(t.plan(bytes), Some((Multicast, None)));
+        }
+        let mut calls = 0;
+        let closer = measure(&mut t, bytes, |a| {
+            calls += 1;
+            if a == SplitBinary {
+                200
+            } else {
+                300
+            }
+        });
+        assert_eq!(calls, 3 * 2 * CLOSER_FACTOR);
+        assert_eq!(closer, [300, 300, 200, 0]);
+        // Meanwhile the first look's decision serves.
+        for _ in 0..interim_left(bytes) {
+            assert_eq!(t.plan(bytes), Some((Previous, None)));
+        }
+        assert_eq!(t.settle(k, &closer).alg, SplitBinary);
+        // Decided: no third look.
+        for _ in 0..100 {
+            assert_eq!(t.plan(bytes), Some((SplitBinary, None)));
+        }
+        // Calls that cost more than the budget on a closer look: 2.6 ms a
+        // round, 20.8 ms on 8 calls each.
+        let mut t = Tuner::new(2, 0, false);
+        measure(&mut t, bytes, |_| 1);
+        assert_eq!(t.settle(k, &[1000, 700, 900, 0]).alg, Multicast);
+        for _ in 0..interim_left(bytes) + 100 {
+            assert_eq!(t.plan(bytes), Some((Multicast, None)));
+        }
+        // Short messages are measured on more calls from the first look.
+        let mut t = Tuner::new(2, 0, false);
+        measure(&mut t, SHORT_UP_TO, |_| 1);
+        t.settle(class_of(SHORT_UP_TO), &[30, 20, 0]);
+        for _ in 0..interim_left(SHORT_UP_TO) + 100 {
+            assert_eq!(t.plan(SHORT_UP_TO).unwrap().1, None);
+        }
     }
 
     #[test]
@@ -1328,7 +1464,8 @@ mod tests {
         measure(&mut t, big, |_| 1);
         assert!(t.must_await_vote(big));
         assert_eq!(t.plan(big), None);
-        let d = t.settle(class_of(big), &[100, 50, 0]);
+        // Calls too long for a closer look.
+        let d = t.settle(class_of(big), &[100_000, 50_000, 0]);
         assert_eq!((d.alg, d.from), (Algorithm::Chain, 3));
         assert_eq!(t.plan(big), Some((Algorithm::Chain, None)));
     }
@@ -1379,7 +1516,7 @@ mod tests {
     fn a_rank_reports_its_smallest_loss() {
         let mut t = Tuner::new(2, 0, false);
         let mut vector = None;
-        for lost in [Some(1000), None, Some(200), Some(900)] {
+        for lost in [Some(1000), None, Some(200), Some(900), None, None] {
             let (_, s) = t.plan(65536).unwrap();
             t.record(s.unwrap(), Some(us(5)), lost);
             vector = match t.due(65536) {
@@ -1415,7 +1552,7 @@ mod tests {
         let given_up = |losses: &[Option<u32>]| {
             let mut t = Tuner::new(1, 0, false);
             measure(&mut t, 65536, |_| 1);
-            let d = t.settle(class_of(65536), &[1000, 10, voted_loss(losses)]);
+            let d = t.settle(class_of(65536), &[1000, 10, 2000, voted_loss(losses)]);
             (d.alg == Algorithm::Previous, d.lost_permille)
         };
         // Every receiver got most of it by the chain: the network drops it.

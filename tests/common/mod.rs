@@ -696,14 +696,15 @@ fn reported_by_every_rank<'a>(
         .collect()
 }
 
-/// The algorithms of ipmc's statistics lines (`ALG=N:BB`).
-pub const ALGORITHMS: [&str; 6] = [
+/// The algorithms of ipmc's statistics lines (`ALG=N:BB`) on one level.
+pub const ALGORITHMS: [&str; 7] = [
     "linear",
     "chain",
     "multicast",
     "previous",
     "binomial",
     "binary",
+    "split_binary",
 ];
 
 /// Asserts that every rank of each communicator that every rank reported
