@@ -652,7 +652,8 @@ fn ranks_fed_different_timings_agree_on_every_decision() {
     // made-up times: the same decisions on the same times, votes through
     // the simulated network. (Its loss is its own network's.)
     let np_arg = np.to_string();
-    // Classes of two candidates and of three (the chain above 64 KiB).
+    // Classes of three candidates (with Open MPI's split binary tree), of
+    // four (the chain above 64 KiB too) and of three (the tree no more).
     let classes = [
         ("32769-65536 bytes", "64K"),
         ("65537-131072 bytes", "128K"),

@@ -232,6 +232,8 @@ pub struct Decision {
     /// The share of a multicast message that even the best-served rank had
     /// to get by the chain instead (per mille), 0 when none was measured.
     pub lost_permille: u32,
+    /// Measured calls of each candidate.
+    pub calls: usize,
     /// The class's call from which `alg` serves; the calls before it take
     /// `interim`, as during the vote.
     pub from: u64,
@@ -831,6 +833,7 @@ impl Tuner {
         } else {
             cands[fastest]
         };
+        let calls = self.samples_of(k);
         let closer = !self.classes[k].closer && self.closer_look_pays(k, &times);
         let c = &mut self.classes[k];
         let (at, interim) = match c.phase {
@@ -857,6 +860,7 @@ impl Tuner {
             alg,
             times_us: cands.iter().copied().zip(times).collect(),
             lost_permille,
+            calls,
             from,
             interim: interim.unwrap_or(alg),
         });
@@ -915,11 +919,13 @@ pub fn table(tuner: &Tuner) -> String {
         } else {
             String::new()
         };
+        let each = if d.calls == 1 { "call" } else { "calls" };
         out.push_str(&format!(
-            "\n  {}: {} (measured: {}{loss})",
+            "\n  {}: {} (measured: {}{loss}; {} {each} each)",
             class_name(k),
             d.alg.name(),
             times.join(", "),
+            d.calls,
         ));
     }
     out
@@ -1121,7 +1127,8 @@ mod tests {
         let row = table(&t);
         assert_eq!(
             row,
-            "\n  barrier: linear (measured: previous 120 us, linear 50 us, multicast 90 us)"
+            "\n  barrier: linear (measured: previous 120 us, linear 50 us, multicast 90 us; \
+             8 calls each)"
         );
     }
 
@@ -1376,6 +1383,7 @@ mod tests {
         assert_eq!(first, [300, 300, 300, 0]);
         // 3 candidates of 300 µs on 8 calls each: 7.2 ms, a closer look.
         assert_eq!(t.settle(k, &[300, 400, 350, 0]).alg, Previous);
+        assert!(table(&t).ends_with("; 2 calls each)"), "{}", table(&t));
         for _ in 0..interim_left(bytes) {
             assert_eq!(t.plan(bytes), Some((Multicast, None)));
         }
@@ -1395,6 +1403,7 @@ mod tests {
             assert_eq!(t.plan(bytes), Some((Previous, None)));
         }
         assert_eq!(t.settle(k, &closer).alg, SplitBinary);
+        assert!(table(&t).ends_with("; 8 calls each)"), "{}", table(&t));
         // Decided: no third look.
         for _ in 0..100 {
             assert_eq!(t.plan(bytes), Some((SplitBinary, None)));
