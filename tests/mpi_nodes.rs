@@ -424,8 +424,8 @@ fn a_late_rank_that_does_not_lead_is_handed_the_message_over() {
 /// than others, none enters them late. No lead moves (it did on 4 runs in
 /// 4 when lateness was the time outside). With 12 processes on 2 cores the
 /// scheduler can still make a rank that does not lead late at one look
-/// (once 30 handovers in 251 broadcasts), which a handover then serves
-/// right: none on most calls.
+/// (once 30 handovers on one rank in a CI run), which a handover then
+/// serves right: none on most calls.
 #[test]
 fn a_leader_that_returns_first_keeps_its_lead() {
     let cluster = Cluster {

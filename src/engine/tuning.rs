@@ -777,9 +777,12 @@ impl Tuner {
     /// Whether a closer look at class `k`, whose candidates measured
     /// `times` (µs) on its first look, is worth taking.
     fn closer_look_pays(&self, k: usize, times: &[u32]) -> bool {
+        if !Self::may_look_closer(k) {
+            return false;
+        }
         let calls = (self.samples_on(k, self.two_levels) * CLOSER_FACTOR) as u64;
         let cost: u64 = times.iter().map(|&t| u64::from(t) * calls).sum();
-        Self::may_look_closer(k) && cost <= CLOSER_LOOK_BUDGET.as_micros() as u64
+        cost <= CLOSER_LOOK_BUDGET.as_micros() as u64
     }
 
     /// Measured calls of each candidate in class `k` on a communicator of
