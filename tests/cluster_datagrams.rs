@@ -228,21 +228,19 @@ fn ten_gigabit(hosts: usize) -> Cluster {
 /// machine stretched) may overrun a buffer by design
 /// (`docs/flow-control.md`), and the statistics say so: a run that lost
 /// datagrams to a buffer after a stall is tried again; one that lost any
-/// without a stall fails.
-#[test]
-fn a_receiver_that_keeps_stopping_loses_nothing_to_its_buffer() {
-    let cluster = ten_gigabit(3);
+/// without a stall fails. Returns the world's statistics of the clean run.
+fn no_drops_but_after_a_stall(cluster: &Cluster, stopping: bool) -> Vec<Line> {
     const TRIES: usize = 4;
     let mut stalled = Vec::new();
-    let world = loop {
-        let (paced, world, stalls) = receive_buffer_drops(&cluster, "0", true);
+    loop {
+        let (paced, world, stalls) = receive_buffer_drops(cluster, "0", stopping);
         eprintln!("flow control: receive buffer errors per host {paced:?}, roots' stalls {stalls}");
-        if paced == [0, 0, 0] {
-            break world;
+        if paced.iter().all(|&n| n == 0) {
+            return world;
         }
         assert!(
             stalls > 0,
-            "flow control let a receive buffer overflow without a stall"
+            "flow control let a receive buffer overflow without a stall: {paced:?}"
         );
         stalled.push(paced);
         assert!(
@@ -250,7 +248,13 @@ fn a_receiver_that_keeps_stopping_loses_nothing_to_its_buffer() {
             "every run overflowed a buffer after a root's stall: the machine is too busy \
              for this test (receive buffer errors per run {stalled:?})"
         );
-    };
+    }
+}
+
+#[test]
+fn a_receiver_that_keeps_stopping_loses_nothing_to_its_buffer() {
+    let cluster = ten_gigabit(3);
+    let world = no_drops_but_after_a_stall(&cluster, true);
     assert!(sum(&world, "mcast_bytes") > 0);
     // Without flow control the same run overflows the stopped rank's buffer:
     // the test sees what it checks.
@@ -268,7 +272,7 @@ fn a_roots_own_datagrams_never_fill_its_buffer() {
         slots: 2,
         ..ten_gigabit(2)
     };
-    let (drops, world, _) = receive_buffer_drops(&cluster, "0", false);
-    assert_eq!(drops, [0, 0], "receive buffers overflowed");
+    // A stall here is a rank descheduled for 50 ms: 4 ranks share 2 cores.
+    let world = no_drops_but_after_a_stall(&cluster, false);
     assert!(sum(&world, "own") > 0, "no own datagram came back");
 }
