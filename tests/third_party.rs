@@ -100,16 +100,23 @@ fn mpi4py_tests_on(cluster: &Cluster) -> Vec<common::Line> {
 fn mpi4py_tree() -> &'static str {
     static TREE: OnceLock<String> = OnceLock::new();
     TREE.get_or_init(|| {
-        let out = Command::new(repo().join("scripts/mpi4py-tests"))
-            .output()
-            .expect("cannot run scripts/mpi4py-tests");
-        assert!(
-            out.status.success(),
-            "scripts/mpi4py-tests failed:\n{}",
-            String::from_utf8_lossy(&out.stderr)
-        );
-        String::from_utf8_lossy(&out.stdout).trim().to_string()
+        let script = repo().join("scripts/mpi4py-tests");
+        printed_by(Command::new(&script), "scripts/mpi4py-tests")
     })
+}
+
+/// What `cmd` (one of this repository's scripts, `name`) printed, trimmed;
+/// the test fails with its errors if it failed.
+fn printed_by(mut cmd: Command, name: &str) -> String {
+    let out = cmd
+        .output()
+        .unwrap_or_else(|e| panic!("cannot run {name}: {e}"));
+    assert!(
+        out.status.success(),
+        "{name} failed:\n{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    String::from_utf8_lossy(&out.stdout).trim().to_string()
 }
 
 /// What an MPICH test makes ipmc serve, which its statistics must show.
@@ -260,15 +267,7 @@ fn mpich_tests_on(mca: &[(&str, &str)], form: &str) {
 /// The directory of MPICH's test suite, built once for the Open MPI under
 /// test.
 fn mpich_tree() -> String {
-    let names: Vec<&str> = MPICH_TESTS.iter().map(|t| t.0).collect();
-    let out = common::openmpi_command(repo().join("scripts/mpich-tests").to_str().unwrap())
-        .args(names)
-        .output()
-        .expect("cannot run scripts/mpich-tests");
-    assert!(
-        out.status.success(),
-        "scripts/mpich-tests failed:\n{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    String::from_utf8_lossy(&out.stdout).trim().to_string()
+    let mut cmd = common::openmpi_command(repo().join("scripts/mpich-tests").to_str().unwrap());
+    cmd.args(MPICH_TESTS.iter().map(|t| t.0));
+    printed_by(cmd, "scripts/mpich-tests")
 }
