@@ -17,7 +17,6 @@
 #include "ompi/request/request.h"
 #include "opal/datatype/opal_convertor.h"
 #include "opal/runtime/opal_progress.h"
-#include "opal/util/info.h"
 #include "opal/util/output.h"
 #include "opal/util/proc.h"
 #include "opal/util/show_help.h"
@@ -189,24 +188,12 @@ int ipmc_comm_has_local_peer(struct ompi_communicator_t *comm)
     return 0;
 }
 
-int ipmc_comm_split(struct ompi_communicator_t *comm, int color, int key, int without_ipmc,
-                    const char *name, struct ompi_communicator_t **out)
+int ipmc_comm_split(struct ompi_communicator_t *comm, int color, int key, const char *name,
+                    struct ompi_communicator_t **out)
 {
     *out = NULL;
     struct ompi_communicator_t *part = NULL;
-    /* Open MPI's own way to keep a component off a communicator (han's for
-       its parts too): the info key is read where the part's components are
-       selected, which may be another thread's progress under
-       MPI_THREAD_MULTIPLE, not this call. */
-    opal_info_t info;
-    OBJ_CONSTRUCT(&info, opal_info_t);
-    int rc = without_ipmc ? opal_info_set(&info, "ompi_comm_coll_preference", "^ipmc")
-                          : OPAL_SUCCESS;
-    if (OPAL_SUCCESS == rc) {
-        rc = ompi_comm_split_with_info(comm, color < 0 ? MPI_UNDEFINED : color, key, &info, &part,
-                                       false);
-    }
-    OBJ_DESTRUCT(&info);
+    int rc = ompi_comm_split(comm, color < 0 ? MPI_UNDEFINED : color, key, &part, false);
     if (OMPI_SUCCESS != rc || NULL == part || MPI_COMM_NULL == part) {
         return rc;
     }

@@ -90,11 +90,10 @@ int ipmc_comm_has_local_peer(struct ompi_communicator_t *comm);
 
 /* The two levels of a communicator whose nodes hold several ranks: splits
    `comm` as MPI_Comm_split does (collective; color < 0: this rank is in no
-   part, and *out is NULL) and names the part `name`, which ipmc does not
-   serve if `without_ipmc`; frees such a part (and sets it to NULL);
-   broadcasts on a part with whatever serves it. */
-int ipmc_comm_split(struct ompi_communicator_t *comm, int color, int key, int without_ipmc,
-                    const char *name, struct ompi_communicator_t **out);
+   part, and *out is NULL) and names the part `name`; frees such a part (and
+   sets it to NULL); broadcasts on a part with whatever serves it. */
+int ipmc_comm_split(struct ompi_communicator_t *comm, int color, int key, const char *name,
+                    struct ompi_communicator_t **out);
 void ipmc_comm_free(struct ompi_communicator_t **comm);
 int ipmc_comm_bcast(struct ompi_communicator_t *comm, void *buf, int count,
                     struct ompi_datatype_t *dt, int root);

@@ -925,32 +925,16 @@ impl Drop for Messages {
 
 impl Comm {
     /// Splits the communicator as `MPI_Comm_split` does (collective: every
-    /// rank calls it alike), the part named `name` and, if `without_ipmc`,
-    /// left to Open MPI's other components; `None` for a rank of no part
-    /// (`color` `None`).
-    pub fn split(
-        self,
-        color: Option<u32>,
-        key: usize,
-        without_ipmc: bool,
-        name: &str,
-    ) -> Result<Option<Comm>> {
+    /// rank calls it alike), the part named `name`; `None` for a rank of no
+    /// part (`color` `None`).
+    pub fn split(self, color: Option<u32>, key: usize, name: &str) -> Result<Option<Comm>> {
         let color = color.map_or(-1, |c| c_int::try_from(c).unwrap_or(c_int::MAX));
         let key = c_int::try_from(key).map_err(|_| Error::Range)?;
         let name = c_line(name);
         let mut part = ptr::null_mut();
         // SAFETY: `self` is a live communicator; `name` is NUL-terminated
         // and outlives the call; `part` is a valid out-pointer.
-        ok(unsafe {
-            sys::ipmc_comm_split(
-                self.0,
-                color,
-                key,
-                c_int::from(without_ipmc),
-                name.as_ptr(),
-                &mut part,
-            )
-        })?;
+        ok(unsafe { sys::ipmc_comm_split(self.0, color, key, name.as_ptr(), &mut part) })?;
         Ok((!part.is_null()).then_some(Comm(part)))
     }
 
