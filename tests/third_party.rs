@@ -138,13 +138,13 @@ enum Serves {
 /// MPICH's tests (test/mpi of MPICH 4.0.2) of the collectives ipmc serves,
 /// of others beside them and of communicators made, freed and split in
 /// many ways, each with a number of ranks of its testlist. Left out:
-/// `threads/comm`, where over two levels `ctxdup` hangs (a known defect:
-/// a node's part is kept from ipmc by a flag of the splitting thread, and
+/// `threads/comm`, where over two levels `ctxdup` hangs (a known defect: a
+/// node's part is kept from ipmc by a flag of the splitting thread, and
 /// Open MPI may select another thread's new communicator in that thread's
-/// progress),
-/// `nonblocking2` and `nonblocking3`, whose `MPI_Ialltoallw` crashes Open
-/// MPI 4.1.4 without ipmc too, `idup_nb`, which hangs without ipmc too, and
-/// the persistent collectives (`p_*`, MPI 4.0), which Open MPI 4.1 lacks.
+/// progress); `nonblocking2` and `nonblocking3`, whose `MPI_Ialltoallw`
+/// crashes Open MPI 4.1.4 without ipmc too; `idup_nb`, which hangs without
+/// ipmc too; and the persistent collectives (`p_*`, MPI 4.0), which Open
+/// MPI 4.1 lacks.
 const MPICH_TESTS: [(&str, usize, Serves); 34] = [
     ("coll/bcasttest", 4, Serves::Bcast),
     ("coll/bcasttest", 10, Serves::Bcast),
