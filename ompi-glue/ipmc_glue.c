@@ -17,6 +17,7 @@
 #include "ompi/request/request.h"
 #include "opal/datatype/opal_convertor.h"
 #include "opal/runtime/opal_progress.h"
+#include "opal/util/info.h"
 #include "opal/util/output.h"
 #include "opal/util/proc.h"
 #include "opal/util/show_help.h"
@@ -188,12 +189,52 @@ int ipmc_comm_has_local_peer(struct ompi_communicator_t *comm)
     return 0;
 }
 
-int ipmc_comm_split(struct ompi_communicator_t *comm, int color, int key, const char *name,
-                    struct ompi_communicator_t **out)
+int ipmc_comm_info(struct ompi_communicator_t *comm, const char *key, char *value, int len)
+{
+    opal_info_t *info = comm->super.s_info;
+    int flag = 0;
+    if (NULL == info || len < 2) {
+        return -1;
+    }
+#if OMPI_MAJOR_VERSION == 5
+    opal_cstring_t *found = NULL;
+    if (OPAL_SUCCESS != opal_info_get(info, key, &found, &flag) || !flag || NULL == found) {
+        return -1;
+    }
+    int whole = (int) found->length;
+    snprintf(value, (size_t) len, "%s", found->string);
+    OBJ_RELEASE(found);
+    return whole;
+#else
+    int whole = 0;
+    if (OPAL_SUCCESS != opal_info_get_valuelen(info, key, &whole, &flag) || !flag) {
+        return -1;
+    }
+    /* 4.1 writes a terminator after at most len - 1 characters. */
+    opal_info_get(info, key, len - 1, value, &flag);
+    value[len - 1] = '\0';
+    return flag ? whole : -1;
+#endif
+}
+
+int ipmc_comm_split(struct ompi_communicator_t *comm, int color, int key, int without_ipmc,
+                    const char *name, struct ompi_communicator_t **out)
 {
     *out = NULL;
     struct ompi_communicator_t *part = NULL;
-    int rc = ompi_comm_split(comm, color < 0 ? MPI_UNDEFINED : color, key, &part, false);
+    /* Open MPI's own way to keep a component off a communicator (han's for
+       its parts too): the info key is read where the part's components are
+       selected, which may be another thread's progress under
+       MPI_THREAD_MULTIPLE, not this call. */
+    opal_info_t info;
+    OBJ_CONSTRUCT(&info, opal_info_t);
+    int rc = without_ipmc ? opal_info_set(&info, "ompi_comm_coll_preference", "^ipmc")
+                          : OPAL_SUCCESS;
+    if (OPAL_SUCCESS == rc) {
+        rc = ompi_comm_split_with_info(comm, color < 0 ? MPI_UNDEFINED : color, key, &info, &part,
+                                       false);
+    }
+    OBJ_DESTRUCT(&info);
     if (OMPI_SUCCESS != rc || NULL == part || MPI_COMM_NULL == part) {
         return rc;
     }

@@ -88,12 +88,18 @@ void ipmc_comm_release(struct ompi_communicator_t *comm);
 /* Whether another rank of the communicator runs on this node. */
 int ipmc_comm_has_local_peer(struct ompi_communicator_t *comm);
 
+/* The value of the communicator's info key `key` (set by whoever created
+   it), cut to fit `len` bytes with its terminator; returns its whole length,
+   or -1 where the key is unset. */
+int ipmc_comm_info(struct ompi_communicator_t *comm, const char *key, char *value, int len);
+
 /* The two levels of a communicator whose nodes hold several ranks: splits
    `comm` as MPI_Comm_split does (collective; color < 0: this rank is in no
-   part, and *out is NULL) and names the part `name`; frees such a part (and
-   sets it to NULL); broadcasts on a part with whatever serves it. */
-int ipmc_comm_split(struct ompi_communicator_t *comm, int color, int key, const char *name,
-                    struct ompi_communicator_t **out);
+   part, and *out is NULL) and names the part `name`, which ipmc does not
+   serve if `without_ipmc`; frees such a part (and sets it to NULL);
+   broadcasts on a part with whatever serves it. */
+int ipmc_comm_split(struct ompi_communicator_t *comm, int color, int key, int without_ipmc,
+                    const char *name, struct ompi_communicator_t **out);
 void ipmc_comm_free(struct ompi_communicator_t **comm);
 int ipmc_comm_bcast(struct ompi_communicator_t *comm, void *buf, int count,
                     struct ompi_datatype_t *dt, int root);

@@ -517,6 +517,54 @@ fn forced_multicast_on_hosts_of_several_ranks_reaches_one_rank_per_host() {
     );
 }
 
+/// The communicators `han` makes for its levels (at its first allreduce:
+/// Open MPI 5.0's default, 4.1's with its priority raised) are han's: with
+/// ipmc's multicast forced, ipmc serves the program's communicator and its
+/// own leaders' part, one rank per host, and declines each of han's, whose
+/// parts of one rank per node (one for each rank of a node) would make
+/// every rank a multicast receiver.
+#[test]
+fn hans_own_levels_are_left_to_han() {
+    let cluster = Cluster {
+        slots: 3,
+        ..Cluster::hosts(4)
+    };
+    let mca = [
+        ("coll_han_priority", "35"),
+        ("coll_ipmc_bcast_algorithm", "3"),
+        ("coll_ipmc_print_statistics", "1"),
+        ("coll_ipmc_verbose", "5"),
+    ];
+    let run = cluster.mpirun(&mca, "short_bcast", &["4096", "4096"]);
+    assert!(run.ok, "{}", run.output);
+    assert_eq!(
+        run.output.matches("short_bcast: rank").count(),
+        run.output.matches(" rc=0").count(),
+        "{}",
+        run.output
+    );
+    let han_levels = run
+        .output
+        .lines()
+        .filter(|l| {
+            l.contains("declines communicator")
+                && (l.contains("han's") || l.contains("prefers other components"))
+        })
+        .count();
+    assert!(han_levels > 0, "han made no levels:\n{}", run.output);
+    let mut served: Vec<String> = stats_lines(&run.output)
+        .into_iter()
+        .map(|s| s["comm"].clone())
+        .collect();
+    served.sort();
+    let mut expected = vec!["MPI_COMM_WORLD".to_string(); cluster.ranks()];
+    expected.extend(vec![
+        "ipmc leaders of MPI_COMM_WORLD".to_string();
+        cluster.hosts
+    ]);
+    assert_eq!(served, expected, "{}", run.output);
+}
+
 /// Hosts of 3, 1 and 2 ranks: a host of one rank is its own leader.
 #[test]
 fn hosts_of_different_rank_counts_broadcast_over_two_levels() {

@@ -137,15 +137,12 @@ enum Serves {
 
 /// MPICH's tests (test/mpi of MPICH 4.0.2) of the collectives ipmc serves,
 /// of others beside them and of communicators made, freed and split in
-/// many ways, each with a number of ranks of its testlist. Left out:
-/// `threads/comm`, where over two levels `ctxdup` hangs (a known defect: a
-/// node's part is kept from ipmc by a flag of the splitting thread, and
-/// Open MPI may select another thread's new communicator in that thread's
-/// progress); `nonblocking2` and `nonblocking3`, whose `MPI_Ialltoallw`
-/// crashes Open MPI 4.1.4 without ipmc too; `idup_nb`, which hangs without
-/// ipmc too; and the persistent collectives (`p_*`, MPI 4.0), which Open
-/// MPI 4.1 lacks.
-const MPICH_TESTS: [(&str, usize, Serves); 34] = [
+/// many ways, also by several threads at once, each with a number of ranks
+/// of its testlist. Left out: `nonblocking2` and `nonblocking3`, whose
+/// `MPI_Ialltoallw` crashes Open MPI 4.1.4 without ipmc too; `idup_nb`,
+/// which hangs without ipmc too; and the persistent collectives (`p_*`,
+/// MPI 4.0), which Open MPI 4.1 lacks.
+const MPICH_TESTS: [(&str, usize, Serves); 41] = [
     ("coll/bcasttest", 4, Serves::Bcast),
     ("coll/bcasttest", 10, Serves::Bcast),
     ("coll/bcastzerotype", 5, Serves::Bcast),
@@ -180,6 +177,17 @@ const MPICH_TESTS: [(&str, usize, Serves); 34] = [
     ("comm/comm_idup_comm2", 6, Serves::Others),
     ("comm/dup_with_info", 9, Serves::Others),
     ("comm/icsplit", 8, Serves::Others),
+    ("threads/comm/ctxdup", 4, Serves::Barrier),
+    ("threads/comm/ctxidup", 4, Serves::Barrier),
+    ("threads/comm/comm_create_threads", 4, Serves::Barrier),
+    ("threads/comm/comm_create_group_threads", 4, Serves::Barrier),
+    (
+        "threads/comm/comm_create_group_threads2",
+        4,
+        Serves::Barrier,
+    ),
+    ("threads/comm/comm_dup_deadlock", 4, Serves::Others),
+    ("threads/comm/comm_idup", 4, Serves::Others),
 ];
 
 /// On 4 hosts of 3 ranks, each rank a node of its own (one level): every

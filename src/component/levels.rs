@@ -9,7 +9,6 @@
 //! a node's one Open MPI's shared-memory broadcast (ipmc leaves node-local
 //! communicators alone).
 
-use std::cell::Cell;
 use std::collections::VecDeque;
 use std::ffi::c_int;
 use std::ops::Range;
@@ -25,19 +24,6 @@ use crate::platform::ompi::{AllgatherCall, BcastCall, Comm, Fanout, PartIbcast};
 /// and 5.6 ms (han: 26.6 and 5.4; multicast among the leaders forced, in a
 /// build that pipelined every broadcast at a segment size set by hand).
 pub const LEVEL_SEGMENT: usize = 256 << 10;
-
-thread_local! {
-    /// Whether this thread is splitting off a node's part: Open MPI selects
-    /// its components inside the split, where ipmc declines the part.
-    static MAKING_NODE_PART: Cell<bool> = const { Cell::new(false) };
-}
-
-/// Whether the communicator being created is one node's part of ipmc's two
-/// levels, which Open MPI's shared-memory broadcast serves (even where an
-/// algorithm of ipmc's is forced: it runs among the leaders).
-pub fn making_node_part() -> bool {
-    MAKING_NODE_PART.with(Cell::get)
-}
 
 /// Where each rank of a communicator sits: its node (numbered in the order
 /// of each node's first rank) and which rank leads that node (at first its
@@ -348,19 +334,22 @@ impl Levels {
     /// it in the same broadcast.
     pub fn split(comm: Comm, layout: Layout, rank: usize) -> Result<Self> {
         let name = comm.name();
-        MAKING_NODE_PART.with(|m| m.set(true));
         // Keyed so that each node's leader is rank 0 of its node's
-        // communicator, and node n's leader rank n of the leaders'.
-        let node = comm.split(
-            Some(layout.node[rank]),
-            layout.local[rank] as usize,
-            &format!("ipmc node of {name}"),
-        );
-        MAKING_NODE_PART.with(|m| m.set(false));
-        let node = node?.ok_or(Error::Unavailable)?;
+        // communicator, and node n's leader rank n of the leaders'. A node's
+        // part is Open MPI's to serve (its shared-memory broadcast), even
+        // where an algorithm of ipmc's is forced: that runs among the leaders.
+        let node = comm
+            .split(
+                Some(layout.node[rank]),
+                layout.local[rank] as usize,
+                true,
+                &format!("ipmc node of {name}"),
+            )?
+            .ok_or(Error::Unavailable)?;
         let leaders = comm.split(
             layout.is_leader(rank).then_some(0),
             layout.node_of(rank),
+            false,
             &format!("ipmc leaders of {name}"),
         );
         let leaders = match leaders {

@@ -58,6 +58,33 @@ pub fn decline_node_local(cfg: &Config, nodes: &Nodes) -> Option<&'static str> {
         .then_some("its processes share one node, where Open MPI's own broadcast is faster")
 }
 
+/// Why ipmc declines a communicator whose creator chose what serves it, from
+/// the info keys it was created with (the same on every rank): a level of
+/// `han`'s (`ompi_comm_coll_han_topo_level`), or a preference for other
+/// components (`ompi_comm_coll_preference`, which `han` sets on its levels
+/// too). The preference lists components in order, then `^` and those
+/// excluded (as Open MPI reads it); a list that prefers some but not ipmc
+/// keeps ipmc off, where Open MPI would have let it serve what the
+/// preferred ones lack.
+pub fn decline_by_creator(han_level: bool, preference: Option<&str>) -> Option<&'static str> {
+    let prefers_others = preference.is_some_and(|p| {
+        let preferred: Vec<&str> = p
+            .split(',')
+            .map(str::trim)
+            .take_while(|c| !c.starts_with('^'))
+            .filter(|c| !c.is_empty())
+            .collect();
+        !preferred.is_empty() && !preferred.contains(&"ipmc")
+    });
+    if han_level {
+        Some("it is one level of han's")
+    } else if prefers_others {
+        Some("its creator prefers other components (ompi_comm_coll_preference)")
+    } else {
+        None
+    }
+}
+
 /// One member's ipmc configuration, as it published it in the modex.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Published {
@@ -1356,6 +1383,29 @@ mod tests {
         for (code, declined) in [(1, false), (2, false), (3, false), (4, true)] {
             cfg.bcast_algorithm = code;
             assert_eq!(decline_node_local(&cfg, &one).is_some(), declined, "{code}");
+        }
+    }
+
+    #[test]
+    fn leaves_a_communicator_to_the_components_its_creator_chose() {
+        let declines = |han, p| decline_by_creator(han, p).is_some();
+        assert!(!declines(false, None));
+        assert!(declines(true, None), "a level of han's");
+        assert!(declines(true, Some("^han")), "han's levels in Open MPI 4.1");
+        // han's other parts: one component preferred, han excluded.
+        for p in ["tuned,^han", "sm,^han", "libnbc,^han", "adapt,^han", "han"] {
+            assert!(declines(false, Some(p)), "{p}");
+        }
+        for p in [
+            "ipmc",
+            "tuned, ipmc",
+            "^han",
+            "^han,tuned",
+            "^ipmc",
+            "",
+            " , ",
+        ] {
+            assert!(!declines(false, Some(p)), "{p:?}");
         }
     }
 }

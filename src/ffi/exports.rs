@@ -12,10 +12,10 @@ use std::ptr;
 
 use crate::base::error::{status, Result, OMPI_ERROR, OMPI_ERR_NOT_AVAILABLE, OMPI_SUCCESS};
 use crate::base::params::Config;
-use crate::component::levels::{self, Layout};
+use crate::component::levels::Layout;
 use crate::component::logging::{self, tell_once, Notice};
 use crate::component::module::{
-    decline_node_local, decline_reason, disagreement, Module, Published,
+    decline_by_creator, decline_node_local, decline_reason, disagreement, Module, Published,
 };
 use crate::component::nodes::Nodes;
 use crate::component::stats::{PvarClass, Stats};
@@ -216,8 +216,13 @@ unsafe fn comm_query(
     if let Some(reason) = decline_reason(&cfg, comm.is_inter(), size) {
         return decline(comm, reason);
     }
-    if levels::making_node_part() {
-        return decline(comm, "it is one node's part of ipmc's two levels");
+    let han_level = comm.info("ompi_comm_coll_han_topo_level").is_some();
+    let preference = comm.info("ompi_comm_coll_preference");
+    if let Some(reason) = decline_by_creator(han_level, preference.as_deref()) {
+        // han's parts of one rank per node (one part per rank of a node)
+        // would otherwise make every rank a multicast receiver, where ipmc's
+        // own levels have one per node.
+        return decline(comm, reason);
     }
     let hosts_of: Vec<String> = (0..size).map(|r| comm.member_host(r)).collect();
     let hosts = Nodes::from_hosts(hosts_of.iter());

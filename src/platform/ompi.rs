@@ -67,6 +67,23 @@ impl Comm {
         unsafe { sys::ipmc_comm_is_inter(self.0) != 0 }
     }
 
+    /// The value of the info key `key` its creator gave the communicator
+    /// (Open MPI's own keys, such as `ompi_comm_coll_preference`); `None`
+    /// where it is unset. Values longer than Open MPI's own limit are cut.
+    pub fn info(self, key: &str) -> Option<String> {
+        let key = c_line(key);
+        let mut value = [0u8; 256];
+        let len = c_int::try_from(value.len()).expect("a small buffer");
+        // SAFETY: as in `rank`; `key` is NUL-terminated and `value` has the
+        // `len` bytes the glue may write, terminator included.
+        let whole =
+            unsafe { sys::ipmc_comm_info(self.0, key.as_ptr(), value.as_mut_ptr().cast(), len) };
+        (whole >= 0).then(|| {
+            let end = value.iter().position(|&b| b == 0).unwrap_or(value.len());
+            String::from_utf8_lossy(&value[..end]).into_owned()
+        })
+    }
+
     pub fn cid(self) -> u32 {
         // SAFETY: as in `rank`.
         unsafe { sys::ipmc_comm_cid(self.0) }
@@ -925,16 +942,32 @@ impl Drop for Messages {
 
 impl Comm {
     /// Splits the communicator as `MPI_Comm_split` does (collective: every
-    /// rank calls it alike), the part named `name`; `None` for a rank of no
-    /// part (`color` `None`).
-    pub fn split(self, color: Option<u32>, key: usize, name: &str) -> Result<Option<Comm>> {
+    /// rank calls it alike), the part named `name` and, if `without_ipmc`,
+    /// left to Open MPI's other components; `None` for a rank of no part
+    /// (`color` `None`).
+    pub fn split(
+        self,
+        color: Option<u32>,
+        key: usize,
+        without_ipmc: bool,
+        name: &str,
+    ) -> Result<Option<Comm>> {
         let color = color.map_or(-1, |c| c_int::try_from(c).unwrap_or(c_int::MAX));
         let key = c_int::try_from(key).map_err(|_| Error::Range)?;
         let name = c_line(name);
         let mut part = ptr::null_mut();
         // SAFETY: `self` is a live communicator; `name` is NUL-terminated
         // and outlives the call; `part` is a valid out-pointer.
-        ok(unsafe { sys::ipmc_comm_split(self.0, color, key, name.as_ptr(), &mut part) })?;
+        ok(unsafe {
+            sys::ipmc_comm_split(
+                self.0,
+                color,
+                key,
+                c_int::from(without_ipmc),
+                name.as_ptr(),
+                &mut part,
+            )
+        })?;
         Ok((!part.is_null()).then_some(Comm(part)))
     }
 
