@@ -101,22 +101,8 @@ fn mpi4py_tree() -> &'static str {
     static TREE: OnceLock<String> = OnceLock::new();
     TREE.get_or_init(|| {
         let script = repo().join("scripts/mpi4py-tests");
-        printed_by(Command::new(&script), "scripts/mpi4py-tests")
+        common::run_ok(&mut Command::new(script)).trim().to_string()
     })
-}
-
-/// What `cmd` (one of this repository's scripts, `name`) printed, trimmed;
-/// the test fails with its errors if it failed.
-fn printed_by(mut cmd: Command, name: &str) -> String {
-    let out = cmd
-        .output()
-        .unwrap_or_else(|e| panic!("cannot run {name}: {e}"));
-    assert!(
-        out.status.success(),
-        "{name} failed:\n{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    String::from_utf8_lossy(&out.stdout).trim().to_string()
 }
 
 /// What an MPICH test makes ipmc serve, which its statistics must show.
@@ -277,5 +263,5 @@ fn mpich_tests_on(mca: &[(&str, &str)], form: &str) {
 fn mpich_tree() -> String {
     let mut cmd = common::openmpi_command(repo().join("scripts/mpich-tests").to_str().unwrap());
     cmd.args(MPICH_TESTS.iter().map(|t| t.0));
-    printed_by(cmd, "scripts/mpich-tests")
+    common::run_ok(&mut cmd).trim().to_string()
 }

@@ -157,16 +157,18 @@ pub fn simulate(args: &[&str]) -> String {
     text
 }
 
-fn run_ok(cmd: &mut Command) {
+/// Runs `cmd`, failing the test with its output if it fails; what it printed.
+pub fn run_ok(cmd: &mut Command) -> String {
     let out = cmd
         .output()
         .unwrap_or_else(|e| panic!("cannot run {cmd:?}: {e}"));
+    let printed = String::from_utf8_lossy(&out.stdout).into_owned();
     assert!(
         out.status.success(),
-        "{cmd:?} failed:\n{}{}",
-        String::from_utf8_lossy(&out.stdout),
+        "{cmd:?} failed:\n{printed}{}",
         String::from_utf8_lossy(&out.stderr)
     );
+    printed
 }
 
 /// Open MPI's own component directory.
