@@ -307,18 +307,21 @@ fn one_host_without_multicast_does_not_make_the_others_give_it_up() {
     );
     let fast = row.contains(": multicast (") || row.contains(": split_binary (");
     assert!(fast && row.contains("multicast loss 0.0%"), "{row}");
-    // Rank 2 runs on host 3 (one rank per host, in order): all by the chain,
-    // on 2 measured and 16 interim calls at least; the others most of it by
-    // multicast (a datagram the chain overtook counts as the chain's).
+    // Multicast served 2 measured and 16 interim calls at least, and every
+    // message reached every rank but its root once ([`world_stats`]). Rank 2
+    // runs on host 3 (one rank per host, in order): all by the chain, on 12
+    // calls at least, since the burst's root moves on by one each call and
+    // rank 2 roots 6 of its 40; the others most of it by multicast (a
+    // datagram the chain overtook counts as the chain's).
     let world = world_stats(&run, cluster.ranks());
     for (rank, s) in world.iter().enumerate() {
-        let multicast = tally(s, "multicast");
-        assert!(multicast.0 >= 18, "{s:?}");
+        assert!(tally(s, "multicast").0 >= 18, "{s:?}");
+        let (multicast, chain) = (num(s, "mcast_bytes"), num(s, "chain_bytes"));
         if rank == 2 {
-            assert_eq!(num(s, "mcast_bytes"), 0, "{s:?}");
-            assert!(num(s, "chain_bytes") >= 18 * 65536, "{s:?}");
-        } else if rank != 0 {
-            assert!(num(s, "mcast_bytes") * 2 >= multicast.1, "{s:?}");
+            assert_eq!(multicast, 0, "{s:?}");
+            assert!(chain >= 12 * 65536, "{s:?}");
+        } else {
+            assert!(multicast >= chain, "{s:?}");
         }
     }
 }
