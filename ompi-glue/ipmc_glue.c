@@ -120,6 +120,8 @@ int ipmc_look(struct ompi_request_t **req, int *done, size_t *count)
     return rc;
 }
 
+void ipmc_progress_once(void) { (void) opal_progress(); }
+
 static bool ipmc_progress_registered = false;
 
 static int ipmc_progress(void) { return ipmc_rs_progress(); }

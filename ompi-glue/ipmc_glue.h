@@ -208,6 +208,9 @@ void ipmc_print(const char *line);
    removes it (at component close). */
 void ipmc_progress_register(void);
 void ipmc_progress_unregister(void);
+/* One turn of Open MPI's progress engine, for a rank that waits on memory
+   it shares with its node (which moves nothing of Open MPI's). */
+void ipmc_progress_once(void);
 /* Makes MPI_Finalize call ipmc_rs_finish_all first (an attribute of
    MPI_COMM_SELF, whose deletion MPI_Finalize begins with); once. */
 void ipmc_finish_at_finalize(void);

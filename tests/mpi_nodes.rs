@@ -89,7 +89,9 @@ fn a_forced_algorithm_still_serves_a_single_node() {
 /// node, the thesis's rule (`thesis`) by nodes: linear below
 /// `crossover_nodes` (4), multicast from there on; so does a communicator
 /// of one rank per node. The node-local communicator is left to Open MPI.
-fn nodes_decide(hosts: usize, slots: usize, thesis: bool) {
+/// Each node's step goes through its shared segment, or with `segment`
+/// false (`coll_ipmc_node_segment 0`) by Open MPI's broadcast on the node.
+fn nodes_decide(hosts: usize, slots: usize, thesis: bool, segment: bool) {
     let cluster = Cluster {
         slots,
         ..Cluster::hosts(hosts)
@@ -97,6 +99,9 @@ fn nodes_decide(hosts: usize, slots: usize, thesis: bool) {
     let mut mca = vec![("coll_ipmc_print_statistics", "1")];
     if thesis {
         mca.push(("coll_ipmc_crossover_nodes", "4"));
+    }
+    if !segment {
+        mca.push(("coll_ipmc_node_segment", "0"));
     }
     let run = cluster.mpirun(
         &mca,
@@ -169,6 +174,17 @@ fn nodes_decide(hosts: usize, slots: usize, thesis: bool) {
         served += 1;
     }
     assert_eq!(served, 4 * hosts * slots, "{}", run.output);
+    // Every node's leader wrote the message to its shared segment and every
+    // other rank of the node read it from there: alike on the node's ranks
+    // (ranks fill the hosts in order).
+    let world = common::world_stats(&run, hosts * slots);
+    for node in world.chunks(slots) {
+        let bytes = num(&node[0], "segment_bytes");
+        assert_eq!(bytes > 0, segment, "{:?}", node[0]);
+        for s in node {
+            assert_eq!(num(s, "segment_bytes"), bytes, "{s:?}");
+        }
+    }
     let leaders: Vec<_> = stats
         .iter()
         .filter(|s| s["comm"].starts_with("ipmc leaders of "))
@@ -191,17 +207,22 @@ fn nodes_decide(hosts: usize, slots: usize, thesis: bool) {
 
 #[test]
 fn two_nodes_of_three_ranks_each_take_two_levels_and_the_linear_broadcast_among_leaders() {
-    nodes_decide(2, 3, true);
+    nodes_decide(2, 3, true, true);
 }
 
 #[test]
 fn two_nodes_of_three_ranks_each_take_two_levels_by_the_automatic_choice() {
-    nodes_decide(2, 3, false);
+    nodes_decide(2, 3, false, true);
+}
+
+#[test]
+fn nodes_without_a_shared_segment_broadcast_inside_by_open_mpi() {
+    nodes_decide(2, 3, true, false);
 }
 
 #[test]
 fn four_nodes_of_two_ranks_each_multicast_among_leaders() {
-    nodes_decide(4, 2, true);
+    nodes_decide(4, 2, true, true);
 }
 
 /// The automatic choice over two levels: once the leaders' communicator

@@ -17,6 +17,8 @@ of MCA parameters that chooses who serves MPI_Bcast:
                     messages above coll_ipmc_crossover_size still take the chain)
   ipmc-noauth       ipmc with unauthenticated datagrams (coll_ipmc_authenticate 0):
                     what the tag costs
+  ipmc-nosegment    ipmc giving each node's ranks the message by Open MPI's broadcast
+                    (coll_ipmc_node_segment 0), not its shared segment
   ipmc-linear, ipmc-chain, ipmc-multicast
                     ipmc forced to one of its algorithms (coll_ipmc_bcast_algorithm)
   default           Open MPI's own selection (ipmc not loaded)

@@ -22,7 +22,8 @@ usage: simulate --nodes N --size BYTES [--loss PCT] [--burst LEN] [--rate MBITS]
                 [--fragment BYTES] [--flow-window BYTES|off]
                 [--calls N] [--per-rank] [--previous MODEL] [--inject-timing]
                 [--ranks-per-node R] [--node-hop-us US] [--node-copy-gbs GB]
-                [--level-segment BYTES]
+                [--level-segment BYTES] [--node-segment on|off]
+                [--segment-notice-us US] [--segment-copy-gbs GB]
        simulate --collective barrier --nodes N [network options] [--peer NAME]...
        simulate --collective allgather --nodes N --size BYTES [--ranks-per-node R]
                 [network options] [--peer NAME]...
@@ -63,7 +64,12 @@ split-binary, pipeline, scatter-allgather, tuned; default tuned: binomial below
 one leader per node (N nodes), each of which then gives the message to its
 node's other ranks through shared memory, modelled as a pipelined tree of
 hops of --node-hop-us (default 12) copying --node-copy-gbs GB/s (default
-6.6; docs/simulator.md). --level-segment BYTES pipelines the levels: the
+6.6; docs/simulator.md); ipmc's node step goes through its node's shared
+segment instead (coll_ipmc_node_segment; --node-segment off: Open MPI's as
+for the peers): the leader copies the message in and every other rank
+copies it out at once, slot by slot of 256 KiB, each piece seen
+--segment-notice-us (default 0.1) after it was written, copied at
+--segment-copy-gbs (default 6.3). --level-segment BYTES pipelines the levels: the
 leaders broadcast segments of BYTES back to back, and a rank has the message
 once its leader has the last and the node has moved it, no sooner than the
 node's broadcast of the whole from the leader's first segment.
@@ -220,6 +226,21 @@ fn parse(argv: &[String]) -> Result<Option<Args>, String> {
                 _ => return Err(format!("--node-hop-us: out of range: {value}")),
             },
             "--level-segment" => node.segment = bytes(&value)?,
+            "--node-segment" => {
+                node.shared = match value.as_str() {
+                    "on" => Some(ipmc_sim::node::SHARED),
+                    "off" => None,
+                    _ => return Err(format!("--node-segment: on or off, not {value}")),
+                }
+            }
+            "--segment-notice-us" => match (num(&value)?, node.shared.as_mut()) {
+                (v, Some(shared)) if v >= 0.0 => shared.notice_ns = (v * 1e3) as u64,
+                _ => return Err(format!("--segment-notice-us: out of range: {value}")),
+            },
+            "--segment-copy-gbs" => match (num(&value)?, node.shared.as_mut()) {
+                (v, Some(shared)) if v > 0.0 => shared.copy_bytes_per_s = v * 1e9,
+                _ => return Err(format!("--segment-copy-gbs: out of range: {value}")),
+            },
             "--node-copy-gbs" => match num(&value)? {
                 v if v > 0.0 => node.copy_bytes_per_s = v * 1e9,
                 _ => return Err(format!("--node-copy-gbs: out of range: {value}")),

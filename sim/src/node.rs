@@ -7,7 +7,9 @@
 //! their own and use neither the link nor the leader's host costs, so the
 //! step costs the node's shared-memory broadcast, a tree of
 //! `ceil(log2 ranks)` hops pipelined in segments, its bytes moving at a
-//! measured copy rate.
+//! measured copy rate; or, for ipmc with its node's shared segment
+//! (`coll_ipmc_node_segment`), one copy in by the leader and one copy out
+//! by every other rank at once.
 
 use crate::Ns;
 
@@ -28,7 +30,33 @@ pub struct Node {
     /// broadcast segments of this many bytes, each of which the node's
     /// broadcast takes on as soon as its leader has it (0: whole).
     pub segment: usize,
+    /// ipmc's node step through its shared segment, where ipmc runs: the
+    /// time from the leader's write of a piece to the other ranks' seeing
+    /// it, and each rank's copy rate in or out (bytes per second).
+    pub shared: Option<Shared>,
 }
+
+/// The cost of ipmc's shared segment (`component::node_segment`).
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub struct Shared {
+    pub notice_ns: Ns,
+    pub copy_bytes_per_s: f64,
+}
+
+/// ipmc's segment between two threads of this repository's test machine,
+/// each with a core (`cargo test --release --lib segment_throughput --
+/// --nocapture`; `docs/simulator.md`, "Ranks per node").
+pub const SHARED: Shared = Shared {
+    notice_ns: SHARED_NOTICE_NS,
+    copy_bytes_per_s: SHARED_COPY_BYTES_PER_S,
+};
+pub const SHARED_NOTICE_NS: Ns = 100;
+pub const SHARED_COPY_BYTES_PER_S: f64 = 6.3e9;
+
+/// Bytes of a slot of ipmc's segment: a message crosses it in pieces of
+/// this size, the leader copying one in while the ranks copy the one
+/// before out.
+const SHARED_SLOT: usize = 256 << 10;
 
 impl Default for Node {
     /// One rank per node; the copy costs measured on this repository's test
@@ -39,6 +67,7 @@ impl Default for Node {
             hop_ns: HOP_NS,
             copy_bytes_per_s: COPY_BYTES_PER_S,
             segment: 0,
+            shared: Some(SHARED),
         }
     }
 }
@@ -52,9 +81,19 @@ pub const COPY_BYTES_PER_S: f64 = 6.6e9;
 
 impl Node {
     /// The time a leader takes to give `size` bytes to the other ranks of
-    /// its node: every hop of the tree waits for a segment, then the bytes
-    /// stream through at the copy rate.
-    pub fn fan_out_ns(&self, size: usize) -> Ns {
+    /// its node, for ipmc (`ipmc`: through its shared segment where it has
+    /// one) or Open MPI ([`Node::tree_ns`]).
+    pub fn fan_out_ns(&self, size: usize, ipmc: bool) -> Ns {
+        match self.shared.filter(|_| ipmc && self.ranks > 1) {
+            Some(shared) => shared.fan_out_ns(size),
+            None => self.tree_ns(size),
+        }
+    }
+
+    /// Open MPI's shared-memory broadcast inside the node: every hop of the
+    /// tree waits for a segment, then the bytes stream through at the copy
+    /// rate.
+    pub fn tree_ns(&self, size: usize) -> Ns {
         if self.ranks <= 1 {
             return 0;
         }
@@ -62,6 +101,18 @@ impl Node {
         let first = size.min(SEGMENT) as f64 * (depth - 1) as f64;
         let bytes_ns = (size as f64 + first) / self.copy_bytes_per_s * 1e9;
         depth * self.hop_ns + bytes_ns.round() as Ns
+    }
+}
+
+impl Shared {
+    /// The leader copies the message in slot by slot and every other rank
+    /// copies each slot out once it is there, all at once: the leader's
+    /// copy of the whole, then the notice and the copy out of the last
+    /// slot. The ranks' copies are not slowed by one another (they read the
+    /// same slots, which the node's caches hold).
+    pub fn fan_out_ns(&self, size: usize) -> Ns {
+        let bytes = (size + size.min(SHARED_SLOT)) as f64;
+        self.notice_ns + (bytes / self.copy_bytes_per_s * 1e9).round() as Ns
     }
 }
 
@@ -90,14 +141,32 @@ mod tests {
             hop_ns: 1_000,
             copy_bytes_per_s: 1e9,
             segment: 0,
+            shared: None,
         };
-        assert_eq!(node(1).fan_out_ns(1 << 20), 0);
+        assert_eq!(node(1).fan_out_ns(1 << 20, true), 0);
         // Two ranks: one hop, the message once at 1 GB/s.
-        assert_eq!(node(2).fan_out_ns(1_000_000), 1_000 + 1_000_000);
+        assert_eq!(node(2).fan_out_ns(1_000_000, false), 1_000 + 1_000_000);
         // 64 ranks: 6 hops, and 5 segments more to fill the pipeline.
-        let t = node(64).fan_out_ns(1_000_000);
+        let t = node(64).fan_out_ns(1_000_000, true);
         assert_eq!(t, 6_000 + 1_000_000 + 5 * 65_536);
-        assert!(node(64).fan_out_ns(100) < node(64).fan_out_ns(1 << 20));
+        assert!(node(64).fan_out_ns(100, false) < node(64).fan_out_ns(1 << 20, false));
+        // ipmc's segment: the whole in, the last slot out, whatever the
+        // ranks; Open MPI's tree for the peers.
+        let shared = Shared {
+            notice_ns: 500,
+            copy_bytes_per_s: 1e9,
+        };
+        let with = |ranks| Node {
+            shared: Some(shared),
+            ..node(ranks)
+        };
+        assert_eq!(
+            with(64).fan_out_ns(1 << 20, true),
+            500 + (1 << 20) + (256 << 10)
+        );
+        assert_eq!(with(2).fan_out_ns(1000, true), 500 + 2000);
+        assert_eq!(with(64).fan_out_ns(1_000_000, false), t);
+        assert_eq!(with(1).fan_out_ns(1 << 20, true), 0);
         assert_eq!(node(1).gather_ns(1 << 20), 0);
         // 4 ranks: 2 hops, 3 blocks into the leader's buffer.
         assert_eq!(node(4).gather_ns(1_000), 2_000 + 3_000);

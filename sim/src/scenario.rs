@@ -214,7 +214,7 @@ impl Scenario {
             return Err("a broadcast needs 2 nodes at least".into());
         }
         let mut rng = ChaCha8Rng::seed_from_u64(self.seed);
-        let mut engine = Engine::new(self.net.clone(), rng.next_u64());
+        let mut engine = Engine::new(self.leaders_net(self.algorithm.is_ipmc()), rng.next_u64());
         let multicast = matches!(
             self.algorithm,
             Algorithm::Ipmc
@@ -369,12 +369,27 @@ impl Scenario {
             if calls.len() > 1 {
                 return Err("several calls with several ranks per node are not modelled".into());
             }
-            let fan_out = self.node.fan_out_ns(self.size);
+            let fan_out = self.node.fan_out_ns(self.size, self.algorithm.is_ipmc());
             for t in &mut outcome.returned_ns {
                 *t += fan_out;
             }
         }
         Ok(outcome)
+    }
+
+    /// The network and host costs the broadcast runs on: where ipmc gives
+    /// the message to a node's ranks through its shared segment, every
+    /// leader also copies each byte it moves into the segment, on its own
+    /// core ([`crate::node::Shared`]'s copy rate, added to the host's cost
+    /// per byte).
+    fn leaders_net(&self, ipmc: bool) -> crate::network::Network {
+        let mut net = self.net.clone();
+        if let Some(shared) = self.node.shared.filter(|_| ipmc && self.node.ranks > 1) {
+            let copy_ps = (1e12 / shared.copy_bytes_per_s).round() as u64;
+            net.per_byte_ps += copy_ps;
+            net.per_datagram_byte_ps += copy_ps;
+        }
+        net
     }
 
     /// One broadcast over pipelined levels: the leaders' broadcasts of the
@@ -391,6 +406,7 @@ impl Scenario {
         }
         let segment = self.node.segment;
         let mut leaders = self.clone();
+        leaders.net = self.leaders_net(self.algorithm.is_ipmc());
         leaders.node.ranks = 1;
         leaders.size = segment;
         let first = leaders.run()?;
@@ -402,7 +418,11 @@ impl Scenario {
         leaders.size = self.size;
         leaders.calls = segments.iter().map(|&len| (self.root, len)).collect();
         let mut outcome = leaders.run()?;
-        let (last_ns, whole_ns) = (self.node.fan_out_ns(last), self.node.fan_out_ns(self.size));
+        let ipmc = self.algorithm.is_ipmc();
+        let (last_ns, whole_ns) = (
+            self.node.fan_out_ns(last, ipmc),
+            self.node.fan_out_ns(self.size, ipmc),
+        );
         for (t, f) in outcome.returned_ns.iter_mut().zip(&first.returned_ns) {
             *t = (*t + last_ns).max(f + whole_ns);
         }
@@ -415,11 +435,12 @@ impl Scenario {
     /// fan-out of every block to its node ([`Node::fan_out_ns`]).
     fn allgather_over_levels(&self) -> Result<Outcome, String> {
         let mut leaders = self.clone();
+        leaders.net = self.leaders_net(true);
         leaders.node.ranks = 1;
         leaders.size = self.size * self.node.ranks;
         let mut outcome = leaders.run()?;
         let inside =
-            self.node.gather_ns(self.size) + self.node.fan_out_ns(leaders.size * self.nodes);
+            self.node.gather_ns(self.size) + self.node.fan_out_ns(leaders.size * self.nodes, true);
         for t in &mut outcome.returned_ns {
             *t += inside;
         }

@@ -54,8 +54,8 @@ fn completion_us(out: &Output) -> f64 {
 
 #[test]
 fn ranks_per_node_add_the_nodes_shared_memory_step() {
-    let run = |ranks: &str| {
-        let out = simulate(&[
+    let run = |ranks: &str, segment: &[&str]| {
+        let mut args = vec![
             "--nodes",
             "8",
             "--size",
@@ -68,7 +68,9 @@ fn ranks_per_node_add_the_nodes_shared_memory_step() {
             "10",
             "--node-copy-gbs",
             "1",
-        ]);
+        ];
+        args.extend(segment);
+        let out = simulate(&args);
         assert!(out.status.success(), "{out:?}");
         assert!(
             String::from_utf8_lossy(&out.stdout).contains(&format!("ranks_per_node={ranks} ")),
@@ -76,11 +78,18 @@ fn ranks_per_node_add_the_nodes_shared_memory_step() {
         );
         completion_us(&out)
     };
-    // 64 ranks: a tree of 6 hops, the message and 5 more segments of 64 KiB
-    // at 1 GB/s.
+    // 64 ranks with Open MPI's step: a tree of 6 hops, the message and 5
+    // more segments of 64 KiB at 1 GB/s.
+    let off = ["--node-segment", "off"];
     let step = 6.0 * 10.0 + (1_048_576.0 + 5.0 * 65_536.0) / 1e3;
-    let added = run("64") - run("1");
+    let added = run("64", &off) - run("1", &off);
     assert!((added - step).abs() < 0.2, "{added} µs, not {step}");
+    // ipmc's segment: a notice, the message in and the last slot out, and
+    // the leaders' copies in slow their own part down.
+    let on = ["--segment-notice-us", "10", "--segment-copy-gbs", "1"];
+    let step = 10.0 + (1_048_576.0 + 262_144.0) / 1e3;
+    let added = run("64", &on) - run("1", &on);
+    assert!(added > step + 1.0, "{added} µs, not above {step}");
     let out = simulate(&[
         "--nodes",
         "8",

@@ -510,13 +510,16 @@ fn the_multicast_allgather_puts_half_the_rings_bytes_on_the_network() {
 /// An allgather over two levels: the leaders' allgather carries a node's
 /// blocks each, so it puts on the network what one rank per node with
 /// blocks as large would, and the node's steps add their time, never
-/// bytes on the links.
+/// bytes on the links: Open MPI's steps (`shared` off) exactly theirs;
+/// ipmc's shared segment its step's and the leaders' copies into it.
 #[test]
 fn an_allgather_over_two_levels_moves_a_nodes_blocks_among_the_leaders() {
     let (nodes, ranks, block) = (8, 4, 4096);
     for alg in [Algorithm::AllgatherIpmc, Algorithm::AllgatherRing] {
         let mut levels = scenario(nodes, block, wire_only(), alg);
         levels.node.ranks = ranks;
+        let with_segment = levels.run().unwrap();
+        levels.node.shared = None;
         let levels = levels.run().unwrap();
         let leaders = scenario(nodes, block * ranks, wire_only(), alg)
             .run()
@@ -528,12 +531,23 @@ fn an_allgather_over_two_levels_moves_a_nodes_blocks_among_the_leaders() {
         assert_eq!(levels.returned_ns.len(), nodes, "one per leader");
         let mut node = Scenario::new(2, 1, wire_only()).node;
         node.ranks = ranks;
-        let inside = node.gather_ns(block) + node.fan_out_ns(block * ranks * nodes);
-        assert!(inside > 0);
+        let message = block * ranks * nodes;
+        let tree = node.gather_ns(block) + node.tree_ns(message);
+        assert!(tree > 0);
         assert_eq!(
             levels.completion_max_ns(),
-            leaders.completion_max_ns() + inside,
+            leaders.completion_max_ns() + tree,
             "{alg:?}"
+        );
+        let segment = node.gather_ns(block) + node.fan_out_ns(message, true);
+        assert!(segment < tree);
+        assert!(
+            with_segment.completion_max_ns() > leaders.completion_max_ns() + segment,
+            "{alg:?}: the leaders' copies cost them time"
+        );
+        assert_eq!(
+            with_segment.counters.host_link_bytes,
+            leaders.counters.host_link_bytes
         );
     }
 }
@@ -557,10 +571,10 @@ fn pipelined_levels_overlap_the_nodes_step_with_the_networks() {
     let node = whole.node;
     for (rank, &t) in pipelined_run.returned_ns.iter().enumerate() {
         assert!(
-            t >= leaders.returned_ns[rank] + node.fan_out_ns(segment),
+            t >= leaders.returned_ns[rank] + node.fan_out_ns(segment, true),
             "rank {rank}"
         );
-        assert!(t >= node.fan_out_ns(size), "rank {rank}");
+        assert!(t >= node.fan_out_ns(size, true), "rank {rank}");
     }
     assert!(
         pipelined_run.completion_max_ns() < whole_run.completion_max_ns(),

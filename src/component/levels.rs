@@ -7,7 +7,8 @@
 //! broadcast that serves it best: the leaders' one ipmc's own, one rank per
 //! node, multicast among them where its measured choice finds that fastest;
 //! a node's one Open MPI's shared-memory broadcast (ipmc leaves node-local
-//! communicators alone).
+//! communicators alone), or, where its leader gives the message to the
+//! node, ipmc's own segment of shared memory ([`NodeSegment`]).
 
 use std::collections::VecDeque;
 use std::ffi::c_int;
@@ -16,6 +17,7 @@ use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use crate::base::error::{Error, Result};
 use crate::base::io::Wait;
+use crate::component::node_segment::{self, NodeSegment};
 use crate::platform::ompi::{AllgatherCall, BcastCall, Comm, Fanout, PartIbcast};
 
 /// Bytes of a segment of a pipelined broadcast over the levels: 4 MiB
@@ -327,12 +329,19 @@ pub struct Levels {
     /// A leader's handovers to its node that its node's ranks have not all
     /// taken yet, oldest first.
     handovers: VecDeque<Fanout>,
+    /// The node's shared segment, where the node has one.
+    segment: Option<NodeSegment>,
+    /// Bytes this rank wrote to or read from the segment since
+    /// [`Levels::take_segment_bytes`].
+    segment_bytes: u64,
 }
 
 impl Levels {
     /// Splits `comm` into its levels: collective, every rank of `comm` calls
-    /// it in the same broadcast.
-    pub fn split(comm: Comm, layout: Layout, rank: usize) -> Result<Self> {
+    /// it in the same broadcast. With `segment`, each node of several ranks
+    /// also makes its shared segment (where every rank of the node wants one
+    /// and can map it).
+    pub fn split(comm: Comm, layout: Layout, rank: usize, segment: bool) -> Result<Self> {
         let name = comm.name();
         // Keyed so that each node's leader is rank 0 of its node's
         // communicator, and node n's leader rank n of the leaders'. A node's
@@ -359,10 +368,20 @@ impl Levels {
                 return Err(e);
             }
         };
-        if layout.is_leader(rank) && leaders.is_none() {
+        let free = |e| {
+            if let Some(l) = leaders {
+                l.free();
+            }
             node.free();
-            return Err(Error::Unavailable);
+            Err(e)
+        };
+        if layout.is_leader(rank) && leaders.is_none() {
+            return free(Error::Unavailable);
         }
+        let segment = match NodeSegment::attach(node, segment) {
+            Ok(s) => s,
+            Err(e) => return free(e),
+        };
         Ok(Levels {
             layout,
             rank,
@@ -370,7 +389,36 @@ impl Levels {
             leaders,
             lookout: Lookout::default(),
             handovers: VecDeque::new(),
+            segment,
+            segment_bytes: 0,
         })
+    }
+
+    /// Whether this rank's node gives messages to its ranks through its
+    /// shared segment.
+    pub fn has_segment(&self) -> bool {
+        self.segment.is_some()
+    }
+
+    /// Bytes this rank wrote to or read from its node's segment since the
+    /// last call.
+    pub fn take_segment_bytes(&mut self) -> u64 {
+        std::mem::take(&mut self.segment_bytes)
+    }
+
+    /// The node's step from its leader through the segment, of `buf`, which
+    /// the leader has; `false` (nothing done) where the node has none.
+    fn through_segment(&mut self, buf: &mut [u8]) -> Result<bool> {
+        let Some(segment) = self.segment.as_mut() else {
+            return Ok(false);
+        };
+        if segment.writes() {
+            segment.write(buf, node_segment::waiting());
+        } else {
+            segment.read(buf, node_segment::waiting())?;
+        }
+        self.segment_bytes += buf.len() as u64;
+        Ok(true)
     }
 
     /// Counts this rank's entry into a broadcast from `root` (if known);
@@ -455,6 +503,11 @@ impl Levels {
         for (part, root) in self.bcast_parts(call.root()) {
             if part == self.node && hand_over {
                 self.hand_over(call)?;
+            } else if part == self.node && root == 0 && self.segment.is_some() {
+                let leads = self.layout.is_leader(self.rank);
+                call.on_message_bytes(call.bytes(), leads, |buf| {
+                    self.through_segment(buf).map(drop)
+                })?;
             } else {
                 call.on_part(part, root)?;
             }
@@ -509,7 +562,8 @@ impl Levels {
     /// whether they did.
     pub fn bcast_pipelined(&mut self, buf: &mut [u8], root: usize, segment: usize) -> Result<bool> {
         let root_node = self.layout.node[root] as usize;
-        let among_leaders = |chunk: &mut [u8]| match self.leaders {
+        let leaders = self.leaders;
+        let among_leaders = |chunk: &mut [u8]| match leaders {
             Some(leaders) => leaders.bcast_bytes(chunk, root_node),
             None => Ok(()),
         };
@@ -523,6 +577,13 @@ impl Levels {
             buf.chunks_mut(segment.max(1)).try_for_each(among_leaders)?;
             self.hand_over_bytes(buf)?;
             return Ok(true);
+        }
+        if self.segment.is_some() {
+            for chunk in buf.chunks_mut(segment.max(1)) {
+                among_leaders(chunk)?;
+                self.through_segment(chunk)?;
+            }
+            return Ok(false);
         }
         self.node.bcast_segments(buf, 0, segment, among_leaders)?;
         Ok(false)
@@ -572,7 +633,7 @@ impl Levels {
     /// buffer of packed blocks, which every rank then unpacks. The message
     /// must fit in an `int` of bytes (the caller checks, alike on every
     /// rank).
-    pub fn allgather(&self, call: &mut AllgatherCall, blocks: &[usize]) -> Result<()> {
+    pub fn allgather(&mut self, call: &mut AllgatherCall, blocks: &[usize]) -> Result<()> {
         let l = &self.layout;
         let (at, runs) = l.gathered(blocks);
         let total = runs.last().map_or(0, |r| r.end);
@@ -592,10 +653,13 @@ impl Levels {
             .iter()
             .map(|r| int(r.start))
             .collect::<Result<Vec<_>>>()?;
-        let levels = |all: &mut [u8]| -> Result<()> {
+        let mut levels = |all: &mut [u8]| -> Result<()> {
             self.node.gatherv_bytes(&own, all, &counts, &displs, 0)?;
             if let Some(leaders) = self.leaders {
                 leaders.allgatherv_bytes(all, &run_counts, &run_displs)?;
+            }
+            if self.through_segment(all)? {
+                return Ok(());
             }
             self.node.bcast_bytes(all, 0)
         };

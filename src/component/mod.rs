@@ -8,5 +8,6 @@ pub mod config;
 pub mod levels;
 pub(crate) mod logging;
 pub mod module;
+pub mod node_segment;
 pub mod nodes;
 pub mod stats;

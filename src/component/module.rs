@@ -622,8 +622,11 @@ impl Module {
             match alg {
                 Algorithm::Multicast => m.run_allgather(call, &blocks)?,
                 Algorithm::Chain => call.ring()?,
-                Algorithm::TwoLevel => match &m.levels {
-                    TwoLevels::Ready(levels) => levels.allgather(call, &blocks)?,
+                Algorithm::TwoLevel => match &mut m.levels {
+                    TwoLevels::Ready(levels) => {
+                        levels.allgather(call, &blocks)?;
+                        m.stats.segment_bytes += levels.take_segment_bytes();
+                    }
                     _ => return Err(Error::Unavailable),
                 },
                 _ => call.previous()?,
@@ -1023,7 +1026,7 @@ impl Module {
         let TwoLevels::Pending(layout) = &self.levels else {
             return Ok(());
         };
-        match Levels::split(comm, layout.clone(), self.rank) {
+        match Levels::split(comm, layout.clone(), self.rank, self.cfg.node_segment) {
             Ok(levels) => {
                 self.levels = TwoLevels::Ready(levels);
                 Ok(())
@@ -1048,6 +1051,7 @@ impl Module {
         if levels.bcast(call)? {
             self.stats.handovers += 1;
         }
+        self.stats.segment_bytes += levels.take_segment_bytes();
         Ok(())
     }
 
@@ -1069,6 +1073,7 @@ impl Module {
         if handed {
             self.stats.handovers += 1;
         }
+        self.stats.segment_bytes += levels.take_segment_bytes();
         Ok(())
     }
 

@@ -32,6 +32,9 @@ pub struct Stats {
     /// node step went by handover (two levels).
     pub leader_moves: u64,
     pub handovers: u64,
+    /// Bytes this rank wrote to or read from its node's shared segment
+    /// (two levels).
+    pub segment_bytes: u64,
     tallies: [Tally; Algorithm::ALL.len()],
     pub datagrams: Datagrams,
     pub barriers: Barriers,
@@ -52,6 +55,7 @@ impl Default for Stats {
             nonblocking: 0,
             leader_moves: 0,
             handovers: 0,
+            segment_bytes: 0,
             tallies: Default::default(),
             datagrams: Datagrams::default(),
             barriers: Barriers::default(),
@@ -125,12 +129,13 @@ impl Stats {
     ) -> String {
         let mut line = format!(
             "ipmc stats: rank={rank} size={size} nodes={nodes} cid={cid} bcasts={} empty={} \
-             ibcasts={} leader_moves={} handovers={}",
+             ibcasts={} leader_moves={} handovers={} segment_bytes={}",
             self.total_calls(),
             self.empty,
             self.nonblocking,
             self.leader_moves,
-            self.handovers
+            self.handovers,
+            self.segment_bytes
         );
         for alg in Algorithm::ALL {
             let t = self.tally(alg);
@@ -470,6 +475,11 @@ impl Stats {
                 "Broadcasts over two levels whose node step went by handover from a leader that did not wait for a late rank",
                 self.handovers,
             ),
+            counter(
+                "segment_bytes",
+                "Bytes written to or read from the node's shared segment (two levels)",
+                self.segment_bytes,
+            ),
         ]);
         v
     }
@@ -516,7 +526,7 @@ mod tests {
         assert_eq!(s.total_calls(), 4);
         assert_eq!(
             s.report(2, 8, 4, 3, "MPI_COMM_WORLD"),
-            "ipmc stats: rank=2 size=8 nodes=4 cid=3 bcasts=4 empty=1 ibcasts=0 leader_moves=0 handovers=0 linear=2:15B chain=1:1048576B \
+            "ipmc stats: rank=2 size=8 nodes=4 cid=3 bcasts=4 empty=1 ibcasts=0 leader_moves=0 handovers=0 segment_bytes=0 linear=2:15B chain=1:1048576B \
              multicast=0:0B previous=0:0B binomial=0:0B binary=0:0B two_level=0:0B two_level_pipelined=0:0B scatter_allgather=0:0B split_binary=0:0B setup=none sent=0 send_full=0 \
              send_failed=0 flow_stalls=0 recv=0 \
              injected=0 own=0 useful=0 dup=0 root_own=0 rej_comm=0 rej_stale=0 rej_future=0 \

@@ -641,6 +641,16 @@ pub fn register_progress() {
     });
 }
 
+/// One turn of Open MPI's progress engine (which also yields the core when
+/// `mpi_yield_when_idle` is set): for a rank that waits on memory it shares
+/// with its node, so that its other requests move on meanwhile.
+pub fn progress() {
+    // SAFETY: called inside an MPI call, between MPI_Init and MPI_Finalize;
+    // ipmc's own progress callback, which this may run, takes no state that
+    // its caller holds (`component::background`).
+    unsafe { sys::ipmc_progress_once() };
+}
+
 /// Empty messages with the barrier tag (see `ipmc_glue.h`): the answers
 /// that time a measured broadcast at its root (one from every other rank),
 /// and a barrier's arrivals and point-to-point releases.

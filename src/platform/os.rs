@@ -1,7 +1,8 @@
 //! Calls into the operating system, with nothing of Open MPI: the interface
-//! list (`getifaddrs(3)`), random bytes for keys, the thread's CPU time, and
+//! list (`getifaddrs(3)`), random bytes for keys, the thread's CPU time,
 //! UDP's batched paths (segmentation and receive offload; `sendmmsg` and
-//! `recvmmsg` where the kernel lacks those).
+//! `recvmmsg` where the kernel lacks those), and memory shared with the
+//! other processes of a node ([`SharedMapping`]).
 
 use std::ffi::{c_int, CStr};
 use std::net::{Ipv4Addr, Ipv6Addr, SocketAddr, SocketAddrV4, SocketAddrV6};
@@ -394,4 +395,147 @@ pub fn interface_mtu(name: &str) -> std::io::Result<u32> {
     // SAFETY: SIOCGIFMTU succeeded, so the union holds the MTU.
     let mtu = unsafe { req.ifr_ifru.ifru_mtu };
     u32::try_from(mtu).map_err(|_| std::io::ErrorKind::InvalidData.into())
+}
+
+/// A file's bytes mapped shared (`mmap(2)`, `MAP_SHARED`) into this
+/// process, for memory that the ranks of one node share: a file in
+/// `/dev/shm`, which each rank maps and the creator then unlinks.
+///
+/// Other processes write the same bytes at any time, so this hands out no
+/// references to them: bytes are copied in and out through raw pointers,
+/// and the only shared state read in place is atomics, by which the
+/// processes order those copies.
+pub struct SharedMapping {
+    ptr: std::ptr::NonNull<u8>,
+    len: usize,
+}
+
+// SAFETY: the mapping belongs to no thread; every access goes through an
+// atomic or a copy whose order the caller's protocol sets.
+unsafe impl Send for SharedMapping {}
+
+impl SharedMapping {
+    /// Creates the file at `path` (which must not exist), readable and
+    /// writable by this user only, `len` bytes of zeros, and maps it. The
+    /// bytes are allocated first: a full file system fails this call, not
+    /// a later write into the mapping (which would end the process).
+    pub fn create(path: &std::path::Path, len: usize) -> std::io::Result<Self> {
+        use std::os::unix::fs::OpenOptionsExt;
+        let off_t = libc::off_t::try_from(len).map_err(|_| std::io::ErrorKind::InvalidInput)?;
+        let file = std::fs::OpenOptions::new()
+            .read(true)
+            .write(true)
+            .create_new(true)
+            .mode(0o600)
+            .open(path)?;
+        // SAFETY: a plain call on an open descriptor; the kernel checks it.
+        let rc = unsafe { libc::posix_fallocate(file.as_raw_fd(), 0, off_t) };
+        let mapped = match rc {
+            0 => Self::map(&file, len),
+            e => Err(std::io::Error::from_raw_os_error(e)),
+        };
+        if mapped.is_err() {
+            let _ = std::fs::remove_file(path);
+        }
+        mapped
+    }
+
+    /// Maps the file at `path`, which another process created with `len`
+    /// bytes.
+    pub fn open(path: &std::path::Path, len: usize) -> std::io::Result<Self> {
+        let file = std::fs::OpenOptions::new()
+            .read(true)
+            .write(true)
+            .open(path)?;
+        if file.metadata()?.len() != len as u64 {
+            return Err(std::io::ErrorKind::InvalidData.into());
+        }
+        Self::map(&file, len)
+    }
+
+    fn map(file: &std::fs::File, len: usize) -> std::io::Result<Self> {
+        if len == 0 {
+            return Err(std::io::ErrorKind::InvalidInput.into());
+        }
+        // SAFETY: a fresh shared mapping of `len` bytes of an open file that
+        // holds `len` bytes; the kernel checks the descriptor. The mapping
+        // outlives the descriptor, which closes when `file` drops.
+        let p = unsafe {
+            libc::mmap(
+                ptr::null_mut(),
+                len,
+                libc::PROT_READ | libc::PROT_WRITE,
+                libc::MAP_SHARED,
+                file.as_raw_fd(),
+                0,
+            )
+        };
+        if p == libc::MAP_FAILED {
+            return Err(std::io::Error::last_os_error());
+        }
+        let ptr = std::ptr::NonNull::new(p.cast()).ok_or(std::io::ErrorKind::Other)?;
+        Ok(SharedMapping { ptr, len })
+    }
+
+    pub fn len(&self) -> usize {
+        self.len
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.len == 0
+    }
+
+    /// The 8 bytes at `offset` as an atomic. Panics unless they lie in the
+    /// mapping, 8-aligned.
+    pub fn atomic_u64(&self, offset: usize) -> &std::sync::atomic::AtomicU64 {
+        assert!(
+            offset % 8 == 0 && offset + 8 <= self.len,
+            "an atomic in the mapping"
+        );
+        // SAFETY: in bounds and aligned (the mapping is page-aligned);
+        // `AtomicU64` has `u64`'s layout, every bit pattern is valid, and the
+        // mapping lives as long as the borrow of `self`. Other processes
+        // touch these bytes only through atomics too.
+        unsafe {
+            &*self
+                .ptr
+                .as_ptr()
+                .add(offset)
+                .cast::<std::sync::atomic::AtomicU64>()
+        }
+    }
+
+    /// Copies `bytes` into the mapping at `offset`. Panics unless they fit.
+    pub fn copy_in(&self, offset: usize, bytes: &[u8]) {
+        assert!(offset
+            .checked_add(bytes.len())
+            .is_some_and(|end| end <= self.len));
+        // SAFETY: in bounds (checked above), and `bytes` is this process's
+        // memory, not the mapping's; no reference to the mapping's bytes
+        // exists (see the type), and the caller's protocol keeps other
+        // processes off these bytes meanwhile.
+        unsafe {
+            ptr::copy_nonoverlapping(bytes.as_ptr(), self.ptr.as_ptr().add(offset), bytes.len())
+        };
+    }
+
+    /// Copies the mapping's bytes at `offset` into `out`. Panics unless they
+    /// lie in the mapping.
+    pub fn copy_out(&self, offset: usize, out: &mut [u8]) {
+        assert!(offset
+            .checked_add(out.len())
+            .is_some_and(|end| end <= self.len));
+        // SAFETY: as in `copy_in`, the other way round.
+        unsafe {
+            ptr::copy_nonoverlapping(self.ptr.as_ptr().add(offset), out.as_mut_ptr(), out.len())
+        };
+    }
+}
+
+impl Drop for SharedMapping {
+    fn drop(&mut self) {
+        // SAFETY: the mapping made in `map`, unmapped once; no borrow of it
+        // outlives `self`.
+        unsafe { libc::munmap(self.ptr.as_ptr().cast(), self.len) };
+    }
 }
