@@ -89,9 +89,11 @@ fn a_forced_algorithm_still_serves_a_single_node() {
 /// node, the thesis's rule (`thesis`) by nodes: linear below
 /// `crossover_nodes` (4), multicast from there on; so does a communicator
 /// of one rank per node. The node-local communicator is left to Open MPI.
-/// Each node's step goes through its shared segment, or with `segment`
-/// false (`coll_ipmc_node_segment 0`) by Open MPI's broadcast on the node.
-fn nodes_decide(hosts: usize, slots: usize, thesis: bool, segment: bool) {
+/// Each node's step goes as `segment` (`coll_ipmc_node_segment`) has it:
+/// 0 by Open MPI's broadcast on the node, 1 through its shared segment, 2
+/// from the leader's memory (which the kernel allows here: the tests run
+/// as one user).
+fn nodes_decide(hosts: usize, slots: usize, thesis: bool, segment: u8) {
     let cluster = Cluster {
         slots,
         ..Cluster::hosts(hosts)
@@ -100,8 +102,10 @@ fn nodes_decide(hosts: usize, slots: usize, thesis: bool, segment: bool) {
     if thesis {
         mca.push(("coll_ipmc_crossover_nodes", "4"));
     }
-    if !segment {
-        mca.push(("coll_ipmc_node_segment", "0"));
+    let segment_param = segment.to_string();
+    mca.push(("coll_ipmc_node_segment", &segment_param));
+    if segment == 2 {
+        mca.push(("coll_ipmc_verbose", "5"));
     }
     let run = cluster.mpirun(
         &mca,
@@ -174,13 +178,22 @@ fn nodes_decide(hosts: usize, slots: usize, thesis: bool, segment: bool) {
         served += 1;
     }
     assert_eq!(served, 4 * hosts * slots, "{}", run.output);
-    // Every node's leader wrote the message to its shared segment and every
-    // other rank of the node read it from there: alike on the node's ranks
-    // (ranks fill the hosts in order).
+    // Every node's leader gave the message through its shared segment and
+    // every other rank of the node took it from there: alike on the node's
+    // ranks (ranks fill the hosts in order).
+    if segment == 2 {
+        let from_leader = " of world: its node's ranks take messages from the leader's memory";
+        let lines = run
+            .output
+            .lines()
+            .filter(|l| l.contains(from_leader))
+            .count();
+        assert_eq!(lines, hosts * slots, "{}", run.output);
+    }
     let world = common::world_stats(&run, hosts * slots);
     for node in world.chunks(slots) {
         let bytes = num(&node[0], "segment_bytes");
-        assert_eq!(bytes > 0, segment, "{:?}", node[0]);
+        assert_eq!(bytes > 0, segment > 0, "{:?}", node[0]);
         for s in node {
             assert_eq!(num(s, "segment_bytes"), bytes, "{s:?}");
         }
@@ -207,22 +220,52 @@ fn nodes_decide(hosts: usize, slots: usize, thesis: bool, segment: bool) {
 
 #[test]
 fn two_nodes_of_three_ranks_each_take_two_levels_and_the_linear_broadcast_among_leaders() {
-    nodes_decide(2, 3, true, true);
+    nodes_decide(2, 3, true, 1);
 }
 
 #[test]
 fn two_nodes_of_three_ranks_each_take_two_levels_by_the_automatic_choice() {
-    nodes_decide(2, 3, false, true);
+    nodes_decide(2, 3, false, 1);
 }
 
 #[test]
 fn nodes_without_a_shared_segment_broadcast_inside_by_open_mpi() {
-    nodes_decide(2, 3, true, false);
+    nodes_decide(2, 3, true, 0);
+}
+
+#[test]
+fn the_ranks_of_a_node_can_copy_from_their_leaders_memory() {
+    nodes_decide(2, 3, false, 2);
+}
+
+/// A rank that wants no shared segment (`coll_ipmc_node_segment 0` on world
+/// rank 2, which does not lead the first host's node): its node keeps Open
+/// MPI's broadcast, the other node takes its segment, and every byte of
+/// messages that cross several of the segment's slots arrives.
+#[test]
+fn a_rank_that_wants_no_segment_keeps_its_node_on_open_mpis_broadcast() {
+    let cluster = Cluster {
+        slots: 3,
+        ..Cluster::hosts(2)
+    };
+    let mca = [
+        ("coll_ipmc_print_statistics", "1"),
+        ("coll_ipmc_crossover_nodes", "4"),
+    ];
+    let wrapper = common::on_rank_2("OMPI_MCA_coll_ipmc_node_segment=0");
+    let args = ["--max-bytes", "600000"];
+    let run = cluster.mpirun_wrapped(&mca, &wrapper, "bcast_check", &args);
+    assert_passed(&run);
+    let world = common::world_stats(&run, 6);
+    let bytes: Vec<u64> = world.iter().map(|s| num(s, "segment_bytes")).collect();
+    assert_eq!(bytes[..3], [0, 0, 0], "{world:?}");
+    assert!(bytes[3] > 600_000, "{world:?}");
+    assert_eq!(bytes[3..], [bytes[3]; 3], "{world:?}");
 }
 
 #[test]
 fn four_nodes_of_two_ranks_each_multicast_among_leaders() {
-    nodes_decide(4, 2, true, true);
+    nodes_decide(4, 2, true, 1);
 }
 
 /// The automatic choice over two levels: once the leaders' communicator
@@ -467,6 +510,25 @@ fn a_leader_that_returns_first_keeps_its_lead() {
         assert!(tally(s, "two_level").0 > 0, "{s:?}");
         assert_eq!(num(s, "leader_moves"), 0, "{s:?}");
         assert!(num(s, "handovers") * 4 < num(s, "bcasts"), "{s:?}");
+    }
+}
+
+/// A rank killed while the nodes take broadcasts through their shared
+/// segments, through the slots or from the leader's memory (where a leader
+/// waits for its ranks and they for it), the leader of its node or not,
+/// ends the job instead of hanging it.
+#[test]
+fn a_killed_rank_ends_a_job_whose_nodes_use_their_segments() {
+    let cluster = three_hosts_of_two();
+    let args = ["--sizes", "1048576", "--rounds", "100000", "--warmup", "0"];
+    for segment in ["1", "2"] {
+        let mca = [
+            ("coll_ipmc_crossover_nodes", "4"),
+            ("coll_ipmc_node_segment", segment),
+        ];
+        for rank in [2, 3] {
+            cluster.assert_killed_rank_ends_job(&mca, rank, "bcast_bench", &args);
+        }
     }
 }
 

@@ -19,6 +19,8 @@ of MCA parameters that chooses who serves MPI_Bcast:
                     what the tag costs
   ipmc-nosegment    ipmc giving each node's ranks the message by Open MPI's broadcast
                     (coll_ipmc_node_segment 0), not its shared segment
+  ipmc-pull         ipmc's node's ranks copying the message straight from their
+                    leader's memory (coll_ipmc_node_segment 2)
   ipmc-linear, ipmc-chain, ipmc-multicast
                     ipmc forced to one of its algorithms (coll_ipmc_bcast_algorithm)
   default           Open MPI's own selection (ipmc not loaded)

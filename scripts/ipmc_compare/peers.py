@@ -30,7 +30,8 @@ def make_peer(name, algs):
         return {"name": name, "kind": "ipmc", "label": f"ipmc forced to {name[5:]}",
                 "mca": ["--mca", "coll_ipmc_priority", "100", "--mca", f"coll_ipmc_{common.COLLECTIVE}_algorithm",
                         str(forced[name])]}
-    if name in ("ipmc", "ipmc-mcast", "ipmc-thesis", "ipmc-noauth", "ipmc-nosegment"):
+    if name in ("ipmc", "ipmc-mcast", "ipmc-thesis", "ipmc-noauth", "ipmc-nosegment",
+                "ipmc-pull"):
         mca = ["--mca", "coll_ipmc_priority", "100"]
         label = "ipmc (its defaults)"
         if name == "ipmc-thesis":
@@ -45,6 +46,9 @@ def make_peer(name, algs):
         if name == "ipmc-nosegment":
             mca += ["--mca", "coll_ipmc_node_segment", "0"]
             label = "ipmc, Open MPI's broadcast inside nodes"
+        if name == "ipmc-pull":
+            mca += ["--mca", "coll_ipmc_node_segment", "2"]
+            label = "ipmc, its ranks copying from their leader's memory"
         return {"name": name, "kind": "ipmc", "mca": mca, "label": label}
     if name == "default":
         return {"name": name, "kind": "default", "mca": ["--mca", "coll", "^ipmc"],
@@ -64,7 +68,7 @@ def make_peer(name, algs):
             label += f", {human_bytes(seg)} segments"
         return {"name": name, "kind": "tuned", "mca": mca, "label": label, "algorithm": n}
     known = ", ".join(f"tuned-{n} ({a})" for n, a in sorted(algs.items()))
-    fail(f"unknown peer {name!r}: use ipmc, ipmc-mcast, ipmc-thesis, ipmc-noauth, ipmc-nosegment, ipmc-linear, ipmc-chain, "
+    fail(f"unknown peer {name!r}: use ipmc, ipmc-mcast, ipmc-thesis, ipmc-noauth, ipmc-nosegment, ipmc-pull, ipmc-linear, ipmc-chain, "
          f"ipmc-multicast, default, han, tuned-* or one of {known}, "
          "optionally with -segSIZE")
 

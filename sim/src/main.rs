@@ -22,7 +22,7 @@ usage: simulate --nodes N --size BYTES [--loss PCT] [--burst LEN] [--rate MBITS]
                 [--fragment BYTES] [--flow-window BYTES|off]
                 [--calls N] [--per-rank] [--previous MODEL] [--inject-timing]
                 [--ranks-per-node R] [--node-hop-us US] [--node-copy-gbs GB]
-                [--level-segment BYTES] [--node-segment on|off]
+                [--level-segment BYTES] [--node-segment on|off|from-leader]
                 [--segment-notice-us US] [--segment-copy-gbs GB]
        simulate --collective barrier --nodes N [network options] [--peer NAME]...
        simulate --collective allgather --nodes N --size BYTES [--ranks-per-node R]
@@ -69,7 +69,10 @@ segment instead (coll_ipmc_node_segment; --node-segment off: Open MPI's as
 for the peers): the leader copies the message in and every other rank
 copies it out at once, slot by slot of 256 KiB, each piece seen
 --segment-notice-us (default 0.1) after it was written, copied at
---segment-copy-gbs (default 6.3). --level-segment BYTES pipelines the levels: the
+--segment-copy-gbs (default 6.3), the leader's copy in added to its cost
+per byte; --node-segment from-leader: every other rank copies the message
+straight from the leader's memory (coll_ipmc_node_segment 2), at 3.6 GB/s
+unless --segment-copy-gbs follows, the leader copying nothing. --level-segment BYTES pipelines the levels: the
 leaders broadcast segments of BYTES back to back, and a rank has the message
 once its leader has the last and the node has moved it, no sooner than the
 node's broadcast of the whole from the leader's first segment.
@@ -229,8 +232,13 @@ fn parse(argv: &[String]) -> Result<Option<Args>, String> {
             "--node-segment" => {
                 node.shared = match value.as_str() {
                     "on" => Some(ipmc_sim::node::SHARED),
+                    "from-leader" => Some(ipmc_sim::node::FROM_LEADER),
                     "off" => None,
-                    _ => return Err(format!("--node-segment: on or off, not {value}")),
+                    _ => {
+                        return Err(format!(
+                            "--node-segment: on, off or from-leader, not {value}"
+                        ))
+                    }
                 }
             }
             "--segment-notice-us" => match (num(&value)?, node.shared.as_mut()) {

@@ -41,17 +41,30 @@ pub struct Node {
 pub struct Shared {
     pub notice_ns: Ns,
     pub copy_bytes_per_s: f64,
+    /// The ranks copy straight from the leader's memory
+    /// (`coll_ipmc_node_segment 2`), the leader copying nothing; else the
+    /// leader copies the message into the segment's slots and they copy it
+    /// out.
+    pub from_leader: bool,
 }
 
 /// ipmc's segment between two threads of this repository's test machine,
 /// each with a core (`cargo test --release --lib segment_throughput --
-/// --nocapture`; `docs/simulator.md`, "Ranks per node").
+/// --nocapture`; `docs/simulator.md`, "Ranks per node"), through its slots.
 pub const SHARED: Shared = Shared {
     notice_ns: SHARED_NOTICE_NS,
     copy_bytes_per_s: SHARED_COPY_BYTES_PER_S,
+    from_leader: false,
+};
+/// The same, the ranks copying from the leader's memory.
+pub const FROM_LEADER: Shared = Shared {
+    notice_ns: SHARED_NOTICE_NS,
+    copy_bytes_per_s: FROM_LEADER_BYTES_PER_S,
+    from_leader: true,
 };
 pub const SHARED_NOTICE_NS: Ns = 100;
 pub const SHARED_COPY_BYTES_PER_S: f64 = 6.3e9;
+pub const FROM_LEADER_BYTES_PER_S: f64 = 3.6e9;
 
 /// Bytes of a slot of ipmc's segment: a message crosses it in pieces of
 /// this size, the leader copying one in while the ranks copy the one
@@ -105,14 +118,27 @@ impl Node {
 }
 
 impl Shared {
-    /// The leader copies the message in slot by slot and every other rank
-    /// copies each slot out once it is there, all at once: the leader's
-    /// copy of the whole, then the notice and the copy out of the last
-    /// slot. The ranks' copies are not slowed by one another (they read the
-    /// same slots, which the node's caches hold).
+    /// Through the slots, the leader copies the message in slot by slot and
+    /// every other rank copies each slot out once it is there, all at once:
+    /// the leader's copy of the whole, then the notice and the copy out of
+    /// the last slot. From the leader's memory, the notice and every rank's
+    /// copy of the whole, all at once. The ranks' copies are not slowed by
+    /// one another (they read the same bytes, which the node's caches hold).
     pub fn fan_out_ns(&self, size: usize) -> Ns {
-        let bytes = (size + size.min(SHARED_SLOT)) as f64;
-        self.notice_ns + (bytes / self.copy_bytes_per_s * 1e9).round() as Ns
+        let bytes = match self.from_leader {
+            true => size,
+            false => size + size.min(SHARED_SLOT),
+        };
+        self.notice_ns + (bytes as f64 / self.copy_bytes_per_s * 1e9).round() as Ns
+    }
+
+    /// Picoseconds of the leader's own core per byte it gives its node: its
+    /// copy into the slots, or nothing.
+    pub fn leader_ps_per_byte(&self) -> u64 {
+        match self.from_leader {
+            true => 0,
+            false => (1e12 / self.copy_bytes_per_s).round() as u64,
+        }
     }
 }
 
@@ -155,6 +181,7 @@ mod tests {
         let shared = Shared {
             notice_ns: 500,
             copy_bytes_per_s: 1e9,
+            from_leader: false,
         };
         let with = |ranks| Node {
             shared: Some(shared),
@@ -167,6 +194,15 @@ mod tests {
         assert_eq!(with(2).fan_out_ns(1000, true), 500 + 2000);
         assert_eq!(with(64).fan_out_ns(1_000_000, false), t);
         assert_eq!(with(1).fan_out_ns(1 << 20, true), 0);
+        let pull = Shared {
+            from_leader: true,
+            ..shared
+        };
+        assert_eq!(pull.fan_out_ns(1 << 20), 500 + (1 << 20));
+        assert_eq!(
+            (shared.leader_ps_per_byte(), pull.leader_ps_per_byte()),
+            (1000, 0)
+        );
         assert_eq!(node(1).gather_ns(1 << 20), 0);
         // 4 ranks: 2 hops, 3 blocks into the leader's buffer.
         assert_eq!(node(4).gather_ns(1_000), 2_000 + 3_000);

@@ -380,14 +380,13 @@ impl Scenario {
     /// The network and host costs the broadcast runs on: where ipmc gives
     /// the message to a node's ranks through its shared segment, every
     /// leader also copies each byte it moves into the segment, on its own
-    /// core ([`crate::node::Shared`]'s copy rate, added to the host's cost
-    /// per byte).
+    /// core ([`crate::node::Shared::leader_ps_per_byte`], added to the
+    /// host's cost per byte), unless its ranks copy from its memory.
     fn leaders_net(&self, ipmc: bool) -> crate::network::Network {
         let mut net = self.net.clone();
         if let Some(shared) = self.node.shared.filter(|_| ipmc && self.node.ranks > 1) {
-            let copy_ps = (1e12 / shared.copy_bytes_per_s).round() as u64;
-            net.per_byte_ps += copy_ps;
-            net.per_datagram_byte_ps += copy_ps;
+            net.per_byte_ps += shared.leader_ps_per_byte();
+            net.per_datagram_byte_ps += shared.leader_ps_per_byte();
         }
         net
     }

@@ -90,6 +90,19 @@ fn ranks_per_node_add_the_nodes_shared_memory_step() {
     let step = 10.0 + (1_048_576.0 + 262_144.0) / 1e3;
     let added = run("64", &on) - run("1", &on);
     assert!(added > step + 1.0, "{added} µs, not above {step}");
+    // From the leader's memory: a notice and every rank's copy of the
+    // whole, the leaders' part as with one rank per node.
+    let pull = [
+        "--node-segment",
+        "from-leader",
+        "--segment-notice-us",
+        "10",
+        "--segment-copy-gbs",
+        "1",
+    ];
+    let step = 10.0 + 1_048_576.0 / 1e3;
+    let added = run("64", &pull) - run("1", &pull);
+    assert!((added - step).abs() < 0.2, "{added} µs, not {step}");
     let out = simulate(&[
         "--nodes",
         "8",

@@ -17,7 +17,7 @@ use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use crate::base::error::{Error, Result};
 use crate::base::io::Wait;
-use crate::component::node_segment::{self, NodeSegment};
+use crate::component::node_segment::{self, Copies, NodeSegment, Wanted};
 use crate::platform::ompi::{AllgatherCall, BcastCall, Comm, Fanout, PartIbcast};
 
 /// Bytes of a segment of a pipelined broadcast over the levels: 4 MiB
@@ -338,10 +338,9 @@ pub struct Levels {
 
 impl Levels {
     /// Splits `comm` into its levels: collective, every rank of `comm` calls
-    /// it in the same broadcast. With `segment`, each node of several ranks
-    /// also makes its shared segment (where every rank of the node wants one
-    /// and can map it).
-    pub fn split(comm: Comm, layout: Layout, rank: usize, segment: bool) -> Result<Self> {
+    /// it in the same broadcast. Each node of several ranks also makes its
+    /// shared segment, as its ranks want (`segment`) and can.
+    pub fn split(comm: Comm, layout: Layout, rank: usize, segment: Wanted) -> Result<Self> {
         let name = comm.name();
         // Keyed so that each node's leader is rank 0 of its node's
         // communicator, and node n's leader rank n of the leaders'. A node's
@@ -382,6 +381,12 @@ impl Levels {
             Ok(s) => s,
             Err(e) => return free(e),
         };
+        let how = match segment.as_ref().map(NodeSegment::copies) {
+            Some(Copies::FromLeader { .. }) => "from the leader's memory",
+            Some(Copies::ThroughSlots) => "through its shared segment",
+            None => "by Open MPI's broadcast",
+        };
+        log::info!("rank {rank} of {name}: its node's ranks take messages {how}");
         Ok(Levels {
             layout,
             rank,
@@ -409,13 +414,40 @@ impl Levels {
     /// The node's step from its leader through the segment, of `buf`, which
     /// the leader has; `false` (nothing done) where the node has none.
     fn through_segment(&mut self, buf: &mut [u8]) -> Result<bool> {
+        self.segment_step(buf, usize::MAX, |_| Ok(()))
+    }
+
+    /// The node's step from its leader through the segment, of `buf`, in
+    /// chunks of `chunk` bytes (a multiple of the segment's slots), each of
+    /// which the leader first gets by `before` and then gives on, while its
+    /// ranks copy the chunks before; `false` (nothing done) where the node
+    /// has no segment.
+    fn segment_step(
+        &mut self,
+        buf: &mut [u8],
+        chunk: usize,
+        mut before: impl FnMut(&mut [u8]) -> Result<()>,
+    ) -> Result<bool> {
         let Some(segment) = self.segment.as_mut() else {
             return Ok(false);
         };
         if segment.writes() {
-            segment.write(buf, node_segment::waiting());
+            segment.begin(buf.as_ptr(), buf.len());
+            let mut result = Ok(());
+            for c in buf.chunks_mut(chunk.max(1)) {
+                result = before(c);
+                if result.is_err() {
+                    break;
+                }
+                segment.publish(c, node_segment::waiting());
+            }
+            // Where the leader failed to get the message, its ranks wait
+            // for bytes that never come, and the job ends on the leader's
+            // error: the leader must not wait for them.
+            result?;
+            segment.finish(node_segment::waiting());
         } else {
-            segment.read(buf, node_segment::waiting())?;
+            segment.take(buf, node_segment::waiting())?;
         }
         self.segment_bytes += buf.len() as u64;
         Ok(true)
@@ -578,11 +610,7 @@ impl Levels {
             self.hand_over_bytes(buf)?;
             return Ok(true);
         }
-        if self.segment.is_some() {
-            for chunk in buf.chunks_mut(segment.max(1)) {
-                among_leaders(chunk)?;
-                self.through_segment(chunk)?;
-            }
+        if self.segment_step(buf, segment, among_leaders)? {
             return Ok(false);
         }
         self.node.bcast_segments(buf, 0, segment, among_leaders)?;

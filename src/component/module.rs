@@ -14,6 +14,7 @@ use crate::base::transport::Transport;
 use crate::component::background::{Background, Form as IbcastForm, Ibcast, Joining, Open};
 use crate::component::levels::{Entry, Layout, Levels, Seen, LEVEL_SEGMENT};
 use crate::component::logging::{tell_once, Notice};
+use crate::component::node_segment::Wanted;
 use crate::component::nodes::Nodes;
 use crate::component::stats::Stats;
 use crate::driver::multicast::{Driver, Ranks};
@@ -179,7 +180,7 @@ enum TwoLevels {
     No,
     /// Two levels, split at the first broadcast.
     Pending(Layout),
-    Ready(Levels),
+    Ready(Box<Levels>),
     /// The split failed: one level from now on.
     Failed,
 }
@@ -1026,9 +1027,10 @@ impl Module {
         let TwoLevels::Pending(layout) = &self.levels else {
             return Ok(());
         };
-        match Levels::split(comm, layout.clone(), self.rank, self.cfg.node_segment) {
+        let segment = Wanted::from_param(self.cfg.node_segment);
+        match Levels::split(comm, layout.clone(), self.rank, segment) {
             Ok(levels) => {
-                self.levels = TwoLevels::Ready(levels);
+                self.levels = TwoLevels::Ready(Box::new(levels));
                 Ok(())
             }
             Err(rc) => {

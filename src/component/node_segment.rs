@@ -1,17 +1,31 @@
 //! A node's shared segment (seed 001's shared-memory step): the leader of a
-//! node writes the message once into memory its node's ranks share, and
-//! every other rank copies it out from there at once, where a broadcast
-//! on the node's communicator passes it down a tree, rank to rank.
+//! node gives the message to every other rank of its node at once, where a
+//! broadcast on the node's communicator passes it down a tree, rank to rank.
 //!
-//! The segment is a ring of [`SLOTS`] slots of [`SLOT_BYTES`]; a message
-//! crosses it slot after slot, so that the ranks copy out the first slots
-//! while the leader still receives the later ones. Each slot has two
-//! counters on cache lines of their own: `seq`, the number of the piece it
-//! holds (the leader stores it after the bytes, with release ordering), and
-//! `left`, how many ranks have yet to copy it out (each subtracts one once
-//! it has); the leader reuses a slot only when `left` is 0. Pieces are
-//! numbered alike on every rank of the node, since each takes part in the
-//! same broadcasts with the same lengths.
+//! The ranks take it in one of two ways ([`Copies`]), the node agreeing on
+//! one when the segment is made:
+//!
+//! - **Through the segment's slots** (the default): the segment holds
+//!   a ring of [`SLOTS`] slots of [`SLOT_BYTES`]; the leader copies the
+//!   message in slot after slot, and the ranks copy each out as soon as it
+//!   is there. Each slot has two counters on cache lines of their own:
+//!   `seq`, the number of the piece it holds (stored after the bytes, with
+//!   release ordering), and `left`, how many ranks have yet to copy it out
+//!   (each subtracts one once it has); the leader reuses a slot only when
+//!   `left` is 0.
+//! - **From the leader's memory** (`coll_ipmc_node_segment 2`). The leader publishes where the message
+//!   lies in its own memory and how much of it has arrived (`ready`), and
+//!   each rank copies it from there into its own buffer with
+//!   `process_vm_readv(2)`, one copy by the kernel, as the leader's bytes
+//!   arrive; the leader copies nothing and waits at the end of the step
+//!   until every rank has counted itself `done` (its buffer must stay
+//!   until then). The kernel allows it where a process may trace the
+//!   other (the same user; Yama's `ptrace_scope` 0, or a container that
+//!   does not forbid it), which each rank tries when the segment is made;
+//!   where one cannot, the node copies through the slots.
+//!
+//! Steps and pieces are numbered alike on every rank of the node, since
+//! each takes part in the same steps with the same lengths.
 
 use std::path::PathBuf;
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -23,9 +37,17 @@ use crate::platform::os::{self, SharedMapping};
 /// Slots of the ring: enough that the leader rarely waits for the slowest
 /// rank to free one while the next piece arrives.
 pub const SLOTS: usize = 4;
-/// Bytes of a slot: the pipelined levels' segment,
-/// so that each segment the leaders broadcast fills one slot.
+/// Bytes of a slot: the pipelined levels' segment, so that each segment
+/// the leaders broadcast fills one slot.
 pub const SLOT_BYTES: usize = super::levels::LEVEL_SEGMENT;
+/// The header's cache lines: the leader's process and a word to try
+/// reading it by; the step and where its message lies; how much of it is
+/// ready; how many ranks are done with it.
+const PROBE: usize = 0;
+const STEP: usize = 64;
+const READY: usize = 128;
+const DONE: usize = 192;
+const HEADER: usize = 256;
 /// Bytes of a slot's counters: `seq` and `left`, each on a cache line.
 const COUNTERS: usize = 128;
 const LEFT: usize = 64;
@@ -35,36 +57,85 @@ const NAME_BYTES: usize = 128;
 /// Spins before a waiting rank also yields its core.
 const SPINS_BEFORE_YIELD: u32 = 64;
 
+/// How the node's ranks copy the message (see the module's text).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Copies {
+    /// Straight from the leader's memory, whose process this is.
+    FromLeader { pid: i32 },
+    /// Through the segment's slots.
+    ThroughSlots,
+}
+
+/// What a node wants of its segment (`coll_ipmc_node_segment`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Wanted {
+    /// None: Open MPI's broadcast on the node's communicator.
+    No,
+    /// Copies through the slots.
+    Slots,
+    /// Copies from the leader's memory where the kernel allows, else
+    /// through the slots.
+    FromLeader,
+}
+
+impl Wanted {
+    /// From the parameter's value: 0, 1 (the default) or 2.
+    pub fn from_param(v: usize) -> Self {
+        match v {
+            0 => Wanted::No,
+            2 => Wanted::FromLeader,
+            _ => Wanted::Slots,
+        }
+    }
+}
+
 /// One rank's view of its node's segment.
 pub struct NodeSegment {
     map: SharedMapping,
-    /// On the leader, the node's other ranks (who copy out each slot); 0
-    /// elsewhere.
+    copies: Copies,
+    /// On the leader, the node's other ranks; 0 elsewhere.
     readers: u64,
-    /// The number of the next piece this rank writes or reads.
+    /// The number of the next piece this rank writes or reads through the
+    /// slots.
     next: u64,
+    /// The number of this rank's last step from the leader's memory.
+    step: u64,
+    /// On the leader during a step: the bytes published so far.
+    published: u64,
 }
 
 impl NodeSegment {
-    /// Bytes of the file: the counters, then the slots.
-    pub const BYTES: usize = SLOTS * (COUNTERS + SLOT_BYTES);
+    /// Bytes of the file: the header, the slots' counters, the slots.
+    pub const BYTES: usize = HEADER + SLOTS * (COUNTERS + SLOT_BYTES);
 
     /// Makes the segment of `node` (a node's communicator, its leader rank
     /// 0): collective, every rank of `node` calls it at the same point,
-    /// `wanted` or not. `None` where it has a single rank, or where some
-    /// rank did not want it or could not map the file (the node then keeps
-    /// Open MPI's broadcast); every rank of the node returns alike.
-    pub fn attach(node: Comm, wanted: bool) -> Result<Option<Self>> {
+    /// whatever it wants. `None` where the node has a single rank, or where
+    /// some rank wants none or could not map the file (the node then keeps
+    /// Open MPI's broadcast); copies from the leader's memory where every
+    /// rank wants them and can read the leader's memory. Every rank of the
+    /// node returns alike.
+    pub fn attach(node: Comm, wanted: Wanted) -> Result<Option<Self>> {
         if node.size() < 2 {
             return Ok(None);
         }
         let leads = node.rank() == 0;
         let mut name = [0u8; NAME_BYTES];
         let mut made = None;
-        if leads && wanted {
+        // A word of the leader's memory for the others to read, alive until
+        // every rank has tried.
+        let mut probe_word = [0u8; 8];
+        let _ = os::os_random(&mut probe_word);
+        let probe = Box::new(u64::from_le_bytes(probe_word) | 1);
+        if leads && wanted != Wanted::No {
             let path = fresh_path(node);
             match SharedMapping::create(&path, Self::BYTES) {
                 Ok(map) => {
+                    map.atomic_u64(PROBE)
+                        .store(u64::from(std::process::id()), Ordering::Relaxed);
+                    let at = &*probe as *const u64 as u64;
+                    map.atomic_u64(PROBE + 8).store(at, Ordering::Relaxed);
+                    map.atomic_u64(PROBE + 16).store(*probe, Ordering::Relaxed);
                     let text = path.as_os_str().as_encoded_bytes();
                     name[..text.len()].copy_from_slice(text);
                     made = Some((map, path));
@@ -74,8 +145,12 @@ impl NodeSegment {
         }
         let shared = node.bcast_bytes(&mut name, 0);
         let opened = match (&shared, leads) {
-            (Ok(()), false) if wanted => open_named(&name),
+            (Ok(()), false) if wanted != Wanted::No => open_named(&name),
             _ => None,
+        };
+        let reads_leader = match &opened {
+            Some(map) => wanted == Wanted::FromLeader && reads_leaders_memory(map),
+            None => leads && wanted == Wanted::FromLeader,
         };
         let agreed = shared.and_then(|()| {
             let mapped = if leads {
@@ -83,52 +158,166 @@ impl NodeSegment {
             } else {
                 opened.is_some()
             };
-            let mut failed = [i32::from(!mapped)];
+            let mut failed = [i32::from(!mapped), i32::from(!reads_leader)];
             node.allreduce_max(&mut failed)?;
-            Ok(failed[0] == 0)
+            Ok((failed[0] == 0).then_some(failed[1] == 0))
         });
+        drop(probe);
         // Every rank has mapped the file or given up: it is no longer needed
         // by name, and nothing is left behind should the job die.
         if let Some((_, path)) = &made {
             let _ = std::fs::remove_file(path);
         }
-        if !agreed? {
+        let Some(from_leader) = agreed? else {
             return Ok(None);
-        }
-        Ok(if leads {
-            made.map(|(map, _)| NodeSegment::new(map, node.size() - 1))
+        };
+        let map = if leads {
+            made.map(|(map, _)| map)
         } else {
-            opened.map(|map| NodeSegment::new(map, 0))
-        })
+            opened
+        };
+        Ok(map.map(|map| {
+            let pid = map.atomic_u64(PROBE).load(Ordering::Relaxed) as i32;
+            let copies = if from_leader {
+                Copies::FromLeader { pid }
+            } else {
+                Copies::ThroughSlots
+            };
+            let readers = if leads { node.size() - 1 } else { 0 };
+            NodeSegment::new(map, readers, copies)
+        }))
     }
 
     /// From `map`, a fresh mapping of [`Self::BYTES`] shared by the node,
     /// for the leader of `readers` other ranks, or for one of them (0).
-    pub fn new(map: SharedMapping, readers: usize) -> Self {
+    pub fn new(map: SharedMapping, readers: usize, copies: Copies) -> Self {
         assert_eq!(map.len(), Self::BYTES);
         NodeSegment {
             map,
+            copies,
             readers: readers as u64,
             next: 0,
+            step: 0,
+            published: 0,
         }
     }
 
+    pub fn copies(&self) -> Copies {
+        self.copies
+    }
+
+    /// Whether this rank gives the messages (its node's leader).
+    pub fn writes(&self) -> bool {
+        self.readers > 0
+    }
+
     fn seq(&self, slot: usize) -> &AtomicU64 {
-        self.map.atomic_u64(slot * COUNTERS)
+        self.map.atomic_u64(HEADER + slot * COUNTERS)
     }
 
     fn left(&self, slot: usize) -> &AtomicU64 {
-        self.map.atomic_u64(slot * COUNTERS + LEFT)
+        self.map.atomic_u64(HEADER + slot * COUNTERS + LEFT)
     }
 
     fn data(slot: usize) -> usize {
-        SLOTS * COUNTERS + slot * SLOT_BYTES
+        HEADER + SLOTS * COUNTERS + slot * SLOT_BYTES
     }
 
-    /// On the leader: gives `bytes` to the node's other ranks, slot by
-    /// slot, waiting (`idle`) only for a slot that some rank has not yet
-    /// copied out.
-    pub fn write(&mut self, bytes: &[u8], mut idle: impl FnMut()) {
+    /// On the leader: begins a step that gives its node `len` bytes at
+    /// address `at` of this process, which must hold them unchanged from
+    /// their [`Self::publish`] until [`Self::finish`] returns.
+    pub fn begin(&mut self, at: *const u8, len: usize) {
+        self.published = 0;
+        if let Copies::FromLeader { .. } = self.copies {
+            self.step += 1;
+            self.map.atomic_u64(DONE).store(0, Ordering::Relaxed);
+            self.map.atomic_u64(READY).store(0, Ordering::Relaxed);
+            self.map
+                .atomic_u64(STEP + 8)
+                .store(at as u64, Ordering::Relaxed);
+            self.map
+                .atomic_u64(STEP + 16)
+                .store(len as u64, Ordering::Relaxed);
+            self.map
+                .atomic_u64(STEP)
+                .store(self.step, Ordering::Release);
+        }
+    }
+
+    /// On the leader: the step's next bytes, which follow those published
+    /// before; through the slots, every chunk but the step's last is a
+    /// multiple of [`SLOT_BYTES`], as the ranks read the step slot by slot.
+    pub fn publish(&mut self, chunk: &[u8], idle: impl FnMut()) {
+        self.published += chunk.len() as u64;
+        match self.copies {
+            Copies::FromLeader { .. } => {
+                self.map
+                    .atomic_u64(READY)
+                    .store(self.published, Ordering::Release);
+            }
+            Copies::ThroughSlots => self.write(chunk, idle),
+        }
+    }
+
+    /// On the leader: ends the step once every rank has its bytes.
+    pub fn finish(&mut self, mut idle: impl FnMut()) {
+        if let Copies::FromLeader { .. } = self.copies {
+            while self.map.atomic_u64(DONE).load(Ordering::Acquire) < self.readers {
+                idle();
+            }
+        }
+    }
+
+    /// On another rank: takes a step's `out.len()` bytes from the leader,
+    /// as it publishes them, waiting (`idle`) meanwhile.
+    pub fn take(&mut self, out: &mut [u8], idle: impl FnMut()) -> Result<()> {
+        match self.copies {
+            Copies::FromLeader { pid } => {
+                let taken = self.copy_from_leader(pid, out, idle);
+                // Counted done even where it failed: the leader must not
+                // wait for a rank that gave up.
+                self.map.atomic_u64(DONE).fetch_add(1, Ordering::Release);
+                taken
+            }
+            Copies::ThroughSlots => self.read(out, idle),
+        }
+    }
+
+    fn copy_from_leader(&mut self, pid: i32, out: &mut [u8], mut idle: impl FnMut()) -> Result<()> {
+        self.step += 1;
+        loop {
+            match self.map.atomic_u64(STEP).load(Ordering::Acquire) {
+                step if step == self.step => break,
+                step if step > self.step => return Err(Error::Protocol),
+                _ => idle(),
+            }
+        }
+        let at = self.map.atomic_u64(STEP + 8).load(Ordering::Relaxed);
+        let len = self.map.atomic_u64(STEP + 16).load(Ordering::Relaxed);
+        if len != out.len() as u64 {
+            return Err(Error::Truncated);
+        }
+        let mut have = 0;
+        while have < out.len() {
+            let ready = self.map.atomic_u64(READY).load(Ordering::Acquire) as usize;
+            if ready <= have {
+                idle();
+                continue;
+            }
+            let ready = ready.min(out.len());
+            os::read_process_memory(pid, at + have as u64, &mut out[have..ready]).map_err(|e| {
+                log::warn!("reading the node leader's memory failed ({e})");
+                Error::Unavailable
+            })?;
+            have = ready;
+        }
+        Ok(())
+    }
+
+    /// On the leader, through the slots: gives `bytes` to the node's other
+    /// ranks, slot by slot, waiting (`idle`) only for a slot that some rank
+    /// has not yet copied out.
+    fn write(&mut self, bytes: &[u8], mut idle: impl FnMut()) {
         for piece in bytes.chunks(SLOT_BYTES) {
             let slot = (self.next % SLOTS as u64) as usize;
             while self.left(slot).load(Ordering::Acquire) != 0 {
@@ -141,9 +330,9 @@ impl NodeSegment {
         }
     }
 
-    /// On another rank: takes `out.len()` bytes from the leader, slot by
-    /// slot as it writes them, waiting (`idle`) for each.
-    pub fn read(&mut self, out: &mut [u8], mut idle: impl FnMut()) -> Result<()> {
+    /// On another rank, through the slots: takes `out.len()` bytes from the
+    /// leader, slot by slot as it writes them, waiting (`idle`) for each.
+    fn read(&mut self, out: &mut [u8], mut idle: impl FnMut()) -> Result<()> {
         for piece in out.chunks_mut(SLOT_BYTES) {
             let slot = (self.next % SLOTS as u64) as usize;
             let want = self.next + 1;
@@ -162,10 +351,21 @@ impl NodeSegment {
         }
         Ok(())
     }
+}
 
-    /// Whether this rank writes the segment (its node's leader).
-    pub fn writes(&self) -> bool {
-        self.readers > 0
+/// Whether this process can read its node leader's memory: the word the
+/// leader named in the segment, compared with the value it wrote there.
+fn reads_leaders_memory(map: &SharedMapping) -> bool {
+    let pid = map.atomic_u64(PROBE).load(Ordering::Relaxed) as i32;
+    let at = map.atomic_u64(PROBE + 8).load(Ordering::Relaxed);
+    let want = map.atomic_u64(PROBE + 16).load(Ordering::Relaxed);
+    let mut word = [0u8; 8];
+    match os::read_process_memory(pid, at, &mut word) {
+        Ok(()) => u64::from_le_bytes(word) == want,
+        Err(e) => {
+            log::info!("cannot read the node leader's memory ({e}): copies go through the segment");
+            false
+        }
     }
 }
 
@@ -216,8 +416,13 @@ fn open_named(name: &[u8]) -> Option<SharedMapping> {
 mod tests {
     use super::*;
 
-    /// One segment's file, mapped once per rank of a node of `ranks`.
+    /// One segment's file, mapped once per rank of a node of `ranks`, its
+    /// copies through the slots.
     fn node(ranks: usize) -> Vec<NodeSegment> {
+        node_copying(ranks, Copies::ThroughSlots)
+    }
+
+    fn node_copying(ranks: usize, copies: Copies) -> Vec<NodeSegment> {
         let path = std::env::temp_dir().join(format!(
             "ipmc-test-segment-{}-{ranks}-{:?}",
             std::process::id(),
@@ -225,10 +430,10 @@ mod tests {
         ));
         let _ = std::fs::remove_file(&path);
         let first = SharedMapping::create(&path, NodeSegment::BYTES).unwrap();
-        let mut maps = vec![NodeSegment::new(first, ranks - 1)];
+        let mut maps = vec![NodeSegment::new(first, ranks - 1, copies)];
         for _ in 1..ranks {
             let map = SharedMapping::open(&path, NodeSegment::BYTES).unwrap();
-            maps.push(NodeSegment::new(map, 0));
+            maps.push(NodeSegment::new(map, 0, copies));
         }
         std::fs::remove_file(&path).unwrap();
         maps
@@ -272,6 +477,64 @@ mod tests {
                 r.join().unwrap();
             }
         });
+    }
+
+    /// Copies from the leader's memory (this process's own, read as
+    /// another's would be): every rank has every step's bytes, taken as the
+    /// leader publishes them, and the leader's step ends only once every
+    /// rank has them.
+    #[test]
+    fn every_rank_copies_every_step_from_the_leaders_memory() {
+        let pid = std::process::id() as i32;
+        let mut ranks = node_copying(4, Copies::FromLeader { pid });
+        let mut leader = ranks.remove(0);
+        let lens = [3 * SLOT_BYTES + 5, 1, 0, 100_000];
+        let rounds = 5;
+        std::thread::scope(|s| {
+            for (r, mut seg) in ranks.into_iter().enumerate() {
+                s.spawn(move || {
+                    for round in 0..rounds {
+                        for &len in &lens {
+                            let mut out = vec![0u8; len];
+                            seg.take(&mut out, std::thread::yield_now).unwrap();
+                            assert!(out == message(len, round as u8), "rank {r}, {len} bytes");
+                        }
+                    }
+                });
+            }
+            for round in 0..rounds {
+                for &len in &lens {
+                    let mut msg = vec![0u8; len];
+                    leader.begin(msg.as_ptr(), len);
+                    // Published in three parts, each filled in just before.
+                    let full = message(len, round as u8);
+                    let cuts = [0, len / 3, len / 2, len];
+                    for w in cuts.windows(2) {
+                        msg[w[0]..w[1]].copy_from_slice(&full[w[0]..w[1]]);
+                        leader.publish(&msg[w[0]..w[1]], || {});
+                    }
+                    leader.finish(std::thread::yield_now);
+                    // Every rank is done: the buffer may change.
+                    msg.fill(0);
+                }
+            }
+        });
+    }
+
+    #[test]
+    fn a_rank_whose_length_differs_is_told_and_frees_the_leader() {
+        let pid = std::process::id() as i32;
+        let mut ranks = node_copying(2, Copies::FromLeader { pid });
+        let (mut leader, mut reader) = (ranks.remove(0), ranks.remove(0));
+        let msg = [7u8; 10];
+        leader.begin(msg.as_ptr(), msg.len());
+        leader.publish(&msg, || {});
+        let mut out = [0u8; 9];
+        assert_eq!(
+            reader.take(&mut out, || panic!("published")),
+            Err(Error::Truncated)
+        );
+        leader.finish(|| panic!("the reader counted itself done"));
     }
 
     #[test]
@@ -319,9 +582,9 @@ mod tests {
     /// threads here; processes share the mapping alike), for the
     /// simulator's model (`docs/simulator.md`, "Ranks per node"): 8 bytes
     /// from a leader's write to a rank's read (half a round trip over two
-    /// segments), and the rate of 16 MiB from one to the other. `cargo test
-    /// --release --lib segment_throughput -- --nocapture` prints it; no timed
-    /// assertion.
+    /// segments), and the rate of 16 MiB from one to the other, through the
+    /// slots and from the leader's memory. `cargo test --release --lib
+    /// segment_throughput -- --nocapture` prints it; no timed assertion.
     #[test]
     fn segment_throughput() {
         let (mut there, mut back) = (node(2), node(2));
@@ -359,11 +622,36 @@ mod tests {
             (small, start)
         });
         let bulk = bulk.elapsed() / 4;
+        let pid = std::process::id() as i32;
+        let mut ranks = node_copying(2, Copies::FromLeader { pid });
+        let (mut leader, mut reader) = (ranks.remove(0), ranks.remove(0));
+        let pulled = std::thread::scope(|s| {
+            s.spawn(move || {
+                let mut out = vec![0u8; big];
+                for _ in 0..5 {
+                    reader.take(&mut out, spin).unwrap();
+                }
+            });
+            let msg = message(big, 3);
+            let mut step = || {
+                leader.begin(msg.as_ptr(), big);
+                leader.publish(&msg, spin);
+                leader.finish(spin);
+            };
+            step();
+            let start = std::time::Instant::now();
+            (0..4).for_each(|_| step());
+            start.elapsed() / 4
+        });
+        let gbs = |t: std::time::Duration| big as f64 / t.as_secs_f64() / 1e9;
         println!(
-            "8 bytes: {:.2} us one way; 16 MiB: {:.2} ms, {:.2} GB/s",
+            "8 bytes: {:.2} us one way; 16 MiB: through the slots {:.2} ms, {:.2} GB/s; \
+             from the leader's memory {:.2} ms, {:.2} GB/s",
             small.as_secs_f64() * 1e6,
             bulk.as_secs_f64() * 1e3,
-            big as f64 / bulk.as_secs_f64() / 1e9
+            gbs(bulk),
+            pulled.as_secs_f64() * 1e3,
+            gbs(pulled)
         );
     }
 }
