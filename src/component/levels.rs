@@ -399,12 +399,6 @@ impl Levels {
         })
     }
 
-    /// Whether this rank's node gives messages to its ranks through its
-    /// shared segment.
-    pub fn has_segment(&self) -> bool {
-        self.segment.is_some()
-    }
-
     /// Bytes this rank wrote to or read from its node's segment since the
     /// last call.
     pub fn take_segment_bytes(&mut self) -> u64 {
