@@ -21,6 +21,17 @@ def tuned_algorithms():
     return algs
 
 
+# ipmc selected, with these parameters on top of its defaults, and the label.
+IPMC_VARIANTS = {
+    "ipmc": ([], "ipmc (its defaults)"),
+    "ipmc-thesis": ([("crossover_nodes", "4")], "ipmc, the thesis's fixed thresholds"),
+    "ipmc-mcast": ([("crossover_nodes", "2")], "ipmc, multicast at every p"),
+    "ipmc-noauth": ([("authenticate", "0")], "ipmc, datagrams without authentication"),
+    "ipmc-nosegment": ([("node_segment", "0")], "ipmc, Open MPI's broadcast inside nodes"),
+    "ipmc-pull": ([("node_segment", "2")], "ipmc, its ranks copying from their leader's memory"),
+}
+
+
 def make_peer(name, algs):
     """A peer's description: its kind, MCA arguments and a label."""
     forced = {"ipmc-linear": 1, "ipmc-chain": 2, "ipmc-multicast": 3}
@@ -30,25 +41,11 @@ def make_peer(name, algs):
         return {"name": name, "kind": "ipmc", "label": f"ipmc forced to {name[5:]}",
                 "mca": ["--mca", "coll_ipmc_priority", "100", "--mca", f"coll_ipmc_{common.COLLECTIVE}_algorithm",
                         str(forced[name])]}
-    if name in ("ipmc", "ipmc-mcast", "ipmc-thesis", "ipmc-noauth", "ipmc-nosegment",
-                "ipmc-pull"):
+    if name in IPMC_VARIANTS:
+        setting, label = IPMC_VARIANTS[name]
         mca = ["--mca", "coll_ipmc_priority", "100"]
-        label = "ipmc (its defaults)"
-        if name == "ipmc-thesis":
-            mca += ["--mca", "coll_ipmc_crossover_nodes", "4"]
-            label = "ipmc, the thesis's fixed thresholds"
-        if name == "ipmc-mcast":
-            mca += ["--mca", "coll_ipmc_crossover_nodes", "2"]
-            label = "ipmc, multicast at every p"
-        if name == "ipmc-noauth":
-            mca += ["--mca", "coll_ipmc_authenticate", "0"]
-            label = "ipmc, datagrams without authentication"
-        if name == "ipmc-nosegment":
-            mca += ["--mca", "coll_ipmc_node_segment", "0"]
-            label = "ipmc, Open MPI's broadcast inside nodes"
-        if name == "ipmc-pull":
-            mca += ["--mca", "coll_ipmc_node_segment", "2"]
-            label = "ipmc, its ranks copying from their leader's memory"
+        for key, value in setting:
+            mca += ["--mca", f"coll_ipmc_{key}", value]
         return {"name": name, "kind": "ipmc", "mca": mca, "label": label}
     if name == "default":
         return {"name": name, "kind": "default", "mca": ["--mca", "coll", "^ipmc"],
