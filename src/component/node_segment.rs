@@ -439,6 +439,16 @@ mod tests {
         maps
     }
 
+    /// A wait that yields, and fails the test after 10 s: a thread whose
+    /// peer failed must not wait for it for ever.
+    fn patient() -> impl FnMut() {
+        let start = std::time::Instant::now();
+        move || {
+            assert!(start.elapsed().as_secs() < 10, "waited 10 s for a peer");
+            std::thread::yield_now();
+        }
+    }
+
     fn message(len: usize, salt: u8) -> Vec<u8> {
         (0..len).map(|i| (i * 31 + salt as usize) as u8).collect()
     }
@@ -451,30 +461,24 @@ mod tests {
         // Longer than the ring, shorter than a slot, empty, and many.
         let lens = [5 * SLOTS * SLOT_BYTES + 7, 1, 0, SLOT_BYTES, 3000];
         let rounds = 6;
+        // The scope joins the readers and passes their panics on.
         std::thread::scope(|s| {
-            let readers: Vec<_> = ranks
-                .into_iter()
-                .enumerate()
-                .map(|(r, mut seg)| {
-                    s.spawn(move || {
-                        for round in 0..rounds {
-                            for &len in &lens {
-                                let mut out = vec![0u8; len];
-                                seg.read(&mut out, std::thread::yield_now).unwrap();
-                                assert!(out == message(len, round as u8), "rank {r}, {len} bytes");
-                            }
+            for (r, mut seg) in ranks.into_iter().enumerate() {
+                s.spawn(move || {
+                    for round in 0..rounds {
+                        for &len in &lens {
+                            let mut out = vec![0u8; len];
+                            seg.read(&mut out, patient()).unwrap();
+                            assert!(out == message(len, round as u8), "rank {r}, {len} bytes");
                         }
-                    })
-                })
-                .collect();
+                    }
+                });
+            }
             let mut leader = leader;
             for round in 0..rounds {
                 for &len in &lens {
-                    leader.write(&message(len, round as u8), std::thread::yield_now);
+                    leader.write(&message(len, round as u8), patient());
                 }
-            }
-            for r in readers {
-                r.join().unwrap();
             }
         });
     }
@@ -496,7 +500,7 @@ mod tests {
                     for round in 0..rounds {
                         for &len in &lens {
                             let mut out = vec![0u8; len];
-                            seg.take(&mut out, std::thread::yield_now).unwrap();
+                            seg.take(&mut out, patient()).unwrap();
                             assert!(out == message(len, round as u8), "rank {r}, {len} bytes");
                         }
                     }
@@ -513,7 +517,7 @@ mod tests {
                         msg[w[0]..w[1]].copy_from_slice(&full[w[0]..w[1]]);
                         leader.publish(&msg[w[0]..w[1]], || {});
                     }
-                    leader.finish(std::thread::yield_now);
+                    leader.finish(patient());
                     // Every rank is done: the buffer may change.
                     msg.fill(0);
                 }
