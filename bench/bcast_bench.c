@@ -4,19 +4,24 @@
  *
  *   bcast_bench [--sizes S1,S2,...] [--rounds R] [--big-rounds R2]
  *               [--big-from BYTES] [--root-delay US] [--warmup W]
- *               [--late-rank L --late-us U]
+ *               [--late-rank L --late-us U] [--root R]
  *
  * Sizes of BYTES or more are measured in R2 rounds (default: R), so that the
  * largest messages, whose every round is long, can use fewer.
  *
  * Before the rounds of each size, W rounds of that size (with the targets
- * in turn; default 56 up to 8 KiB, 24 above) go unrecorded, as OSU's
+ * in turn; default 56 up to 8 KiB, 48 above) go unrecorded, as OSU's
  * benchmarks skip their first iterations: connections are set up then, and
  * a component that chooses its algorithm by measuring its first calls has
  * chosen, on calls made as the measured ones are (ipmc's automatic choice:
  * up to 4 candidates of 8 calls up to 8 KiB, 3 of 2 above, then 16 calls
- * while the ranks agree; its decision serves from call 49 or 23 at most).
- * W = 0 records from the first call.
+ * while the ranks agree; its decision serves from call 49 or 23 at most on
+ * one level; over two levels, where the whole communicator measures once
+ * its leaders have chosen, 16 MiB on 2 hosts of 8 ranks was still measuring
+ * at call 38). W = 0 records from the first call.
+ *
+ * With --root R, rank R is the root (default 0) and the targets are the
+ * others, in turn from R + 1; the root prints.
  *
  * With --late-rank L, rank L (not the root) enters every broadcast U µs
  * after the barrier (--late-us, default 2000; the root enters after
@@ -84,6 +89,9 @@ struct reply {
 static int late_rank = -1;
 static int late_us = 2000;
 
+/* The rank every broadcast comes from. */
+static int root = 0;
+
 static void die(const char *what)
 {
     fprintf(stderr, "bcast_bench: %s\n", what);
@@ -141,14 +149,14 @@ static double oneway_small(MPI_Comm comm, int rank, int target)
     double rtt[PINGS];
     MPI_Request req;
 
-    if (rank == 0) {
+    if (rank == root) {
         MPI_Irecv(&pong, sizeof pong, MPI_BYTE, target, TAG_REPLY, comm, &req);
     } else if (rank == target) {
-        MPI_Irecv(&ping, sizeof ping, MPI_BYTE, 0, TAG_PING, comm, &req);
+        MPI_Irecv(&ping, sizeof ping, MPI_BYTE, root, TAG_PING, comm, &req);
     }
     MPI_Barrier(comm);
     for (int k = 0; k < PINGS; k++) {
-        if (rank == 0) {
+        if (rank == root) {
             rtt[k] = -MPI_Wtime();
             MPI_Rsend(&ping, sizeof ping, MPI_BYTE, target, TAG_PING, comm);
             MPI_Wait(&req, MPI_STATUS_IGNORE);
@@ -159,12 +167,12 @@ static double oneway_small(MPI_Comm comm, int rank, int target)
         } else if (rank == target) {
             MPI_Wait(&req, MPI_STATUS_IGNORE);
             if (k + 1 < PINGS) {
-                MPI_Irecv(&ping, sizeof ping, MPI_BYTE, 0, TAG_PING, comm, &req);
+                MPI_Irecv(&ping, sizeof ping, MPI_BYTE, root, TAG_PING, comm, &req);
             }
-            MPI_Rsend(&pong, sizeof pong, MPI_BYTE, 0, TAG_REPLY, comm);
+            MPI_Rsend(&pong, sizeof pong, MPI_BYTE, root, TAG_REPLY, comm);
         }
     }
-    return rank == 0 ? median(rtt, PINGS) / 2 : 0;
+    return rank == root ? median(rtt, PINGS) / 2 : 0;
 }
 
 /* One measurement of rank `target`'s completion time, in seconds (root only). */
@@ -177,7 +185,7 @@ static double one_round(MPI_Comm comm, int rank, int target, unsigned char *buf,
     double t_bcast = 0, t_sum, t_oneway;
     int n = (int) len;
 
-    if (rank == 0) {
+    if (rank == root) {
         fill(buf, len, (uint64_t) len * 1000003u + (uint64_t) round * 4099u + (uint64_t) target);
         sent_sum = checksum(buf, len);
         MPI_Irecv(&reply, sizeof reply, MPI_BYTE, target, TAG_REPLY, comm, &req);
@@ -185,12 +193,12 @@ static double one_round(MPI_Comm comm, int rank, int target, unsigned char *buf,
         memset(buf, 0, len);
     }
     MPI_Barrier(comm);
-    if (rank == 0) {
+    if (rank == root) {
         if (root_delay_us > 0) {
             usleep((useconds_t) root_delay_us);
         }
         t_bcast = -MPI_Wtime();
-        MPI_Bcast(buf, n, MPI_BYTE, 0, comm);
+        MPI_Bcast(buf, n, MPI_BYTE, root, comm);
         MPI_Wait(&req, MPI_STATUS_IGNORE);
         t_bcast += MPI_Wtime();
         if (reply.sum != sent_sum) {
@@ -204,13 +212,13 @@ static double one_round(MPI_Comm comm, int rank, int target, unsigned char *buf,
         if (rank == late_rank) {
             usleep((useconds_t) late_us);
         }
-        MPI_Bcast(buf, n, MPI_BYTE, 0, comm);
+        MPI_Bcast(buf, n, MPI_BYTE, root, comm);
         if (rank == target) {
             t_sum = -MPI_Wtime();
             reply.sum = checksum(buf, len);
             t_sum += MPI_Wtime();
             reply.sum_ns = (uint64_t) (t_sum * 1e9);
-            MPI_Rsend(&reply, sizeof reply, MPI_BYTE, 0, TAG_REPLY, comm);
+            MPI_Rsend(&reply, sizeof reply, MPI_BYTE, root, TAG_REPLY, comm);
         }
     }
     t_oneway = oneway_small(comm, rank, target);
@@ -224,10 +232,10 @@ static double simple_max(MPI_Comm comm, unsigned char *buf, size_t len, int roun
     MPI_Barrier(comm);
     t = -MPI_Wtime();
     for (int i = 0; i < rounds; i++) {
-        MPI_Bcast(buf, (int) len, MPI_BYTE, 0, comm);
+        MPI_Bcast(buf, (int) len, MPI_BYTE, root, comm);
     }
     t += MPI_Wtime();
-    MPI_Reduce(&t, &tmax, 1, MPI_DOUBLE, MPI_MAX, 0, comm);
+    MPI_Reduce(&t, &tmax, 1, MPI_DOUBLE, MPI_MAX, root, comm);
     return tmax / rounds;
 }
 
@@ -282,6 +290,8 @@ int main(int argc, char **argv)
             late_rank = (int) number(v, 1000000, "--late-rank must be a rank");
         } else if (!strcmp(argv[i], "--late-us")) {
             late_us = (int) number(v, 10000000, "--late-us must be 0 .. 10000000 µs");
+        } else if (!strcmp(argv[i], "--root")) {
+            root = (int) number(v, 1000000, "--root must be a rank");
         } else {
             die("unknown option (see the comment at the top of bench/bcast_bench.c)");
         }
@@ -292,8 +302,11 @@ int main(int argc, char **argv)
     if (p < 2 || rounds < 1 || big_rounds < 1 || nsizes < 1) {
         die("needs 2 or more ranks, 1 or more rounds and sizes");
     }
-    if (late_rank == 0 || late_rank >= p) {
-        die("--late-rank must name a rank other than the root (0)");
+    if (root >= p) {
+        die("--root must be a rank");
+    }
+    if (late_rank == root || late_rank >= p) {
+        die("--late-rank must name a rank other than the root");
     }
     for (int s = 0; s < nsizes; s++) {
         if (sizes[s] < 1) {
@@ -307,22 +320,24 @@ int main(int argc, char **argv)
     if (!buf || !samples || !per_target) {
         die("out of memory");
     }
-    if (rank == 0) {
+    if (rank == root) {
         printf("kind,ranks,bytes,target,median_us,max_us,min_us,max_over_min,simple_max_us\n");
     }
     for (int s = 0; s < nsizes; s++) {
         size_t len = sizes[s];
         int size_rounds = len >= big_from ? big_rounds : rounds;
         double hi = 0, lo = 1e30, simple;
-        int size_warmup = warmup >= 0 ? warmup : len <= 8192 ? 56 : 24;
+        int size_warmup = warmup >= 0 ? warmup : len <= 8192 ? 56 : 48;
         for (int w = 0; w < size_warmup; w++) {
-            one_round(MPI_COMM_WORLD, rank, 1 + w % (p - 1), buf, len, w, root_delay_us);
+            int target = (root + 1 + w % (p - 1)) % p;
+            one_round(MPI_COMM_WORLD, rank, target, buf, len, w, root_delay_us);
         }
-        for (int target = 1; target < p; target++) {
+        for (int k = 1; k < p; k++) {
+            int target = (root + k) % p;
             for (int r = 0; r < size_rounds; r++) {
                 samples[r] = one_round(MPI_COMM_WORLD, rank, target, buf, len, r, root_delay_us);
             }
-            if (rank == 0) {
+            if (rank == root) {
                 per_target[target] = median(samples, size_rounds);
                 hi = per_target[target] > hi ? per_target[target] : hi;
                 lo = per_target[target] < lo ? per_target[target] : lo;
@@ -330,7 +345,7 @@ int main(int argc, char **argv)
             }
         }
         simple = simple_max(MPI_COMM_WORLD, buf, len, size_rounds);
-        if (rank == 0) {
+        if (rank == root) {
             printf("summary,%d,%zu,,,%.1f,%.1f,%.3f,%.1f\n", p, len, hi * 1e6, lo * 1e6,
                    lo > 0 ? hi / lo : 0.0, simple * 1e6);
             fflush(stdout);

@@ -197,6 +197,17 @@ fn nodes_decide(hosts: usize, slots: usize, thesis: bool, segment: u8) {
         for s in node {
             assert_eq!(num(s, "segment_bytes"), bytes, "{s:?}");
         }
+        // Every broadcast over the levels went through it, from a root that
+        // leads its node or not; so did the allgathers by which Open MPI
+        // splits the communicator, 48 bytes each.
+        if segment > 0 {
+            let levels = tally(&node[0], "two_level").1 + tally(&node[0], "two_level_pipelined").1;
+            assert!(
+                bytes >= levels,
+                "{levels} bytes over the levels: {:?}",
+                node[0]
+            );
+        }
     }
     let leaders: Vec<_> = stats
         .iter()
@@ -261,6 +272,59 @@ fn a_rank_that_wants_no_segment_keeps_its_node_on_open_mpis_broadcast() {
     assert_eq!(bytes[..3], [0, 0, 0], "{world:?}");
     assert!(bytes[3] > 600_000, "{world:?}");
     assert_eq!(bytes[3..], [bytes[3]; 3], "{world:?}");
+}
+
+/// A rank that cannot read other processes' memory (`process_vm_readv`
+/// fails with EPERM on world rank 2, as in a container under Docker's
+/// default seccomp profile) where its node was asked to copy from the
+/// leader's memory: that node copies through the segment's slots, the
+/// other node from its leader's memory, and every byte of messages that
+/// cross several slots arrives.
+#[test]
+fn a_node_whose_rank_cannot_read_its_leaders_memory_copies_through_the_slots() {
+    let cluster = Cluster {
+        slots: 3,
+        ..Cluster::hosts(2)
+    };
+    let mca = [
+        ("coll_ipmc_print_statistics", "1"),
+        ("coll_ipmc_crossover_nodes", "4"),
+        ("coll_ipmc_node_segment", "2"),
+        ("coll_ipmc_verbose", "5"),
+    ];
+    let no_peeking = common::built().programs.join("no_peeking");
+    let wrapper = [no_peeking.to_str().unwrap(), "2"];
+    let args = ["--max-bytes", "600000"];
+    let run = cluster.mpirun_wrapped(&mca, &wrapper, "bcast_check", &args);
+    assert_passed(&run);
+    let how = |rank: usize| {
+        let line = format!("rank {rank} of world: its node's ranks take messages ");
+        run.output
+            .lines()
+            .find_map(|l| l.split_once(&line).map(|(_, how)| how.to_string()))
+            .unwrap_or_else(|| panic!("no line for rank {rank}:\n{}", run.output))
+    };
+    for rank in 0..6 {
+        let want = if rank < 3 {
+            "through its shared segment"
+        } else {
+            "from the leader's memory"
+        };
+        assert_eq!(how(rank), want, "rank {rank}:\n{}", run.output);
+    }
+    assert!(
+        run.output.contains("cannot read the node leader's memory"),
+        "{}",
+        run.output
+    );
+    let world = common::world_stats(&run, 6);
+    for node in world.chunks(3) {
+        let bytes = num(&node[0], "segment_bytes");
+        assert!(bytes > 600_000, "{world:?}");
+        for s in node {
+            assert_eq!(num(s, "segment_bytes"), bytes, "{world:?}");
+        }
+    }
 }
 
 #[test]

@@ -7,8 +7,9 @@
 //! broadcast that serves it best: the leaders' one ipmc's own, one rank per
 //! node, multicast among them where its measured choice finds that fastest;
 //! a node's one Open MPI's shared-memory broadcast (ipmc leaves node-local
-//! communicators alone), or, where its leader gives the message to the
-//! node, ipmc's own segment of shared memory ([`NodeSegment`]).
+//! communicators alone) or ipmc's own segment of shared memory
+//! ([`NodeSegment`]), through which the leader, or a root that does not
+//! lead, gives the message to the node.
 
 use std::collections::VecDeque;
 use std::ffi::c_int;
@@ -405,27 +406,29 @@ impl Levels {
         std::mem::take(&mut self.segment_bytes)
     }
 
-    /// The node's step from its leader through the segment, of `buf`, which
-    /// the leader has; `false` (nothing done) where the node has none.
-    fn through_segment(&mut self, buf: &mut [u8]) -> Result<bool> {
-        self.segment_step(buf, usize::MAX, |_| Ok(()))
+    /// The node's step through the segment of `buf`, which its rank
+    /// `giver` (in the node's communicator) has; `false` (nothing done)
+    /// where the node has none.
+    fn through_segment(&mut self, buf: &mut [u8], giver: usize) -> Result<bool> {
+        self.segment_step(buf, giver, usize::MAX, |_| Ok(()))
     }
 
-    /// The node's step from its leader through the segment, of `buf`, in
-    /// chunks of `chunk` bytes (a multiple of the segment's slots), each of
-    /// which the leader first gets by `before` and then gives on, while its
-    /// ranks copy the chunks before; `false` (nothing done) where the node
-    /// has no segment.
+    /// The node's step through the segment of `buf` from its rank `giver`,
+    /// in chunks of `chunk` bytes (a multiple of the segment's slots), each
+    /// of which the giver first gets by `before` and then gives on, while
+    /// the others copy the chunks before; `false` (nothing done) where the
+    /// node has no segment.
     fn segment_step(
         &mut self,
         buf: &mut [u8],
+        giver: usize,
         chunk: usize,
         mut before: impl FnMut(&mut [u8]) -> Result<()>,
     ) -> Result<bool> {
         let Some(segment) = self.segment.as_mut() else {
             return Ok(false);
         };
-        if segment.writes() {
+        if self.layout.local[self.rank] as usize == giver {
             segment.begin(buf.as_ptr(), buf.len());
             let mut result = Ok(());
             for c in buf.chunks_mut(chunk.max(1)) {
@@ -441,7 +444,7 @@ impl Levels {
             result?;
             segment.finish(node_segment::waiting());
         } else {
-            segment.take(buf, node_segment::waiting())?;
+            segment.take(buf, giver == 0, node_segment::waiting())?;
         }
         self.segment_bytes += buf.len() as u64;
         Ok(true)
@@ -529,10 +532,10 @@ impl Levels {
         for (part, root) in self.bcast_parts(call.root()) {
             if part == self.node && hand_over {
                 self.hand_over(call)?;
-            } else if part == self.node && root == 0 && self.segment.is_some() {
-                let leads = self.layout.is_leader(self.rank);
-                call.on_message_bytes(call.bytes(), leads, |buf| {
-                    self.through_segment(buf).map(drop)
+            } else if part == self.node && self.segment.is_some() {
+                let gives = self.layout.local[self.rank] as usize == root;
+                call.on_message_bytes(call.bytes(), gives, |buf| {
+                    self.through_segment(buf, root).map(drop)
                 })?;
             } else {
                 call.on_part(part, root)?;
@@ -594,8 +597,10 @@ impl Levels {
             None => Ok(()),
         };
         if self.node_goes_first(root) {
-            self.node
-                .bcast_bytes(buf, self.layout.local[root] as usize)?;
+            let giver = self.layout.local[root] as usize;
+            if !self.through_segment(buf, giver)? {
+                self.node.bcast_bytes(buf, giver)?;
+            }
             buf.chunks_mut(segment.max(1)).try_for_each(among_leaders)?;
             return Ok(false);
         }
@@ -604,7 +609,7 @@ impl Levels {
             self.hand_over_bytes(buf)?;
             return Ok(true);
         }
-        if self.segment_step(buf, segment, among_leaders)? {
+        if self.segment_step(buf, 0, segment, among_leaders)? {
             return Ok(false);
         }
         self.node.bcast_segments(buf, 0, segment, among_leaders)?;
@@ -680,7 +685,7 @@ impl Levels {
             if let Some(leaders) = self.leaders {
                 leaders.allgatherv_bytes(all, &run_counts, &run_displs)?;
             }
-            if self.through_segment(all)? {
+            if self.through_segment(all, 0)? {
                 return Ok(());
             }
             self.node.bcast_bytes(all, 0)

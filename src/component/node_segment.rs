@@ -24,6 +24,10 @@
 //!   does not forbid it), which each rank tries when the segment is made;
 //!   where one cannot, the node copies through the slots.
 //!
+//! A root that does not lead its node gives the message to its node
+//! (its leader included) through the slots, whichever way the node agreed
+//! on: the leader's memory is the only one the ranks tried to read.
+//!
 //! Steps and pieces are numbered alike on every rank of the node, since
 //! each takes part in the same steps with the same lengths.
 
@@ -92,8 +96,14 @@ impl Wanted {
 /// One rank's view of its node's segment.
 pub struct NodeSegment {
     map: SharedMapping,
+    /// How the leader's steps go.
     copies: Copies,
-    /// On the leader, the node's other ranks; 0 elsewhere.
+    /// How the step this rank gives goes: `copies` on the leader, through
+    /// the slots on any other rank.
+    giving: Copies,
+    /// Whether this rank leads the node.
+    leads: bool,
+    /// The ranks that take each step: all of the node's but the giver.
     readers: u64,
     /// The number of the next piece this rank writes or reads through the
     /// slots.
@@ -183,19 +193,20 @@ impl NodeSegment {
             } else {
                 Copies::ThroughSlots
             };
-            let readers = if leads { node.size() - 1 } else { 0 };
-            NodeSegment::new(map, readers, copies)
+            NodeSegment::new(map, node.size(), leads, copies)
         }))
     }
 
-    /// From `map`, a fresh mapping of [`Self::BYTES`] shared by the node,
-    /// for the leader of `readers` other ranks, or for one of them (0).
-    pub fn new(map: SharedMapping, readers: usize, copies: Copies) -> Self {
+    /// From `map`, a fresh mapping of [`Self::BYTES`] shared by a node of
+    /// `ranks`, for its leader (`leads`) or another of them.
+    pub fn new(map: SharedMapping, ranks: usize, leads: bool, copies: Copies) -> Self {
         assert_eq!(map.len(), Self::BYTES);
         NodeSegment {
             map,
             copies,
-            readers: readers as u64,
+            giving: Copies::ThroughSlots,
+            leads,
+            readers: ranks.saturating_sub(1) as u64,
             next: 0,
             step: 0,
             published: 0,
@@ -206,9 +217,14 @@ impl NodeSegment {
         self.copies
     }
 
-    /// Whether this rank gives the messages (its node's leader).
-    pub fn writes(&self) -> bool {
-        self.readers > 0
+    /// How a step goes: as the node agreed where its leader gives it,
+    /// through the slots from any other rank.
+    fn way(&self, leader_gives: bool) -> Copies {
+        if leader_gives {
+            self.copies
+        } else {
+            Copies::ThroughSlots
+        }
     }
 
     fn seq(&self, slot: usize) -> &AtomicU64 {
@@ -223,12 +239,14 @@ impl NodeSegment {
         HEADER + SLOTS * COUNTERS + slot * SLOT_BYTES
     }
 
-    /// On the leader: begins a step that gives its node `len` bytes at
-    /// address `at` of this process, which must hold them unchanged from
-    /// their [`Self::publish`] until [`Self::finish`] returns.
+    /// On the rank that gives a step (the leader, or a root that does not
+    /// lead): begins a step that gives its node `len` bytes at address `at`
+    /// of this process, which must hold them unchanged from their
+    /// [`Self::publish`] until [`Self::finish`] returns.
     pub fn begin(&mut self, at: *const u8, len: usize) {
         self.published = 0;
-        if let Copies::FromLeader { .. } = self.copies {
+        self.giving = self.way(self.leads);
+        if let Copies::FromLeader { .. } = self.giving {
             self.step += 1;
             self.map.atomic_u64(DONE).store(0, Ordering::Relaxed);
             self.map.atomic_u64(READY).store(0, Ordering::Relaxed);
@@ -244,12 +262,12 @@ impl NodeSegment {
         }
     }
 
-    /// On the leader: the step's next bytes, which follow those published
+    /// On the giver: the step's next bytes, which follow those published
     /// before; through the slots, every chunk but the step's last is a
     /// multiple of [`SLOT_BYTES`], as the ranks read the step slot by slot.
     pub fn publish(&mut self, chunk: &[u8], idle: impl FnMut()) {
         self.published += chunk.len() as u64;
-        match self.copies {
+        match self.giving {
             Copies::FromLeader { .. } => {
                 self.map
                     .atomic_u64(READY)
@@ -259,19 +277,20 @@ impl NodeSegment {
         }
     }
 
-    /// On the leader: ends the step once every rank has its bytes.
+    /// On the giver: ends the step once every rank has its bytes.
     pub fn finish(&mut self, mut idle: impl FnMut()) {
-        if let Copies::FromLeader { .. } = self.copies {
+        if let Copies::FromLeader { .. } = self.giving {
             while self.map.atomic_u64(DONE).load(Ordering::Acquire) < self.readers {
                 idle();
             }
         }
     }
 
-    /// On another rank: takes a step's `out.len()` bytes from the leader,
-    /// as it publishes them, waiting (`idle`) meanwhile.
-    pub fn take(&mut self, out: &mut [u8], idle: impl FnMut()) -> Result<()> {
-        match self.copies {
+    /// On every other rank: takes a step's `out.len()` bytes from its
+    /// giver (the leader where `from_leader`), as it publishes them,
+    /// waiting (`idle`) meanwhile.
+    pub fn take(&mut self, out: &mut [u8], from_leader: bool, idle: impl FnMut()) -> Result<()> {
+        match self.way(from_leader) {
             Copies::FromLeader { pid } => {
                 let taken = self.copy_from_leader(pid, out, idle);
                 // Counted done even where it failed: the leader must not
@@ -314,7 +333,7 @@ impl NodeSegment {
         Ok(())
     }
 
-    /// On the leader, through the slots: gives `bytes` to the node's other
+    /// On the giver, through the slots: gives `bytes` to the node's other
     /// ranks, slot by slot, waiting (`idle`) only for a slot that some rank
     /// has not yet copied out.
     fn write(&mut self, bytes: &[u8], mut idle: impl FnMut()) {
@@ -330,8 +349,8 @@ impl NodeSegment {
         }
     }
 
-    /// On another rank, through the slots: takes `out.len()` bytes from the
-    /// leader, slot by slot as it writes them, waiting (`idle`) for each.
+    /// On a rank that takes a step through the slots: takes `out.len()`
+    /// bytes from its giver, slot by slot as it writes them, waiting (`idle`) for each.
     fn read(&mut self, out: &mut [u8], mut idle: impl FnMut()) -> Result<()> {
         for piece in out.chunks_mut(SLOT_BYTES) {
             let slot = (self.next % SLOTS as u64) as usize;
@@ -430,10 +449,10 @@ mod tests {
         ));
         let _ = std::fs::remove_file(&path);
         let first = SharedMapping::create(&path, NodeSegment::BYTES).unwrap();
-        let mut maps = vec![NodeSegment::new(first, ranks - 1, copies)];
+        let mut maps = vec![NodeSegment::new(first, ranks, true, copies)];
         for _ in 1..ranks {
             let map = SharedMapping::open(&path, NodeSegment::BYTES).unwrap();
-            maps.push(NodeSegment::new(map, 0, copies));
+            maps.push(NodeSegment::new(map, ranks, false, copies));
         }
         std::fs::remove_file(&path).unwrap();
         maps
@@ -457,7 +476,6 @@ mod tests {
     fn every_rank_reads_every_message_whole_while_the_ring_turns() {
         let mut ranks = node(4);
         let leader = ranks.remove(0);
-        assert!(leader.writes() && !ranks[0].writes());
         // Longer than the ring, shorter than a slot, empty, and many.
         let lens = [5 * SLOTS * SLOT_BYTES + 7, 1, 0, SLOT_BYTES, 3000];
         let rounds = 6;
@@ -500,7 +518,7 @@ mod tests {
                     for round in 0..rounds {
                         for &len in &lens {
                             let mut out = vec![0u8; len];
-                            seg.take(&mut out, patient()).unwrap();
+                            seg.take(&mut out, true, patient()).unwrap();
                             assert!(out == message(len, round as u8), "rank {r}, {len} bytes");
                         }
                     }
@@ -535,10 +553,50 @@ mod tests {
         leader.publish(&msg, || {});
         let mut out = [0u8; 9];
         assert_eq!(
-            reader.take(&mut out, || panic!("published")),
+            reader.take(&mut out, true, || panic!("published")),
             Err(Error::Truncated)
         );
         leader.finish(|| panic!("the reader counted itself done"));
+    }
+
+    /// A node that copies from its leader's memory, and a root that does
+    /// not lead it: the root's steps go through the slots, to the leader
+    /// too, between the leader's own steps.
+    #[test]
+    fn a_root_that_does_not_lead_gives_through_the_slots() {
+        let pid = std::process::id() as i32;
+        let mut ranks = node_copying(3, Copies::FromLeader { pid });
+        let mut root = ranks.remove(2);
+        let lens = [2 * SLOT_BYTES + 9, 0, 5];
+        std::thread::scope(|s| {
+            for (r, mut seg) in ranks.into_iter().enumerate() {
+                s.spawn(move || {
+                    for (i, &len) in lens.iter().enumerate() {
+                        let mut out = vec![0u8; len];
+                        if r == 0 {
+                            // The leader gives a step of its own between.
+                            let msg = message(len, 40);
+                            seg.begin(msg.as_ptr(), len);
+                            seg.publish(&msg, || {});
+                            seg.finish(patient());
+                        } else {
+                            seg.take(&mut out, true, patient()).unwrap();
+                            assert!(out == message(len, 40), "leader's step {i}");
+                        }
+                        seg.take(&mut out, false, patient()).unwrap();
+                        assert!(out == message(len, i as u8), "rank {r}, step {i}");
+                    }
+                });
+            }
+            for (i, &len) in lens.iter().enumerate() {
+                let mut msg = vec![0u8; len];
+                root.take(&mut msg, true, patient()).unwrap();
+                let msg = message(len, i as u8);
+                root.begin(msg.as_ptr(), len);
+                root.publish(&msg, patient());
+                root.finish(|| panic!("no wait through the slots"));
+            }
+        });
     }
 
     #[test]
@@ -633,7 +691,7 @@ mod tests {
             s.spawn(move || {
                 let mut out = vec![0u8; big];
                 for _ in 0..5 {
-                    reader.take(&mut out, spin).unwrap();
+                    reader.take(&mut out, true, spin).unwrap();
                 }
             });
             let msg = message(big, 3);
