@@ -249,24 +249,34 @@ fn the_ranks_of_a_node_can_copy_from_their_leaders_memory() {
     nodes_decide(2, 3, false, 2);
 }
 
+/// `bcast_check` with messages of up to 600 kB (several of the segment's
+/// slots) on 2 hosts of 3 ranks, two levels forced, every byte checked,
+/// world rank 2 (which does not lead the first host's node) run by
+/// `wrapper`.
+fn rank_2_apart(mca: &[(&str, &str)], wrapper: &[&str]) -> Run {
+    let cluster = Cluster {
+        slots: 3,
+        ..Cluster::hosts(2)
+    };
+    let mut mca = mca.to_vec();
+    mca.extend([
+        ("coll_ipmc_print_statistics", "1"),
+        ("coll_ipmc_crossover_nodes", "4"),
+    ]);
+    let args = ["--max-bytes", "600000"];
+    let run = cluster.mpirun_wrapped(&mca, wrapper, "bcast_check", &args);
+    assert_passed(&run);
+    run
+}
+
 /// A rank that wants no shared segment (`coll_ipmc_node_segment 0` on world
 /// rank 2, which does not lead the first host's node): its node keeps Open
 /// MPI's broadcast, the other node takes its segment, and every byte of
 /// messages that cross several of the segment's slots arrives.
 #[test]
 fn a_rank_that_wants_no_segment_keeps_its_node_on_open_mpis_broadcast() {
-    let cluster = Cluster {
-        slots: 3,
-        ..Cluster::hosts(2)
-    };
-    let mca = [
-        ("coll_ipmc_print_statistics", "1"),
-        ("coll_ipmc_crossover_nodes", "4"),
-    ];
     let wrapper = common::on_rank_2("OMPI_MCA_coll_ipmc_node_segment=0");
-    let args = ["--max-bytes", "600000"];
-    let run = cluster.mpirun_wrapped(&mca, &wrapper, "bcast_check", &args);
-    assert_passed(&run);
+    let run = rank_2_apart(&[], &wrapper);
     let world = common::world_stats(&run, 6);
     let bytes: Vec<u64> = world.iter().map(|s| num(s, "segment_bytes")).collect();
     assert_eq!(bytes[..3], [0, 0, 0], "{world:?}");
@@ -282,21 +292,9 @@ fn a_rank_that_wants_no_segment_keeps_its_node_on_open_mpis_broadcast() {
 /// cross several slots arrives.
 #[test]
 fn a_node_whose_rank_cannot_read_its_leaders_memory_copies_through_the_slots() {
-    let cluster = Cluster {
-        slots: 3,
-        ..Cluster::hosts(2)
-    };
-    let mca = [
-        ("coll_ipmc_print_statistics", "1"),
-        ("coll_ipmc_crossover_nodes", "4"),
-        ("coll_ipmc_node_segment", "2"),
-        ("coll_ipmc_verbose", "5"),
-    ];
+    let mca = [("coll_ipmc_node_segment", "2"), ("coll_ipmc_verbose", "5")];
     let no_peeking = common::built().programs.join("no_peeking");
-    let wrapper = [no_peeking.to_str().unwrap(), "2"];
-    let args = ["--max-bytes", "600000"];
-    let run = cluster.mpirun_wrapped(&mca, &wrapper, "bcast_check", &args);
-    assert_passed(&run);
+    let run = rank_2_apart(&mca, &[no_peeking.to_str().unwrap(), "2"]);
     let how = |rank: usize| {
         let line = format!("rank {rank} of world: its node's ranks take messages ");
         run.output
