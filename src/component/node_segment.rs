@@ -98,9 +98,6 @@ pub struct NodeSegment {
     map: SharedMapping,
     /// How the leader's steps go.
     copies: Copies,
-    /// How the step this rank gives goes: `copies` on the leader, through
-    /// the slots on any other rank.
-    giving: Copies,
     /// Whether this rank leads the node.
     leads: bool,
     /// The ranks that take each step: all of the node's but the giver.
@@ -204,7 +201,6 @@ impl NodeSegment {
         NodeSegment {
             map,
             copies,
-            giving: Copies::ThroughSlots,
             leads,
             readers: ranks.saturating_sub(1) as u64,
             next: 0,
@@ -245,8 +241,7 @@ impl NodeSegment {
     /// [`Self::publish`] until [`Self::finish`] returns.
     pub fn begin(&mut self, at: *const u8, len: usize) {
         self.published = 0;
-        self.giving = self.way(self.leads);
-        if let Copies::FromLeader { .. } = self.giving {
+        if let Copies::FromLeader { .. } = self.way(self.leads) {
             self.step += 1;
             self.map.atomic_u64(DONE).store(0, Ordering::Relaxed);
             self.map.atomic_u64(READY).store(0, Ordering::Relaxed);
@@ -267,7 +262,7 @@ impl NodeSegment {
     /// multiple of [`SLOT_BYTES`], as the ranks read the step slot by slot.
     pub fn publish(&mut self, chunk: &[u8], idle: impl FnMut()) {
         self.published += chunk.len() as u64;
-        match self.giving {
+        match self.way(self.leads) {
             Copies::FromLeader { .. } => {
                 self.map
                     .atomic_u64(READY)
@@ -279,7 +274,7 @@ impl NodeSegment {
 
     /// On the giver: ends the step once every rank has its bytes.
     pub fn finish(&mut self, mut idle: impl FnMut()) {
-        if let Copies::FromLeader { .. } = self.giving {
+        if let Copies::FromLeader { .. } = self.way(self.leads) {
             while self.map.atomic_u64(DONE).load(Ordering::Acquire) < self.readers {
                 idle();
             }
