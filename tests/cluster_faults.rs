@@ -12,7 +12,9 @@ mod common;
 use std::collections::HashSet;
 use std::time::Instant;
 
-use common::{num, print_stats, stats_lines, sum, tally, world_stats, Cluster, Line, Run};
+use common::{
+    levels_tally, num, print_stats, stats_lines, sum, tally, world_stats, Cluster, Line, Run,
+};
 
 /// The largest message of the size sweep: the largest one that multicasts.
 const SWEEP: &str = "1048576";
@@ -458,7 +460,7 @@ fn two_levels(what: &str, cluster: &Cluster, mca: &[(&str, &str)], args: &[&str]
         let mine: Vec<&(String, Line)> = lines.iter().filter(|(_, s)| s["comm"] == comm).collect();
         assert_eq!(mine.len(), cluster.ranks(), "{comm}: {}", job.run.output);
         for (host, s) in &mine {
-            assert!(tally(s, "two_level").0 > 0, "{comm} on {host}: {s:?}");
+            assert!(levels_tally(s).0 > 0, "{comm} on {host}: {s:?}");
             assert_eq!(tally(s, "multicast").0, 0, "{comm} on {host}: {s:?}");
             assert_eq!(
                 num(s, "sent") + num(s, "recv"),

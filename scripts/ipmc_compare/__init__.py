@@ -19,8 +19,11 @@ of MCA parameters that chooses who serves MPI_Bcast:
                     what the tag costs
   ipmc-nosegment    ipmc giving each node's ranks the message by Open MPI's broadcast
                     (coll_ipmc_node_segment 0), not its shared segment
+  ipmc-slots        ipmc's node's ranks copying the message through its shared
+                    segment's slots (coll_ipmc_node_segment 1)
   ipmc-pull         ipmc's node's ranks copying the message straight from their
-                    leader's memory (coll_ipmc_node_segment 2)
+                    leader's memory (coll_ipmc_node_segment 2); ipmc at its
+                    defaults measures both ways and keeps the faster
   ipmc-linear, ipmc-chain, ipmc-multicast
                     ipmc forced to one of its algorithms (coll_ipmc_bcast_algorithm)
   default           Open MPI's own selection (ipmc not loaded)

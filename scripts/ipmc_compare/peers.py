@@ -28,6 +28,7 @@ IPMC_VARIANTS = {
     "ipmc-mcast": ([("crossover_nodes", "2")], "ipmc, multicast at every p"),
     "ipmc-noauth": ([("authenticate", "0")], "ipmc, datagrams without authentication"),
     "ipmc-nosegment": ([("node_segment", "0")], "ipmc, Open MPI's broadcast inside nodes"),
+    "ipmc-slots": ([("node_segment", "1")], "ipmc, its ranks copying through the segment's slots"),
     "ipmc-pull": ([("node_segment", "2")], "ipmc, its ranks copying from their leader's memory"),
 }
 
@@ -65,7 +66,7 @@ def make_peer(name, algs):
             label += f", {human_bytes(seg)} segments"
         return {"name": name, "kind": "tuned", "mca": mca, "label": label, "algorithm": n}
     known = ", ".join(f"tuned-{n} ({a})" for n, a in sorted(algs.items()))
-    fail(f"unknown peer {name!r}: use ipmc, ipmc-mcast, ipmc-thesis, ipmc-noauth, ipmc-nosegment, ipmc-pull, ipmc-linear, ipmc-chain, "
+    fail(f"unknown peer {name!r}: use ipmc, ipmc-mcast, ipmc-thesis, ipmc-noauth, ipmc-nosegment, ipmc-slots, ipmc-pull, ipmc-linear, ipmc-chain, "
          f"ipmc-multicast, default, han, tuned-* or one of {known}, "
          "optionally with -segSIZE")
 

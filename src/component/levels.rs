@@ -335,6 +335,9 @@ pub struct Levels {
     /// Bytes this rank wrote to or read from the segment since
     /// [`Levels::take_segment_bytes`].
     segment_bytes: u64,
+    /// Some node's ranks may copy either way ([`NodeSegment::either`]),
+    /// as every rank of the communicator learnt when it split.
+    pub either_way: bool,
 }
 
 impl Levels {
@@ -382,13 +385,23 @@ impl Levels {
             Ok(s) => s,
             Err(e) => return free(e),
         };
-        let how = match segment.as_ref().map(NodeSegment::copies) {
-            Some(Copies::FromLeader { .. }) => "from the leader's memory",
-            Some(Copies::ThroughSlots) => "through its shared segment",
+        let how = match &segment {
+            Some(s) if s.either() => {
+                "from the leader's memory or through its shared segment, as measured"
+            }
+            Some(s) if s.copies() != Copies::ThroughSlots => "from the leader's memory",
+            Some(_) => "through its shared segment",
             None => "by Open MPI's broadcast",
         };
         log::info!("rank {rank} of {name}: its node's ranks take messages {how}");
+        // Whether the measured choice tries both ways: the same on every
+        // rank, as its candidates must be.
+        let mut either = [i32::from(segment.as_ref().is_some_and(NodeSegment::either))];
+        if let Err(e) = comm.allreduce_max(&mut either) {
+            return free(e);
+        }
         Ok(Levels {
+            either_way: either[0] == 1,
             layout,
             rank,
             node,
@@ -398,6 +411,15 @@ impl Levels {
             segment,
             segment_bytes: 0,
         })
+    }
+
+    /// The way of the node's next steps where its ranks may copy either
+    /// way: from the leader's memory or through the segment's slots (from
+    /// the call's algorithm, the same on every rank).
+    pub fn set_from_leader(&mut self, from_leader: bool) {
+        if let Some(segment) = self.segment.as_mut() {
+            segment.set_from_leader(from_leader);
+        }
     }
 
     /// Bytes this rank wrote to or read from its node's segment since the

@@ -436,8 +436,12 @@ impl Module {
                     Algorithm::SplitBinary => call.split_binary()?,
                     Algorithm::ScatterAllgather => call.scatter_allgather()?,
                     Algorithm::Multicast => m.run_multicast(call, bytes)?,
-                    Algorithm::TwoLevel => m.run_levels(call)?,
-                    Algorithm::TwoLevelPipelined => m.run_levels_pipelined(call, bytes)?,
+                    Algorithm::TwoLevel | Algorithm::TwoLevelFromLeader => {
+                        m.run_levels(call, alg.from_leader())?
+                    }
+                    Algorithm::TwoLevelPipelined | Algorithm::TwoLevelPipelinedFromLeader => {
+                        m.run_levels_pipelined(call, bytes, alg.from_leader())?
+                    }
                     _ => m.run(alg, call, bytes)?,
                 }
                 // What multicast lost, in datagrams of the size the group
@@ -919,8 +923,8 @@ impl Module {
             // communicator of two levels: whole, the replaced component's is
             // the one that knows the nodes.
             let form = match (alg, &m.levels) {
-                (Algorithm::TwoLevel | Algorithm::TwoLevelPipelined, TwoLevels::Ready(levels))
-                    if c_int::try_from(bytes).is_ok() =>
+                (alg, TwoLevels::Ready(levels))
+                    if alg.over_levels() && c_int::try_from(bytes).is_ok() =>
                 {
                     Some(IbcastForm::Levels(levels.bcast_parts(call.root())))
                 }
@@ -1016,7 +1020,9 @@ impl Module {
             | Algorithm::SplitBinary
             | Algorithm::ScatterAllgather
             | Algorithm::TwoLevel
-            | Algorithm::TwoLevelPipelined => Err(Error::Unavailable),
+            | Algorithm::TwoLevelPipelined
+            | Algorithm::TwoLevelFromLeader
+            | Algorithm::TwoLevelPipelinedFromLeader => Err(Error::Unavailable),
         }
     }
 
@@ -1030,6 +1036,16 @@ impl Module {
         let segment = Wanted::from_param(self.cfg.node_segment);
         match Levels::split(comm, layout.clone(), self.rank, segment) {
             Ok(levels) => {
+                // At the first split, before any call was measured: the
+                // same on every rank.
+                if levels.either_way && self.choice.offer_from_leader() {
+                    info!(
+                        "rank {} on {}: the levels are measured with the nodes' ranks copying \
+                         from their leader's memory and through the shared segment",
+                        self.rank,
+                        comm.name()
+                    );
+                }
                 self.levels = TwoLevels::Ready(Box::new(levels));
                 Ok(())
             }
@@ -1045,11 +1061,13 @@ impl Module {
         }
     }
 
-    /// The broadcast over the two levels.
-    fn run_levels(&mut self, call: &mut BcastCall) -> Result<()> {
+    /// The broadcast over the two levels, the nodes that may copy either
+    /// way copying `from_leader` or through the slots.
+    fn run_levels(&mut self, call: &mut BcastCall, from_leader: bool) -> Result<()> {
         let TwoLevels::Ready(levels) = &mut self.levels else {
             return Err(Error::Unavailable);
         };
+        levels.set_from_leader(from_leader);
         if levels.bcast(call)? {
             self.stats.handovers += 1;
         }
@@ -1059,13 +1077,19 @@ impl Module {
 
     /// The broadcast over the two levels, pipelined, on the message bytes
     /// (the parts' counts are `int`s: a larger message goes whole).
-    fn run_levels_pipelined(&mut self, call: &mut BcastCall, bytes: usize) -> Result<()> {
+    fn run_levels_pipelined(
+        &mut self,
+        call: &mut BcastCall,
+        bytes: usize,
+        from_leader: bool,
+    ) -> Result<()> {
         if c_int::try_from(bytes).is_err() {
-            return self.run_levels(call);
+            return self.run_levels(call, from_leader);
         }
         let TwoLevels::Ready(levels) = &mut self.levels else {
             return Err(Error::Unavailable);
         };
+        levels.set_from_leader(from_leader);
         let root = call.root();
         let mut handed = false;
         call.on_message_bytes(bytes, self.rank == call.root(), |buf| {

@@ -2,10 +2,12 @@
 //! node gives the message to every other rank of its node at once, where a
 //! broadcast on the node's communicator passes it down a tree, rank to rank.
 //!
-//! The ranks take it in one of two ways ([`Copies`]), the node agreeing on
-//! one when the segment is made:
+//! The ranks take it in one of two ways ([`Copies`]), the node agreeing
+//! when the segment is made on what it can do, and each step's way coming
+//! from the algorithm where the node measures both (the default,
+//! `coll_ipmc_node_segment 3`):
 //!
-//! - **Through the segment's slots** (the default): the segment holds
+//! - **Through the segment's slots**: the segment holds
 //!   a ring of [`SLOTS`] slots of [`SLOT_BYTES`]; the leader copies the
 //!   message in slot after slot, and the ranks copy each out as soon as it
 //!   is there. Each slot has two counters on cache lines of their own:
@@ -13,7 +15,7 @@
 //!   release ordering), and `left`, how many ranks have yet to copy it out
 //!   (each subtracts one once it has); the leader reuses a slot only when
 //!   `left` is 0.
-//! - **From the leader's memory** (`coll_ipmc_node_segment 2`). The leader publishes where the message
+//! - **From the leader's memory**. The leader publishes where the message
 //!   lies in its own memory and how much of it has arrived (`ready`), and
 //!   each rank copies it from there into its own buffer with
 //!   `process_vm_readv(2)`, one copy by the kernel, as the leader's bytes
@@ -80,24 +82,39 @@ pub enum Wanted {
     /// Copies from the leader's memory where the kernel allows, else
     /// through the slots.
     FromLeader,
+    /// Either way, as each call's algorithm says (the measured choice
+    /// tries both), where the kernel allows copies from the leader's
+    /// memory; else through the slots.
+    Either,
 }
 
 impl Wanted {
-    /// From the parameter's value: 0, 1 (the default) or 2.
+    /// From the parameter's value: 0, 1, 2 or 3 (the default).
     pub fn from_param(v: usize) -> Self {
         match v {
             0 => Wanted::No,
+            1 => Wanted::Slots,
             2 => Wanted::FromLeader,
-            _ => Wanted::Slots,
+            _ => Wanted::Either,
         }
+    }
+
+    fn reads_leader(self) -> bool {
+        matches!(self, Wanted::FromLeader | Wanted::Either)
     }
 }
 
 /// One rank's view of its node's segment.
 pub struct NodeSegment {
     map: SharedMapping,
-    /// How the leader's steps go.
+    /// How the leader's steps may go: from its memory where the node can.
     copies: Copies,
+    /// Whether the node measures both ways (every rank wants
+    /// [`Wanted::Either`]): then the leader's steps go from its memory only
+    /// where the call asks for it ([`NodeSegment::set_from_leader`]).
+    either: bool,
+    /// This call's way where the node measures both.
+    from_leader: bool,
     /// Whether this rank leads the node.
     leads: bool,
     /// The ranks that take each step: all of the node's but the giver.
@@ -120,8 +137,8 @@ impl NodeSegment {
     /// whatever it wants. `None` where the node has a single rank, or where
     /// some rank wants none or could not map the file (the node then keeps
     /// Open MPI's broadcast); copies from the leader's memory where every
-    /// rank wants them and can read the leader's memory. Every rank of the
-    /// node returns alike.
+    /// rank wants them (or either way) and can read the leader's memory.
+    /// Every rank of the node returns alike.
     pub fn attach(node: Comm, wanted: Wanted) -> Result<Option<Self>> {
         if node.size() < 2 {
             return Ok(None);
@@ -156,8 +173,8 @@ impl NodeSegment {
             _ => None,
         };
         let reads_leader = match &opened {
-            Some(map) => wanted == Wanted::FromLeader && reads_leaders_memory(map),
-            None => leads && wanted == Wanted::FromLeader,
+            Some(map) => wanted.reads_leader() && reads_leaders_memory(map),
+            None => leads && wanted.reads_leader(),
         };
         let agreed = shared.and_then(|()| {
             let mapped = if leads {
@@ -165,9 +182,14 @@ impl NodeSegment {
             } else {
                 opened.is_some()
             };
-            let mut failed = [i32::from(!mapped), i32::from(!reads_leader)];
+            let either = wanted == Wanted::Either;
+            let mut failed = [
+                i32::from(!mapped),
+                i32::from(!reads_leader),
+                i32::from(!either),
+            ];
             node.allreduce_max(&mut failed)?;
-            Ok((failed[0] == 0).then_some(failed[1] == 0))
+            Ok((failed[0] == 0).then_some((failed[1] == 0, failed[2] == 0)))
         });
         drop(probe);
         // Every rank has mapped the file or given up: it is no longer needed
@@ -175,7 +197,7 @@ impl NodeSegment {
         if let Some((_, path)) = &made {
             let _ = std::fs::remove_file(path);
         }
-        let Some(from_leader) = agreed? else {
+        let Some((from_leader, either)) = agreed? else {
             return Ok(None);
         };
         let map = if leads {
@@ -190,7 +212,9 @@ impl NodeSegment {
             } else {
                 Copies::ThroughSlots
             };
-            NodeSegment::new(map, node.size(), leads, copies)
+            let mut segment = NodeSegment::new(map, node.size(), leads, copies);
+            segment.either = either;
+            segment
         }))
     }
 
@@ -201,6 +225,8 @@ impl NodeSegment {
         NodeSegment {
             map,
             copies,
+            either: false,
+            from_leader: false,
             leads,
             readers: ranks.saturating_sub(1) as u64,
             next: 0,
@@ -213,10 +239,22 @@ impl NodeSegment {
         self.copies
     }
 
-    /// How a step goes: as the node agreed where its leader gives it,
-    /// through the slots from any other rank.
+    /// Whether the node's ranks may copy either way, as each call says.
+    pub fn either(&self) -> bool {
+        self.either && self.copies != Copies::ThroughSlots
+    }
+
+    /// The way of the leader's next steps where the node measures both:
+    /// from its memory or through the slots (every rank of the node sets
+    /// the same, from the call's algorithm).
+    pub fn set_from_leader(&mut self, from_leader: bool) {
+        self.from_leader = from_leader;
+    }
+
+    /// How a step goes: as the node agreed and the call asks where its
+    /// leader gives it, through the slots from any other rank.
     fn way(&self, leader_gives: bool) -> Copies {
-        if leader_gives {
+        if leader_gives && (!self.either || self.from_leader) {
             self.copies
         } else {
             Copies::ThroughSlots
@@ -536,6 +574,47 @@ mod tests {
                 }
             }
         });
+    }
+
+    /// A node that may copy either way copies each step as its call says,
+    /// the ranks and the leader alike: from the leader's memory, then
+    /// through the slots, in turn.
+    #[test]
+    fn a_node_that_may_copy_either_way_copies_each_step_as_told() {
+        let pid = std::process::id() as i32;
+        let mut ranks = node_copying(3, Copies::FromLeader { pid });
+        for seg in &mut ranks {
+            seg.either = true;
+        }
+        assert!(ranks.iter().all(NodeSegment::either));
+        let mut leader = ranks.remove(0);
+        let len = 2 * SLOT_BYTES + 9;
+        let rounds = 6;
+        let pulled = |round: usize| round % 2 == 0;
+        std::thread::scope(|s| {
+            for (r, mut seg) in ranks.into_iter().enumerate() {
+                s.spawn(move || {
+                    for round in 0..rounds {
+                        seg.set_from_leader(pulled(round));
+                        let mut out = vec![0u8; len];
+                        seg.take(&mut out, true, patient()).unwrap();
+                        assert!(out == message(len, round as u8), "rank {r}, round {round}");
+                    }
+                });
+            }
+            for round in 0..rounds {
+                leader.set_from_leader(pulled(round));
+                let msg = message(len, round as u8);
+                leader.begin(msg.as_ptr(), len);
+                for chunk in msg.chunks(SLOT_BYTES) {
+                    leader.publish(chunk, patient());
+                }
+                leader.finish(patient());
+            }
+        });
+        // Three pieces through the slots in each of the 3 rounds that went
+        // that way; 3 steps from the leader's memory.
+        assert_eq!((leader.next, leader.step), (9, 3));
     }
 
     #[test]

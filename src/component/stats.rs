@@ -321,6 +321,14 @@ impl Stats {
                     "Broadcasts by Open MPI's split binary tree (coll/base)",
                     "Message bytes broadcast by Open MPI's split binary tree",
                 ),
+                Algorithm::TwoLevelFromLeader => (
+                    "Broadcasts over two levels, the node's ranks copying from the leader's memory",
+                    "Message bytes broadcast over two levels, copied from the leader's memory",
+                ),
+                Algorithm::TwoLevelPipelinedFromLeader => (
+                    "Broadcasts over two levels, pipelined, copied from the leader's memory",
+                    "Message bytes broadcast over two levels, pipelined, copied from the leader",
+                ),
             };
             v.push(counter(PVAR_CALLS[alg as usize], calls, t.calls));
             v.push(counter(PVAR_BYTES[alg as usize], bytes, t.bytes));
@@ -497,6 +505,8 @@ const PVAR_CALLS: [&str; Algorithm::ALL.len()] = [
     "two_level_pipelined_bcasts",
     "scatter_allgather_bcasts",
     "split_binary_bcasts",
+    "two_level_from_leader_bcasts",
+    "two_level_pipelined_from_leader_bcasts",
 ];
 const PVAR_BYTES: [&str; Algorithm::ALL.len()] = [
     "linear_bcast_bytes",
@@ -509,6 +519,8 @@ const PVAR_BYTES: [&str; Algorithm::ALL.len()] = [
     "two_level_pipelined_bcast_bytes",
     "scatter_allgather_bcast_bytes",
     "split_binary_bcast_bytes",
+    "two_level_from_leader_bcast_bytes",
+    "two_level_pipelined_from_leader_bcast_bytes",
 ];
 
 #[cfg(test)]
@@ -527,7 +539,8 @@ mod tests {
         assert_eq!(
             s.report(2, 8, 4, 3, "MPI_COMM_WORLD"),
             "ipmc stats: rank=2 size=8 nodes=4 cid=3 bcasts=4 empty=1 ibcasts=0 leader_moves=0 handovers=0 segment_bytes=0 linear=2:15B chain=1:1048576B \
-             multicast=0:0B previous=0:0B binomial=0:0B binary=0:0B two_level=0:0B two_level_pipelined=0:0B scatter_allgather=0:0B split_binary=0:0B setup=none sent=0 send_full=0 \
+             multicast=0:0B previous=0:0B binomial=0:0B binary=0:0B two_level=0:0B two_level_pipelined=0:0B scatter_allgather=0:0B split_binary=0:0B \
+             two_level_from_leader=0:0B two_level_pipelined_from_leader=0:0B setup=none sent=0 send_full=0 \
              send_failed=0 flow_stalls=0 recv=0 \
              injected=0 own=0 useful=0 dup=0 root_own=0 rej_comm=0 rej_stale=0 rej_future=0 \
              rej_length=0 rej_magic=0 rej_crc=0 rej_auth=0 mcast_bytes=0 chain_bytes=0 \

@@ -19,7 +19,8 @@ pub enum Algorithm {
     /// Open MPI's binary tree (coll/base, unsegmented; tuned's algorithm 5).
     Binary,
     /// Two levels, where nodes hold several ranks: among one leader per
-    /// node by ipmc, inside each node by Open MPI (`component::levels`).
+    /// node by ipmc, inside each node through its shared segment, or by
+    /// Open MPI where it has none (`component::levels`).
     TwoLevel,
     /// The same, pipelined: each node's broadcast in segments, each begun
     /// once its leader has it.
@@ -35,11 +36,17 @@ pub enum Algorithm {
     /// tree's two subtrees, and the ranks of each subtree then swap halves
     /// with the other's.
     SplitBinary,
+    /// [`Algorithm::TwoLevel`] with the ranks of each node that measures
+    /// both ways (`coll_ipmc_node_segment 3`) copying the message from the
+    /// leader's memory rather than through the segment's slots.
+    TwoLevelFromLeader,
+    /// [`Algorithm::TwoLevelPipelined`], copying likewise.
+    TwoLevelPipelinedFromLeader,
 }
 
 impl Algorithm {
     /// Every algorithm, in the order statistics print them.
-    pub const ALL: [Algorithm; 10] = [
+    pub const ALL: [Algorithm; 12] = [
         Algorithm::Linear,
         Algorithm::Chain,
         Algorithm::Multicast,
@@ -50,6 +57,8 @@ impl Algorithm {
         Algorithm::TwoLevelPipelined,
         Algorithm::ScatterAllgather,
         Algorithm::SplitBinary,
+        Algorithm::TwoLevelFromLeader,
+        Algorithm::TwoLevelPipelinedFromLeader,
     ];
 
     /// Whether a call of it may begin while the communicator's queued
@@ -58,9 +67,34 @@ impl Algorithm {
     /// their own). Every other algorithm uses the broadcast tag on this
     /// communicator and waits for that work to finish.
     pub fn goes_alongside(self) -> bool {
+        self == Algorithm::Multicast || self.over_levels()
+    }
+
+    /// Whether it runs over the two levels (`component::levels`).
+    pub fn over_levels(self) -> bool {
         matches!(
             self,
-            Algorithm::Multicast | Algorithm::TwoLevel | Algorithm::TwoLevelPipelined
+            Algorithm::TwoLevel
+                | Algorithm::TwoLevelPipelined
+                | Algorithm::TwoLevelFromLeader
+                | Algorithm::TwoLevelPipelinedFromLeader
+        )
+    }
+
+    /// Whether a node's ranks that measure both ways copy from the
+    /// leader's memory in it.
+    pub fn from_leader(self) -> bool {
+        matches!(
+            self,
+            Algorithm::TwoLevelFromLeader | Algorithm::TwoLevelPipelinedFromLeader
+        )
+    }
+
+    /// Whether it runs over the two levels pipelined.
+    pub fn pipelined(self) -> bool {
+        matches!(
+            self,
+            Algorithm::TwoLevelPipelined | Algorithm::TwoLevelPipelinedFromLeader
         )
     }
 
@@ -77,6 +111,8 @@ impl Algorithm {
             Algorithm::TwoLevelPipelined => "two_level_pipelined",
             Algorithm::ScatterAllgather => "scatter_allgather",
             Algorithm::SplitBinary => "split_binary",
+            Algorithm::TwoLevelFromLeader => "two_level_from_leader",
+            Algorithm::TwoLevelPipelinedFromLeader => "two_level_pipelined_from_leader",
         }
     }
 }

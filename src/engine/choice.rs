@@ -96,6 +96,11 @@ impl Choice {
         &self.tuner
     }
 
+    /// See [`Tuner::offer_from_leader`].
+    pub fn offer_from_leader(&mut self) -> bool {
+        self.tuner.offer_from_leader()
+    }
+
     /// See [`Tuner::measure_again`].
     pub fn measure_again(&mut self) {
         self.tuner.measure_again();

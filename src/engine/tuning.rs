@@ -350,6 +350,9 @@ pub struct Tuner {
     inject: bool,
     /// The communicator broadcasts over two levels ([`over_two_levels`]).
     two_levels: bool,
+    /// Over two levels: some node's ranks may copy either way, and the
+    /// levels are measured both ways ([`Tuner::offer_from_leader`]).
+    from_leader: bool,
     classes: Vec<Class>,
     /// Classes whose vote has not been settled.
     voting: usize,
@@ -398,18 +401,45 @@ pub fn candidates(k: usize) -> &'static [Algorithm] {
 /// and above it Open MPI's scatter and ring allgather on the whole
 /// communicator (16 MiB on 8 emulated hosts of 2 ranks at 10 Gbit/s:
 /// 77.5 ms, against 121 for ipmc without it and 148 for han).
-pub fn over_two_levels(k: usize) -> &'static [Algorithm] {
-    use Algorithm::{Linear, Previous, ScatterAllgather, SplitBinary, TwoLevel, TwoLevelPipelined};
-    if class_max(k) <= SHORT_UP_TO {
-        &[Previous, TwoLevel, Linear]
-    } else if class_max(k) <= SPLIT_UP_TO {
-        &[Previous, TwoLevel, SplitBinary]
-    } else if class_max(k) >= LARGE_FROM {
-        &[Previous, TwoLevel, TwoLevelPipelined, ScatterAllgather]
-    } else if class_max(k) >= PIPELINED_FROM {
-        &[Previous, TwoLevel, TwoLevelPipelined]
-    } else {
-        &[Previous, TwoLevel]
+///
+/// Where some node's ranks may copy either way (`from_leader`,
+/// `coll_ipmc_node_segment 3`), above short messages the levels are
+/// measured both ways: through the segment's slots and from the leader's
+/// memory. Which is faster depends on what limits the leader: on the
+/// emulated cluster, whose cores each run several ranks, the slots were
+/// (`docs/two-levels.md`); where the leader's core is the limit, as with
+/// the datagram path's own costs in the simulator at 25 Gbit/s, the copies
+/// from its memory (`docs/scale.md`). Short messages keep the slots: a copy
+/// of a few KiB costs the leader less than the ranks' system calls.
+pub fn over_two_levels(k: usize, from_leader: bool) -> &'static [Algorithm] {
+    use Algorithm::{
+        Linear, Previous, ScatterAllgather, SplitBinary, TwoLevel, TwoLevelFromLeader,
+        TwoLevelPipelined, TwoLevelPipelinedFromLeader,
+    };
+    let max = class_max(k);
+    match from_leader {
+        _ if max <= SHORT_UP_TO => &[Previous, TwoLevel, Linear],
+        false if max <= SPLIT_UP_TO => &[Previous, TwoLevel, SplitBinary],
+        true if max <= SPLIT_UP_TO => &[Previous, TwoLevel, TwoLevelFromLeader, SplitBinary],
+        false if max >= LARGE_FROM => &[Previous, TwoLevel, TwoLevelPipelined, ScatterAllgather],
+        true if max >= LARGE_FROM => &[
+            Previous,
+            TwoLevel,
+            TwoLevelFromLeader,
+            TwoLevelPipelined,
+            TwoLevelPipelinedFromLeader,
+            ScatterAllgather,
+        ],
+        false if max >= PIPELINED_FROM => &[Previous, TwoLevel, TwoLevelPipelined],
+        true if max >= PIPELINED_FROM => &[
+            Previous,
+            TwoLevel,
+            TwoLevelFromLeader,
+            TwoLevelPipelined,
+            TwoLevelPipelinedFromLeader,
+        ],
+        false => &[Previous, TwoLevel],
+        true => &[Previous, TwoLevel, TwoLevelFromLeader],
     }
 }
 
@@ -482,6 +512,7 @@ impl Tuner {
             rank,
             inject,
             two_levels,
+            from_leader: false,
             classes: Vec::new(),
             voting: 0,
             root_timed_up_to: SHORT_UP_TO,
@@ -498,6 +529,20 @@ impl Tuner {
             })
             .collect();
         t
+    }
+
+    /// Over two levels, before any call: measures the levels both ways
+    /// too, as the ranks of some node may copy either way (agreed by every
+    /// rank when the levels are first split). Returns whether it does.
+    pub fn offer_from_leader(&mut self) -> bool {
+        if !self.two_levels || self.classes.iter().any(|c| c.calls > 0) {
+            return false;
+        }
+        self.from_leader = true;
+        for k in 0..self.classes.len() {
+            self.classes[k].phase = Phase::explore(self.candidates(k).len());
+        }
+        true
     }
 
     /// For a communicator of `ranks` ranks: up to [`ROOT_TIMED_RANKS`]
@@ -522,7 +567,7 @@ impl Tuner {
         } else if is_allgather(k) {
             allgather_candidates(self.two_levels)
         } else if self.two_levels {
-            over_two_levels(k)
+            over_two_levels(k, self.from_leader)
         } else {
             candidates(k)
         }
@@ -1236,19 +1281,62 @@ mod tests {
     #[test]
     fn two_levels_try_more_candidates_at_the_ends() {
         use Algorithm::{Linear, ScatterAllgather, SplitBinary, TwoLevelPipelined};
-        let large = over_two_levels(class_of(LARGE_FROM));
+        let large = over_two_levels(class_of(LARGE_FROM), false);
         assert!(large.contains(&ScatterAllgather) && large.contains(&TwoLevelPipelined));
-        let middle = over_two_levels(class_of(64 << 10));
+        let middle = over_two_levels(class_of(64 << 10), false);
         assert!(!middle.contains(&ScatterAllgather) && !middle.contains(&Linear));
         assert!(!middle.contains(&TwoLevelPipelined) && middle.contains(&SplitBinary));
-        assert!(!over_two_levels(class_of(SHORT_UP_TO)).contains(&SplitBinary));
-        assert!(!over_two_levels(class_of(SPLIT_UP_TO) + 1).contains(&SplitBinary));
-        let mebibyte = over_two_levels(class_of(PIPELINED_FROM));
+        assert!(!over_two_levels(class_of(SHORT_UP_TO), false).contains(&SplitBinary));
+        assert!(!over_two_levels(class_of(SPLIT_UP_TO) + 1, false).contains(&SplitBinary));
+        let mebibyte = over_two_levels(class_of(PIPELINED_FROM), false);
         assert!(mebibyte.contains(&TwoLevelPipelined) && !mebibyte.contains(&ScatterAllgather));
-        assert!(over_two_levels(class_of(SHORT_UP_TO)).contains(&Linear));
+        assert!(over_two_levels(class_of(SHORT_UP_TO), false).contains(&Linear));
         for k in 0..class_of(AUTO_LARGE << 2) {
             assert!(!candidates(k).contains(&ScatterAllgather), "class {k}");
         }
+    }
+
+    /// Where some node's ranks may copy either way, the levels are measured
+    /// both ways above short messages, whole and pipelined; offered before
+    /// any call only, so that every rank has the same candidates.
+    #[test]
+    fn the_levels_are_measured_both_ways_where_nodes_may_copy_either() {
+        use Algorithm::{TwoLevel, TwoLevelFromLeader, TwoLevelPipelinedFromLeader};
+        for k in 0..class_of(AUTO_LARGE << 2) {
+            let (slots, both) = (over_two_levels(k, false), over_two_levels(k, true));
+            assert!(!slots.iter().any(|a| a.from_leader()), "class {k}");
+            let pulled: Vec<_> = both.iter().filter(|a| a.from_leader()).collect();
+            let rest: Vec<_> = both.iter().filter(|a| !a.from_leader()).copied().collect();
+            assert_eq!(rest, slots, "class {k}");
+            match class_max(k) {
+                m if m <= SHORT_UP_TO => assert!(pulled.is_empty(), "class {k}"),
+                m if m >= PIPELINED_FROM => {
+                    assert_eq!(pulled, [&TwoLevelFromLeader, &TwoLevelPipelinedFromLeader])
+                }
+                _ => assert_eq!(pulled, [&TwoLevelFromLeader], "class {k}"),
+            }
+        }
+        let bytes = 64 << 10;
+        let mut t = Tuner::over_two_levels(1, 0, false);
+        assert!(t.offer_from_leader());
+        let first = candidates(class_of(bytes)).len() as u64 + VOTE_CALLS;
+        for _ in 0..first {
+            assert_eq!(t.plan(bytes), Some((TwoLevel, None)));
+        }
+        let mut seen = Vec::new();
+        let v = measure(&mut t, bytes, |alg| {
+            seen.push(alg);
+            if alg == TwoLevelFromLeader {
+                600
+            } else {
+                900
+            }
+        });
+        assert!(seen.contains(&TwoLevel) && seen.contains(&TwoLevelFromLeader));
+        assert_eq!(t.settle(class_of(bytes), &v).alg, TwoLevelFromLeader);
+        // Too late once a call was counted; never on one level.
+        assert!(!t.offer_from_leader());
+        assert!(!Tuner::new(1, 0, false).offer_from_leader());
     }
 
     #[test]
@@ -1309,7 +1397,7 @@ mod tests {
             1000
         });
         let each = 2 * LARGE_FACTOR;
-        let cands = over_two_levels(k);
+        let cands = over_two_levels(k, false);
         assert_eq!(seen.len(), each * cands.len());
         for (i, alg) in seen.iter().enumerate() {
             assert_eq!(*alg, cands[i / each], "call {i}");
@@ -1321,7 +1409,10 @@ mod tests {
             n += 1;
             1000
         });
-        assert_eq!(n, 2 * over_two_levels(class_of(LARGE_FROM / 2)).len());
+        assert_eq!(
+            n,
+            2 * over_two_levels(class_of(LARGE_FROM / 2), false).len()
+        );
         let mut t = Tuner::new(2, 0, false);
         let mut n = 0;
         measure(&mut t, bytes, |_| {

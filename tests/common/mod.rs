@@ -638,6 +638,20 @@ pub fn tally(stats: &HashMap<String, String>, alg: &str) -> (u64, u64) {
     )
 }
 
+/// The broadcasts over two levels, whichever way the nodes' ranks copied
+/// (`two_level`, `two_level_from_leader`) and whole or pipelined.
+pub fn levels_tally(stats: &HashMap<String, String>) -> (u64, u64) {
+    [
+        "two_level",
+        "two_level_pipelined",
+        "two_level_from_leader",
+        "two_level_pipelined_from_leader",
+    ]
+    .iter()
+    .map(|alg| tally(stats, alg))
+    .fold((0, 0), |a, t| (a.0 + t.0, a.1 + t.1))
+}
+
 pub fn num(f: &HashMap<String, String>, key: &str) -> u64 {
     f[key]
         .parse()
