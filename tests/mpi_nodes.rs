@@ -295,6 +295,78 @@ fn a_rank_that_wants_no_segment_keeps_its_node_on_open_mpis_broadcast() {
     assert_eq!(bytes[3..], [bytes[3]; 3], "{world:?}");
 }
 
+/// World rank 2 set to one way (`coll_ipmc_node_segment` `value`) where
+/// the others measure both (the default): its node copies that way whatever
+/// the call (`how`, as `coll_ipmc_verbose 5` says), the other node each way
+/// as measured, and the measured choice, the same on every rank, tries both;
+/// every byte of messages over two slots arrives, through the segments.
+fn one_node_set_to_one_way(value: &str, how: &str) {
+    let cluster = Cluster {
+        slots: 3,
+        ..Cluster::hosts(2)
+    };
+    let mca = [
+        ("coll_ipmc_print_statistics", "1"),
+        ("coll_ipmc_verbose", "5"),
+    ];
+    let setting = format!("OMPI_MCA_coll_ipmc_node_segment={value}");
+    let wrapper = common::on_rank_2(&setting);
+    let args = [
+        "--max-bytes",
+        "1024",
+        "--burst",
+        "80",
+        "--burst-bytes",
+        "300000",
+        "--intercomm",
+        "0",
+    ];
+    let run = cluster.mpirun_wrapped(&mca, &wrapper, "bcast_check", &args);
+    assert_passed(&run);
+    for rank in 0..6 {
+        let want = if rank < 3 {
+            how
+        } else {
+            "from the leader's memory or through its shared segment, as measured\n"
+        };
+        let line = format!("rank {rank} of world: its node's ranks take messages {want}");
+        assert!(run.output.contains(&line), "rank {rank}:\n{}", run.output);
+    }
+    let world = common::world_stats(&run, 6);
+    for s in &world {
+        assert!(tally(s, "two_level").0 >= 2, "{s:?}");
+        assert!(tally(s, "two_level_from_leader").0 >= 2, "{s:?}");
+    }
+    // Every byte over the levels went through the segments (the allgathers
+    // by which Open MPI splits communicators too), either way.
+    let with_collectives = common::stats_with_collectives(&run.output);
+    for node in world.chunks(3) {
+        let bytes = num(&node[0], "segment_bytes");
+        let s = with_collectives
+            .iter()
+            .find(|s| s["comm"] == "world" && s["rank"] == node[0]["rank"])
+            .expect("world's statistics");
+        let levels = levels_tally(s).1 + tally(s, "allgather_two_level").1;
+        assert_eq!(bytes, levels, "{s:?}");
+        for s in node {
+            assert_eq!(num(s, "segment_bytes"), bytes, "{world:?}");
+        }
+    }
+}
+
+#[test]
+fn a_node_set_to_the_slots_keeps_them_while_the_others_measure_both_ways() {
+    one_node_set_to_one_way("1", "through its shared segment\n");
+}
+
+/// Here every rank of the first node can read its leader's memory but one
+/// does not want to measure: the node must agree to copy from the leader
+/// in every call.
+#[test]
+fn a_node_set_to_the_leaders_memory_keeps_it_while_the_others_measure_both_ways() {
+    one_node_set_to_one_way("2", "from the leader's memory\n");
+}
+
 /// A rank that cannot read other processes' memory (`process_vm_readv`
 /// fails with EPERM on world rank 2, as in a container under Docker's
 /// default seccomp profile) where its node was asked to copy from the
