@@ -1237,6 +1237,47 @@ mod tests {
         }
     }
 
+    /// The last call of size `bytes` that the choice measures, the calls
+    /// taking `us` µs whatever their algorithm (short enough that a closer
+    /// look pays where one may be taken), every vote settled as it comes.
+    fn last_measured(mut t: Tuner, bytes: usize, us_each: u64) -> u64 {
+        let mut last = 0;
+        for call in 1..=400 {
+            let (_, sample) = t.plan(bytes).expect("settled as it came");
+            if let Some(sample) = sample {
+                t.record(sample, Some(us(us_each)), None);
+                last = call;
+            }
+            if let Due::Vote(k, v) = t.due(bytes) {
+                t.settle(k, &v);
+            }
+        }
+        last
+    }
+
+    /// `bench/bcast_bench.c` leaves its first 128 calls of each size up to
+    /// 128 KiB unrecorded, 48 above, so that the recorded ones run the
+    /// decision: they must cover every measured call, over one level or
+    /// two, the levels measured both ways or not.
+    #[test]
+    fn the_benchmarks_unrecorded_rounds_cover_the_measured_calls() {
+        for k in 0..class_of(AUTO_LARGE << 1) {
+            let bytes = class_max(k);
+            let warmup = if bytes <= 128 << 10 { 128 } else { 48 };
+            let mut both = Tuner::over_two_levels(2, 0, false).of_ranks(16);
+            assert!(both.offer_from_leader());
+            let tuners = [
+                Tuner::new(2, 0, false).of_ranks(16),
+                Tuner::over_two_levels(2, 0, false).of_ranks(16),
+                both,
+            ];
+            for t in tuners {
+                let last = last_measured(t, bytes, 10);
+                assert!(last <= warmup, "{bytes} bytes: measured until call {last}");
+            }
+        }
+    }
+
     /// A look that measures again (a lead moved) may find a class's vote
     /// settled on some ranks and not yet on others (each settles it when it
     /// must): every rank then goes on alike, call after call, and measures
