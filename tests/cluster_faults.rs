@@ -525,6 +525,24 @@ fn forced_multicast_on_hosts_of_several_ranks_reaches_one_rank_per_host() {
     );
 }
 
+/// Multicast forced on 2 hosts of 8 ranks (16 processes on the machine's
+/// cores): the leaders' communicator of 2 multicasts, one rank per host
+/// receives, and every rank of each node gets every byte from its leader.
+#[test]
+fn forced_multicast_on_two_hosts_of_eight_ranks_reaches_one_rank_per_host() {
+    let cluster = Cluster {
+        slots: 8,
+        ..Cluster::hosts(2)
+    };
+    let mca = [("coll_ipmc_bcast_algorithm", "3")];
+    two_levels(
+        "2 x 8, multicast forced",
+        &cluster,
+        &mca,
+        &["--max-bytes", "262144"],
+    );
+}
+
 /// The communicators `han` makes for its levels (at its first allreduce:
 /// Open MPI 5.0's default, 4.1's with its priority raised) are han's: with
 /// ipmc's multicast forced, ipmc serves the program's communicator and its

@@ -958,8 +958,15 @@ impl Module {
             served = true;
             Ok(None)
         })?;
-        self.stats
-            .record(if served { alg } else { Algorithm::Previous }, bytes);
+        // Nonblocking, the nodes' steps are Open MPI's: no rank copied from
+        // its leader's memory.
+        let alg = match alg {
+            _ if !served => Algorithm::Previous,
+            Algorithm::TwoLevelFromLeader => Algorithm::TwoLevel,
+            Algorithm::TwoLevelPipelinedFromLeader => Algorithm::TwoLevelPipelined,
+            alg => alg,
+        };
+        self.stats.record(alg, bytes);
         Ok(served)
     }
 
