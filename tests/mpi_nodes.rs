@@ -311,16 +311,7 @@ fn one_node_set_to_one_way(value: &str, how: &str) {
     ];
     let setting = format!("OMPI_MCA_coll_ipmc_node_segment={value}");
     let wrapper = common::on_rank_2(&setting);
-    let args = [
-        "--max-bytes",
-        "1024",
-        "--burst",
-        "80",
-        "--burst-bytes",
-        "300000",
-        "--intercomm",
-        "0",
-    ];
+    let args = bursts("80", "300000");
     let run = cluster.mpirun_wrapped(&mca, &wrapper, "bcast_check", &args);
     assert_passed(&run);
     for rank in 0..6 {
@@ -433,16 +424,7 @@ fn two_levels_are_measured_against_open_mpis_broadcast() {
     // through the nodes' segments and from their leaders' memory, which the
     // kernel allows here: the tests run as one user) and decides by the
     // 47th.
-    let args = [
-        "--max-bytes",
-        "1024",
-        "--burst",
-        "80",
-        "--burst-bytes",
-        "65536",
-        "--intercomm",
-        "0",
-    ];
+    let args = bursts("80", "65536");
     let run = cluster.mpirun(&mca, "bcast_check", &args);
     assert_passed(&run);
     let world = common::world_stats(&run, cluster.ranks());
@@ -573,16 +555,7 @@ fn a_killed_rank_ends_a_job_of_nonblocking_broadcasts_over_two_levels() {
 fn pipelined_levels_are_measured_above_a_mebibyte() {
     let cluster = three_hosts_of_two();
     let mca = [("coll_ipmc_print_statistics", "1")];
-    let args = [
-        "--max-bytes",
-        "1024",
-        "--burst",
-        "60",
-        "--burst-bytes",
-        "1500000",
-        "--intercomm",
-        "0",
-    ];
+    let args = bursts("60", "1500000");
     let run = cluster.mpirun(&mca, "bcast_check", &args);
     assert_passed(&run);
     let world = common::world_stats(&run, cluster.ranks());
@@ -683,6 +656,21 @@ fn a_killed_rank_ends_a_job_whose_nodes_use_their_segments() {
             cluster.assert_killed_rank_ends_job(&mca, rank, "bcast_bench", &args);
         }
     }
+}
+
+/// `bcast_check`'s arguments for `calls` broadcasts of `bytes` bytes on
+/// each communicator, after a sweep up to 1 KiB.
+fn bursts(calls: &'static str, bytes: &'static str) -> [&'static str; 8] {
+    [
+        "--max-bytes",
+        "1024",
+        "--burst",
+        calls,
+        "--burst-bytes",
+        bytes,
+        "--intercomm",
+        "0",
+    ]
 }
 
 fn three_hosts_of_two() -> Cluster {
