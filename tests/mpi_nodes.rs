@@ -358,6 +358,59 @@ fn a_node_set_to_the_leaders_memory_keeps_it_while_the_others_measure_both_ways(
     one_node_set_to_one_way("2", "from the leader's memory\n");
 }
 
+/// A program that keeps many communicators alive, on hosts whose
+/// `/dev/shm` is small (a private tmpfs of 16 MiB, as containers have):
+/// leaders make segments while half of it stays free, and the nodes of the
+/// later communicators, whose leaders say why they made none, keep Open
+/// MPI's broadcast; every byte arrives on every communicator.
+#[test]
+fn segments_leave_half_of_a_small_dev_shm_to_others() {
+    let cluster = Cluster {
+        slots: 3,
+        ..Cluster::hosts(2)
+    };
+    let mca = [("coll_ipmc_verbose", "5")];
+    let job = common::job_line(&mca, "many_comms", &["12", "300000"]);
+    let run = cluster.run_script(&format!(
+        "exec unshare -m sh -c 'mount -t tmpfs -o size=16m ipmc-test /dev/shm && \
+         exec timeout --kill-after=10 240 mpirun $CLUSTER_MPIRUN --host \"$CLUSTER_HOSTS\" \
+         -np {} {}'",
+        cluster.ranks(),
+        job.replace('\'', "'\\''")
+    ));
+    assert!(
+        run.ok && run.output.contains("many_comms: PASS"),
+        "{}",
+        run.output
+    );
+    let hows: Vec<&str> = run
+        .output
+        .lines()
+        .filter_map(|l| {
+            l.split_once(": its node's ranks take messages ")
+                .map(|(_, h)| h)
+        })
+        .collect();
+    // 12 communicators, each seen by the 6 ranks; a node's 3 ranks alike.
+    assert_eq!(hows.len(), 12 * 6, "{}", run.output);
+    let open_mpi = hows.iter().filter(|h| h.starts_with("by Open MPI")).count();
+    let segments = (hows.len() - open_mpi) / 3;
+    // 16 MiB of which half stays free: 7 segments of 1 MiB and a header,
+    // and one more where both hosts' leaders, which share this machine's
+    // `/dev/shm` as no two hosts of a cluster do, looked at once.
+    assert!(
+        (1..=8).contains(&segments),
+        "{segments} segments:\n{}",
+        run.output
+    );
+    assert!(
+        run.output
+            .contains("no shared segment: /dev/shm would be more than half full"),
+        "{}",
+        run.output
+    );
+}
+
 /// A rank that cannot read other processes' memory (`process_vm_readv`
 /// fails with EPERM on world rank 2, as in a container under Docker's
 /// default seccomp profile) where its node was asked to copy from the

@@ -33,7 +33,7 @@
 //! Steps and pieces are numbered alike on every rank of the node, since
 //! each takes part in the same steps with the same lengths.
 
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicU64, Ordering};
 
 use crate::base::error::{Error, Result};
@@ -151,7 +151,7 @@ impl NodeSegment {
         let mut probe_word = [0u8; 8];
         let _ = os::os_random(&mut probe_word);
         let probe = Box::new(u64::from_le_bytes(probe_word) | 1);
-        if leads && wanted != Wanted::No {
+        if leads && wanted != Wanted::No && leaves_room(Path::new(SHM_DIR)) {
             let path = fresh_path(node);
             match SharedMapping::create(&path, Self::BYTES) {
                 Ok(map) => {
@@ -437,11 +437,43 @@ pub fn waiting() -> impl FnMut() {
 
 /// A name no other segment has: the process, the communicator and random
 /// bits, in `/dev/shm` (memory, not disk).
+/// Where the segments' files are made.
+const SHM_DIR: &str = "/dev/shm";
+
+/// Whether a segment may be made in `dir`: where its file system would
+/// still have half its size free after it. Other components (Open MPI's
+/// shared-memory transports and windows) and programs need the same space,
+/// often small in containers (64 MiB by Docker's default), and a program
+/// may keep many communicators alive: ipmc takes at most half, and a node
+/// whose leader makes no segment keeps Open MPI's broadcast.
+fn leaves_room(dir: &Path) -> bool {
+    match os::space(dir) {
+        Ok((free, size)) if half_free_after(free, size, NodeSegment::BYTES as u64) => true,
+        Ok((free, size)) => {
+            log::info!(
+                "no shared segment: {} would be more than half full ({free} of {size} bytes free)",
+                dir.display()
+            );
+            false
+        }
+        Err(e) => {
+            log::info!("no shared segment: {} ({e})", dir.display());
+            false
+        }
+    }
+}
+
+/// Whether a file system of `size` bytes with `free` free keeps half its
+/// size free once `bytes` more are taken.
+fn half_free_after(free: u64, size: u64, bytes: u64) -> bool {
+    free.checked_sub(bytes).is_some_and(|left| left >= size / 2)
+}
+
 fn fresh_path(node: Comm) -> PathBuf {
     let mut random = [0u8; 8];
     let _ = os::os_random(&mut random);
     PathBuf::from(format!(
-        "/dev/shm/ipmc-{}-{}-{:016x}",
+        "{SHM_DIR}/ipmc-{}-{}-{:016x}",
         std::process::id(),
         node.cid(),
         u64::from_le_bytes(random)
@@ -503,6 +535,20 @@ mod tests {
 
     fn message(len: usize, salt: u8) -> Vec<u8> {
         (0..len).map(|i| (i * 31 + salt as usize) as u8).collect()
+    }
+
+    /// A segment is made only where its file system keeps half its size
+    /// free after it; the machine's own `/dev/shm` is read as it is.
+    #[test]
+    fn segments_take_at_most_half_of_their_file_system() {
+        let mib = 1 << 20;
+        assert!(half_free_after(64 * mib, 64 * mib, mib));
+        assert!(half_free_after(33 * mib, 64 * mib, mib));
+        assert!(!half_free_after(33 * mib - 1, 64 * mib, mib));
+        assert!(!half_free_after(mib / 2, 0, mib));
+        let (free, size) = os::space(Path::new(SHM_DIR)).unwrap();
+        assert!(free <= size && size > 0, "{free} of {size}");
+        assert!(os::space(Path::new("/no/such/dir")).is_err());
     }
 
     #[test]

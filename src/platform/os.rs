@@ -109,6 +109,28 @@ pub fn os_random(buf: &mut [u8]) -> std::io::Result<()> {
     Ok(())
 }
 
+/// The bytes an unprivileged user may still write to the file system that
+/// holds `dir`, and its size (`statvfs(3)`).
+pub fn space(dir: &std::path::Path) -> std::io::Result<(u64, u64)> {
+    use std::os::unix::ffi::OsStrExt;
+    let path = std::ffi::CString::new(dir.as_os_str().as_bytes())
+        .map_err(|_| std::io::ErrorKind::InvalidInput)?;
+    let mut st = std::mem::MaybeUninit::<libc::statvfs>::uninit();
+    // SAFETY: `path` is NUL-terminated and `st` is writable; the struct is
+    // read only where the call succeeded and so filled it.
+    let st = unsafe {
+        if libc::statvfs(path.as_ptr(), st.as_mut_ptr()) != 0 {
+            return Err(std::io::Error::last_os_error());
+        }
+        st.assume_init()
+    };
+    let unit = st.f_frsize as u64;
+    Ok((
+        (st.f_bavail as u64).saturating_mul(unit),
+        (st.f_blocks as u64).saturating_mul(unit),
+    ))
+}
+
 /// CPU time of the calling thread, for cost figures that other processes
 /// on a shared machine do not inflate.
 pub fn thread_cpu_time() -> std::time::Duration {
