@@ -265,10 +265,7 @@ fn the_ranks_of_a_node_can_copy_from_their_leaders_memory() {
 /// world rank 2 (which does not lead the first host's node) run by
 /// `wrapper`.
 fn rank_2_apart(mca: &[(&str, &str)], wrapper: &[&str]) -> Run {
-    let cluster = Cluster {
-        slots: 3,
-        ..Cluster::hosts(2)
-    };
+    let cluster = two_hosts_of_three();
     let mut mca = mca.to_vec();
     mca.extend([
         ("coll_ipmc_print_statistics", "1"),
@@ -301,10 +298,7 @@ fn a_rank_that_wants_no_segment_keeps_its_node_on_open_mpis_broadcast() {
 /// as measured, and the measured choice, the same on every rank, tries both;
 /// every byte of messages over two slots arrives, through the segments.
 fn one_node_set_to_one_way(value: &str, how: &str) {
-    let cluster = Cluster {
-        slots: 3,
-        ..Cluster::hosts(2)
-    };
+    let cluster = two_hosts_of_three();
     let mca = [
         ("coll_ipmc_print_statistics", "1"),
         ("coll_ipmc_verbose", "5"),
@@ -365,10 +359,7 @@ fn a_node_set_to_the_leaders_memory_keeps_it_while_the_others_measure_both_ways(
 /// MPI's broadcast; every byte arrives on every communicator.
 #[test]
 fn segments_leave_half_of_a_small_dev_shm_to_others() {
-    let cluster = Cluster {
-        slots: 3,
-        ..Cluster::hosts(2)
-    };
+    let cluster = two_hosts_of_three();
     let mca = [("coll_ipmc_verbose", "5")];
     let job = common::job_line(&mca, "many_comms", &["12", "300000"]);
     let run = cluster.run_script(&format!(
@@ -724,6 +715,13 @@ fn bursts(calls: &'static str, bytes: &'static str) -> [&'static str; 8] {
         "--intercomm",
         "0",
     ]
+}
+
+fn two_hosts_of_three() -> Cluster {
+    Cluster {
+        slots: 3,
+        ..Cluster::hosts(2)
+    }
 }
 
 fn three_hosts_of_two() -> Cluster {
