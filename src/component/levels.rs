@@ -683,6 +683,8 @@ impl Levels {
     /// must fit in an `int` of bytes (the caller checks, alike on every
     /// rank).
     pub fn allgather(&mut self, call: &mut AllgatherCall, blocks: &[usize]) -> Result<()> {
+        // The last step through the slots, whatever way the broadcasts took.
+        self.set_from_leader(false);
         let l = &self.layout;
         let (at, runs) = l.gathered(blocks);
         let total = runs.last().map_or(0, |r| r.end);
