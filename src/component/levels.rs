@@ -18,7 +18,7 @@ use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use crate::base::error::{Error, Result};
 use crate::base::io::Wait;
-use crate::component::node_segment::{self, Copies, NodeSegment, Wanted};
+use crate::component::node_segment::{self, Copies, Giver, NodeSegment, Wanted};
 use crate::platform::ompi::{AllgatherCall, BcastCall, Comm, Fanout, PartIbcast};
 
 /// Bytes of a segment of a pipelined broadcast over the levels: 4 MiB
@@ -413,15 +413,6 @@ impl Levels {
         })
     }
 
-    /// The way of the node's next steps where its ranks may copy either
-    /// way: from the leader's memory or through the segment's slots (from
-    /// the call's algorithm, the same on every rank).
-    pub fn set_from_leader(&mut self, from_leader: bool) {
-        if let Some(segment) = self.segment.as_mut() {
-            segment.set_from_leader(from_leader);
-        }
-    }
-
     /// Bytes this rank wrote to or read from its node's segment since the
     /// last call.
     pub fn take_segment_bytes(&mut self) -> u64 {
@@ -429,21 +420,25 @@ impl Levels {
     }
 
     /// The node's step through the segment of `buf`, which its rank
-    /// `giver` (in the node's communicator) has; `false` (nothing done)
-    /// where the node has none.
-    fn through_segment(&mut self, buf: &mut [u8], giver: usize) -> Result<bool> {
-        self.segment_step(buf, giver, usize::MAX, |_| Ok(()))
+    /// `giver` (in the node's communicator) has, the node's ranks copying
+    /// from the leader's memory where it gives and the call asks for it
+    /// (`from_leader`: [`Giver::Leader`]); `false` (nothing done) where the
+    /// node has none.
+    fn through_segment(&mut self, buf: &mut [u8], giver: usize, from_leader: bool) -> Result<bool> {
+        self.segment_step(buf, giver, from_leader, usize::MAX, |_| Ok(()))
     }
 
-    /// The node's step through the segment of `buf` from its rank `giver`,
-    /// in chunks of `chunk` bytes (a multiple of the segment's slots), each
-    /// of which the giver first gets by `before` and then gives on, while
-    /// the others copy the chunks before; `false` (nothing done) where the
-    /// node has no segment.
+    /// The node's step through the segment of `buf` from its rank `giver`
+    /// (`from_leader` as in [`Levels::through_segment`]), in chunks of
+    /// `chunk` bytes (a multiple of the segment's slots), each of which the
+    /// giver first gets by `before` and then gives on, while the others copy
+    /// the chunks before; `false` (nothing done) where the node has no
+    /// segment.
     fn segment_step(
         &mut self,
         buf: &mut [u8],
         giver: usize,
+        from_leader: bool,
         chunk: usize,
         mut before: impl FnMut(&mut [u8]) -> Result<()>,
     ) -> Result<bool> {
@@ -451,7 +446,7 @@ impl Levels {
             return Ok(false);
         };
         if self.layout.local[self.rank] as usize == giver {
-            segment.begin(buf.as_ptr(), buf.len());
+            segment.begin(buf.as_ptr(), buf.len(), from_leader);
             let mut result = Ok(());
             for c in buf.chunks_mut(chunk.max(1)) {
                 result = before(c);
@@ -466,7 +461,13 @@ impl Levels {
             result?;
             segment.finish(node_segment::waiting());
         } else {
-            segment.take(buf, giver == 0, node_segment::waiting())?;
+            let giver = match giver {
+                0 => Giver::Leader {
+                    from_memory: from_leader,
+                },
+                _ => Giver::Other,
+            };
+            segment.take(buf, giver, node_segment::waiting())?;
         }
         self.segment_bytes += buf.len() as u64;
         Ok(true)
@@ -548,8 +549,10 @@ impl Levels {
     /// would hold it until the late rank came, and with it, through the
     /// leaders, every node).
     ///
-    /// Returns whether the node's step went by handover.
-    pub fn bcast(&mut self, call: &mut BcastCall) -> Result<bool> {
+    /// `from_leader`: the node's ranks copy from the leader's memory where
+    /// they may copy either way ([`Levels::through_segment`]). Returns
+    /// whether the node's step went by handover.
+    pub fn bcast(&mut self, call: &mut BcastCall, from_leader: bool) -> Result<bool> {
         let hand_over = self.hands_over() && !self.node_goes_first(call.root());
         for (part, root) in self.bcast_parts(call.root()) {
             if part == self.node && hand_over {
@@ -557,7 +560,7 @@ impl Levels {
             } else if part == self.node && self.segment.is_some() {
                 let gives = self.layout.local[self.rank] as usize == root;
                 call.on_message_bytes(call.bytes(), gives, |buf| {
-                    self.through_segment(buf, root).map(drop)
+                    self.through_segment(buf, root, from_leader).map(drop)
                 })?;
             } else {
                 call.on_part(part, root)?;
@@ -610,8 +613,14 @@ impl Levels {
     /// are of segments everywhere.
     /// Where the node's ranks take the message by handover (see
     /// [`Levels::bcast`]), they do so once the leader has all of it; returns
-    /// whether they did.
-    pub fn bcast_pipelined(&mut self, buf: &mut [u8], root: usize, segment: usize) -> Result<bool> {
+    /// whether they did. `from_leader` as in [`Levels::bcast`].
+    pub fn bcast_pipelined(
+        &mut self,
+        buf: &mut [u8],
+        root: usize,
+        segment: usize,
+        from_leader: bool,
+    ) -> Result<bool> {
         let root_node = self.layout.node[root] as usize;
         let leaders = self.leaders;
         let among_leaders = |chunk: &mut [u8]| match leaders {
@@ -620,7 +629,7 @@ impl Levels {
         };
         if self.node_goes_first(root) {
             let giver = self.layout.local[root] as usize;
-            if !self.through_segment(buf, giver)? {
+            if !self.through_segment(buf, giver, from_leader)? {
                 self.node.bcast_bytes(buf, giver)?;
             }
             buf.chunks_mut(segment.max(1)).try_for_each(among_leaders)?;
@@ -631,7 +640,7 @@ impl Levels {
             self.hand_over_bytes(buf)?;
             return Ok(true);
         }
-        if self.segment_step(buf, 0, segment, among_leaders)? {
+        if self.segment_step(buf, 0, from_leader, segment, among_leaders)? {
             return Ok(false);
         }
         self.node.bcast_segments(buf, 0, segment, among_leaders)?;
@@ -683,8 +692,6 @@ impl Levels {
     /// must fit in an `int` of bytes (the caller checks, alike on every
     /// rank).
     pub fn allgather(&mut self, call: &mut AllgatherCall, blocks: &[usize]) -> Result<()> {
-        // The last step through the slots, whatever way the broadcasts took.
-        self.set_from_leader(false);
         let l = &self.layout;
         let (at, runs) = l.gathered(blocks);
         let total = runs.last().map_or(0, |r| r.end);
@@ -709,7 +716,7 @@ impl Levels {
             if let Some(leaders) = self.leaders {
                 leaders.allgatherv_bytes(all, &run_counts, &run_displs)?;
             }
-            if self.through_segment(all, 0)? {
+            if self.through_segment(all, 0, false)? {
                 return Ok(());
             }
             self.node.bcast_bytes(all, 0)

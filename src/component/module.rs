@@ -1074,8 +1074,7 @@ impl Module {
         let TwoLevels::Ready(levels) = &mut self.levels else {
             return Err(Error::Unavailable);
         };
-        levels.set_from_leader(from_leader);
-        if levels.bcast(call)? {
+        if levels.bcast(call, from_leader)? {
             self.stats.handovers += 1;
         }
         self.stats.segment_bytes += levels.take_segment_bytes();
@@ -1096,11 +1095,10 @@ impl Module {
         let TwoLevels::Ready(levels) = &mut self.levels else {
             return Err(Error::Unavailable);
         };
-        levels.set_from_leader(from_leader);
         let root = call.root();
         let mut handed = false;
         call.on_message_bytes(bytes, self.rank == call.root(), |buf| {
-            handed = levels.bcast_pipelined(buf, root, LEVEL_SEGMENT)?;
+            handed = levels.bcast_pipelined(buf, root, LEVEL_SEGMENT, from_leader)?;
             Ok(())
         })?;
         if handed {

@@ -72,6 +72,17 @@ pub enum Copies {
     ThroughSlots,
 }
 
+/// Who gives a step.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Giver {
+    /// The node's leader; `from_memory`: the call asks for copies from its
+    /// memory, heeded where the node measures both ways.
+    Leader { from_memory: bool },
+    /// Another rank of the node (a root that does not lead): through the
+    /// slots.
+    Other,
+}
+
 /// What a node wants of its segment (`coll_ipmc_node_segment`).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Wanted {
@@ -111,10 +122,10 @@ pub struct NodeSegment {
     copies: Copies,
     /// Whether the node measures both ways (every rank wants
     /// [`Wanted::Either`]): then the leader's steps go from its memory only
-    /// where the call asks for it ([`NodeSegment::set_from_leader`]).
+    /// where the call asks for it ([`Giver::Leader`]).
     either: bool,
-    /// This call's way where the node measures both.
-    from_leader: bool,
+    /// On the giver: the way of the step it began.
+    giving: Copies,
     /// Whether this rank leads the node.
     leads: bool,
     /// The ranks that take each step: all of the node's but the giver.
@@ -226,7 +237,7 @@ impl NodeSegment {
             map,
             copies,
             either: false,
-            from_leader: false,
+            giving: Copies::ThroughSlots,
             leads,
             readers: ranks.saturating_sub(1) as u64,
             next: 0,
@@ -244,20 +255,12 @@ impl NodeSegment {
         self.either && self.copies != Copies::ThroughSlots
     }
 
-    /// The way of the leader's next steps where the node measures both:
-    /// from its memory or through the slots (every rank of the node sets
-    /// the same, from the call's algorithm).
-    pub fn set_from_leader(&mut self, from_leader: bool) {
-        self.from_leader = from_leader;
-    }
-
     /// How a step goes: as the node agreed and the call asks where its
     /// leader gives it, through the slots from any other rank.
-    fn way(&self, leader_gives: bool) -> Copies {
-        if leader_gives && (!self.either || self.from_leader) {
-            self.copies
-        } else {
-            Copies::ThroughSlots
+    fn way(&self, giver: Giver) -> Copies {
+        match giver {
+            Giver::Leader { from_memory } if !self.either || from_memory => self.copies,
+            _ => Copies::ThroughSlots,
         }
     }
 
@@ -276,10 +279,15 @@ impl NodeSegment {
     /// On the rank that gives a step (the leader, or a root that does not
     /// lead): begins a step that gives its node `len` bytes at address `at`
     /// of this process, which must hold them unchanged from their
-    /// [`Self::publish`] until [`Self::finish`] returns.
-    pub fn begin(&mut self, at: *const u8, len: usize) {
+    /// [`Self::publish`] until [`Self::finish`] returns; `from_memory` as in
+    /// [`Giver::Leader`].
+    pub fn begin(&mut self, at: *const u8, len: usize, from_memory: bool) {
         self.published = 0;
-        if let Copies::FromLeader { .. } = self.way(self.leads) {
+        self.giving = self.way(match self.leads {
+            true => Giver::Leader { from_memory },
+            false => Giver::Other,
+        });
+        if let Copies::FromLeader { .. } = self.giving {
             self.step += 1;
             self.map.atomic_u64(DONE).store(0, Ordering::Relaxed);
             self.map.atomic_u64(READY).store(0, Ordering::Relaxed);
@@ -300,7 +308,7 @@ impl NodeSegment {
     /// multiple of [`SLOT_BYTES`], as the ranks read the step slot by slot.
     pub fn publish(&mut self, chunk: &[u8], idle: impl FnMut()) {
         self.published += chunk.len() as u64;
-        match self.way(self.leads) {
+        match self.giving {
             Copies::FromLeader { .. } => {
                 self.map
                     .atomic_u64(READY)
@@ -312,7 +320,7 @@ impl NodeSegment {
 
     /// On the giver: ends the step once every rank has its bytes.
     pub fn finish(&mut self, mut idle: impl FnMut()) {
-        if let Copies::FromLeader { .. } = self.way(self.leads) {
+        if let Copies::FromLeader { .. } = self.giving {
             while self.map.atomic_u64(DONE).load(Ordering::Acquire) < self.readers {
                 idle();
             }
@@ -320,10 +328,9 @@ impl NodeSegment {
     }
 
     /// On every other rank: takes a step's `out.len()` bytes from its
-    /// giver (the leader where `from_leader`), as it publishes them,
-    /// waiting (`idle`) meanwhile.
-    pub fn take(&mut self, out: &mut [u8], from_leader: bool, idle: impl FnMut()) -> Result<()> {
-        match self.way(from_leader) {
+    /// `giver`, as it publishes them, waiting (`idle`) meanwhile.
+    pub fn take(&mut self, out: &mut [u8], giver: Giver, idle: impl FnMut()) -> Result<()> {
+        match self.way(giver) {
             Copies::FromLeader { pid } => {
                 let taken = self.copy_from_leader(pid, out, idle);
                 // Counted done even where it failed: the leader must not
@@ -500,6 +507,10 @@ fn open_named(name: &[u8]) -> Option<SharedMapping> {
 mod tests {
     use super::*;
 
+    /// The leader gives, asking for copies from its memory (which only a
+    /// node that agreed on them makes).
+    const LEADER: Giver = Giver::Leader { from_memory: true };
+
     /// One segment's file, mapped once per rank of a node of `ranks`, its
     /// copies through the slots.
     fn node(ranks: usize) -> Vec<NodeSegment> {
@@ -597,7 +608,7 @@ mod tests {
                     for round in 0..rounds {
                         for &len in &lens {
                             let mut out = vec![0u8; len];
-                            seg.take(&mut out, true, patient()).unwrap();
+                            seg.take(&mut out, LEADER, patient()).unwrap();
                             assert!(out == message(len, round as u8), "rank {r}, {len} bytes");
                         }
                     }
@@ -606,7 +617,7 @@ mod tests {
             for round in 0..rounds {
                 for &len in &lens {
                     let mut msg = vec![0u8; len];
-                    leader.begin(msg.as_ptr(), len);
+                    leader.begin(msg.as_ptr(), len, true);
                     // Published in three parts, each filled in just before.
                     let full = message(len, round as u8);
                     let cuts = [0, len / 3, len / 2, len];
@@ -641,17 +652,18 @@ mod tests {
             for (r, mut seg) in ranks.into_iter().enumerate() {
                 s.spawn(move || {
                     for round in 0..rounds {
-                        seg.set_from_leader(pulled(round));
+                        let giver = Giver::Leader {
+                            from_memory: pulled(round),
+                        };
                         let mut out = vec![0u8; len];
-                        seg.take(&mut out, true, patient()).unwrap();
+                        seg.take(&mut out, giver, patient()).unwrap();
                         assert!(out == message(len, round as u8), "rank {r}, round {round}");
                     }
                 });
             }
             for round in 0..rounds {
-                leader.set_from_leader(pulled(round));
                 let msg = message(len, round as u8);
-                leader.begin(msg.as_ptr(), len);
+                leader.begin(msg.as_ptr(), len, pulled(round));
                 for chunk in msg.chunks(SLOT_BYTES) {
                     leader.publish(chunk, patient());
                 }
@@ -669,11 +681,11 @@ mod tests {
         let mut ranks = node_copying(2, Copies::FromLeader { pid });
         let (mut leader, mut reader) = (ranks.remove(0), ranks.remove(0));
         let msg = [7u8; 10];
-        leader.begin(msg.as_ptr(), msg.len());
+        leader.begin(msg.as_ptr(), msg.len(), true);
         leader.publish(&msg, || {});
         let mut out = [0u8; 9];
         assert_eq!(
-            reader.take(&mut out, true, || panic!("published")),
+            reader.take(&mut out, LEADER, || panic!("published")),
             Err(Error::Truncated)
         );
         leader.finish(|| panic!("the reader counted itself done"));
@@ -696,23 +708,23 @@ mod tests {
                         if r == 0 {
                             // The leader gives a step of its own between.
                             let msg = message(len, 40);
-                            seg.begin(msg.as_ptr(), len);
+                            seg.begin(msg.as_ptr(), len, true);
                             seg.publish(&msg, || {});
                             seg.finish(patient());
                         } else {
-                            seg.take(&mut out, true, patient()).unwrap();
+                            seg.take(&mut out, LEADER, patient()).unwrap();
                             assert!(out == message(len, 40), "leader's step {i}");
                         }
-                        seg.take(&mut out, false, patient()).unwrap();
+                        seg.take(&mut out, Giver::Other, patient()).unwrap();
                         assert!(out == message(len, i as u8), "rank {r}, step {i}");
                     }
                 });
             }
             for (i, &len) in lens.iter().enumerate() {
                 let mut msg = vec![0u8; len];
-                root.take(&mut msg, true, patient()).unwrap();
+                root.take(&mut msg, LEADER, patient()).unwrap();
                 let msg = message(len, i as u8);
-                root.begin(msg.as_ptr(), len);
+                root.begin(msg.as_ptr(), len, true);
                 root.publish(&msg, patient());
                 root.finish(|| panic!("no wait through the slots"));
             }
@@ -811,12 +823,12 @@ mod tests {
             s.spawn(move || {
                 let mut out = vec![0u8; big];
                 for _ in 0..5 {
-                    reader.take(&mut out, true, spin).unwrap();
+                    reader.take(&mut out, LEADER, spin).unwrap();
                 }
             });
             let msg = message(big, 3);
             let mut step = || {
-                leader.begin(msg.as_ptr(), big);
+                leader.begin(msg.as_ptr(), big, true);
                 leader.publish(&msg, spin);
                 leader.finish(spin);
             };

@@ -90,14 +90,6 @@ impl Algorithm {
         )
     }
 
-    /// Whether it runs over the two levels pipelined.
-    pub fn pipelined(self) -> bool {
-        matches!(
-            self,
-            Algorithm::TwoLevelPipelined | Algorithm::TwoLevelPipelinedFromLeader
-        )
-    }
-
     /// The name used in logs and statistics.
     pub fn name(self) -> &'static str {
         match self {
