@@ -512,17 +512,7 @@ fn hosts_of_several_ranks_broadcast_over_two_levels() {
 /// Multicast forced on 4 hosts of 4 ranks: it runs among the leaders.
 #[test]
 fn forced_multicast_on_hosts_of_several_ranks_reaches_one_rank_per_host() {
-    let cluster = Cluster {
-        slots: 4,
-        ..Cluster::hosts(4)
-    };
-    let mca = [("coll_ipmc_bcast_algorithm", "3")];
-    two_levels(
-        "4 x 4, multicast forced",
-        &cluster,
-        &mca,
-        &["--max-bytes", SWEEP],
-    );
+    forced_multicast_on(4, 4, SWEEP);
 }
 
 /// Multicast forced on 2 hosts of 8 ranks (16 processes on the machine's
@@ -530,17 +520,19 @@ fn forced_multicast_on_hosts_of_several_ranks_reaches_one_rank_per_host() {
 /// receives, and every rank of each node gets every byte from its leader.
 #[test]
 fn forced_multicast_on_two_hosts_of_eight_ranks_reaches_one_rank_per_host() {
+    forced_multicast_on(2, 8, "262144");
+}
+
+/// [`two_levels`] on `hosts` hosts of `slots` ranks with multicast forced,
+/// messages up to `max_bytes`.
+fn forced_multicast_on(hosts: usize, slots: usize, max_bytes: &str) {
     let cluster = Cluster {
-        slots: 8,
-        ..Cluster::hosts(2)
+        slots,
+        ..Cluster::hosts(hosts)
     };
     let mca = [("coll_ipmc_bcast_algorithm", "3")];
-    two_levels(
-        "2 x 8, multicast forced",
-        &cluster,
-        &mca,
-        &["--max-bytes", "262144"],
-    );
+    let what = format!("{hosts} x {slots}, multicast forced");
+    two_levels(&what, &cluster, &mca, &["--max-bytes", max_bytes]);
 }
 
 /// The communicators `han` makes for its levels (at its first allreduce:
