@@ -254,12 +254,6 @@ void ipmc_comm_free(struct ompi_communicator_t **comm)
     *comm = NULL;
 }
 
-int ipmc_comm_bcast(struct ompi_communicator_t *comm, void *buf, int count,
-                    struct ompi_datatype_t *dt, int root)
-{
-    return comm->c_coll->coll_bcast(buf, count, dt, root, comm, comm->c_coll->coll_bcast_module);
-}
-
 int ipmc_comm_barrier(struct ompi_communicator_t *comm)
 {
     return comm->c_coll->coll_barrier(comm, comm->c_coll->coll_barrier_module);
@@ -295,6 +289,11 @@ int ipmc_comm_ibcast_bytes(struct ompi_communicator_t *comm, void *buf, int len,
 {
     return comm->c_coll->coll_ibcast(buf, len, MPI_BYTE, root, comm, req,
                                      comm->c_coll->coll_ibcast_module);
+}
+
+struct ompi_datatype_t *ipmc_dt_byte(void)
+{
+    return MPI_BYTE;
 }
 
 size_t ipmc_dt_size(struct ompi_datatype_t *dt)

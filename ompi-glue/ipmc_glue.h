@@ -96,18 +96,18 @@ int ipmc_comm_info(struct ompi_communicator_t *comm, const char *key, char *valu
 /* The two levels of a communicator whose nodes hold several ranks: splits
    `comm` as MPI_Comm_split does (collective; color < 0: this rank is in no
    part, and *out is NULL) and names the part `name`, which ipmc does not
-   serve if `without_ipmc`; frees such a part (and sets it to NULL);
-   broadcasts on a part with whatever serves it. */
+   serve if `without_ipmc`; frees such a part (and sets it to NULL). */
 int ipmc_comm_split(struct ompi_communicator_t *comm, int color, int key, int without_ipmc,
                     const char *name, struct ompi_communicator_t **out);
 void ipmc_comm_free(struct ompi_communicator_t **comm);
-int ipmc_comm_bcast(struct ompi_communicator_t *comm, void *buf, int count,
-                    struct ompi_datatype_t *dt, int root);
 
 /* Datatypes. */
 size_t ipmc_dt_size(struct ompi_datatype_t *dt);
 int ipmc_dt_is_contiguous(struct ompi_datatype_t *dt, int count);
 ptrdiff_t ipmc_dt_true_lb(struct ompi_datatype_t *dt);
+/* MPI_BYTE: Open MPI's algorithms that ipmc calls itself get a message as
+   its packed bytes, so that every rank passes the same count and datatype. */
+struct ompi_datatype_t *ipmc_dt_byte(void);
 int ipmc_pack(const void *buf, int count, struct ompi_datatype_t *dt, void *out, size_t len);
 int ipmc_unpack(const void *in, size_t len, void *buf, int count, struct ompi_datatype_t *dt);
 

@@ -717,6 +717,35 @@ fn bursts(calls: &'static str, bytes: &'static str) -> [&'static str; 8] {
     ]
 }
 
+/// As the one-level test of `mpi_bcast.rs`, over two levels: every step
+/// of the levels moves the message's bytes (before, a node's step by Open
+/// MPI's broadcast got each rank's own count and datatype), and Open MPI's
+/// scatter-allgather, forced, no longer truncates. Up to 64 KiB: above,
+/// Open MPI 5.0's own broadcast (`han`, in segments of each rank's own
+/// count) delivers wrong bytes to such a job, and 4.1's (`tuned`) on 16
+/// ranks truncates it.
+#[test]
+fn ranks_describing_a_message_with_different_datatypes_get_every_int_over_two_levels() {
+    let cluster = three_hosts_of_two();
+    let runs = common::mixed_types_runs(
+        |mca, args| cluster.mpirun(mca, "mixed_types", args),
+        6,
+        &["--max-bytes", "65536"],
+        &[
+            &[],
+            &[("coll_ipmc_node_segment", "0")],
+            &[("coll_ipmc_bcast_algorithm", "7")],
+        ],
+    );
+    for s in &runs[0] {
+        assert!(levels_tally(s).0 > 0, "the levels served: {s:?}");
+    }
+    for s in &runs[1] {
+        assert!(levels_tally(s).0 > 0, "the levels served: {s:?}");
+        assert_eq!(num(s, "segment_bytes"), 0, "{s:?}");
+    }
+}
+
 fn two_hosts_of_three() -> Cluster {
     Cluster {
         slots: 3,

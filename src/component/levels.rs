@@ -552,28 +552,26 @@ impl Levels {
     /// `from_leader`: the node's ranks copy from the leader's memory where
     /// they may copy either way ([`Levels::through_segment`]). Returns
     /// whether the node's step went by handover.
+    ///
+    /// Every step moves the message's bytes, never the call's count and
+    /// datatype: the ranks' datatypes may differ where their type
+    /// signatures match, and whatever serves a part (Open MPI's broadcast
+    /// inside a node) may cut a message by each rank's own count.
     pub fn bcast(&mut self, call: &mut BcastCall, from_leader: bool) -> Result<bool> {
-        let hand_over = self.hands_over() && !self.node_goes_first(call.root());
-        for (part, root) in self.bcast_parts(call.root()) {
-            if part == self.node && hand_over {
-                self.hand_over(call)?;
-            } else if part == self.node && self.segment.is_some() {
-                let gives = self.layout.local[self.rank] as usize == root;
-                call.on_message_bytes(call.bytes(), gives, |buf| {
-                    self.through_segment(buf, root, from_leader).map(drop)
-                })?;
-            } else {
-                call.on_part(part, root)?;
+        let root = call.root();
+        let hand_over = self.hands_over() && !self.node_goes_first(root);
+        let has = self.rank == root;
+        call.on_message_bytes(call.bytes(), has, |buf| {
+            for (part, part_root) in self.bcast_parts(root) {
+                if part == self.node && hand_over {
+                    self.hand_over_bytes(buf)?;
+                } else if part != self.node || !self.through_segment(buf, part_root, from_leader)? {
+                    part.bcast_bytes(buf, part_root)?;
+                }
             }
-        }
+            Ok(())
+        })?;
         Ok(hand_over)
-    }
-
-    /// The node's step of [`Levels::bcast`] by handover, on the message's
-    /// bytes.
-    fn hand_over(&mut self, call: &mut BcastCall) -> Result<()> {
-        let leads = self.layout.is_leader(self.rank);
-        call.on_message_bytes(call.bytes(), leads, |buf| self.hand_over_bytes(buf))
     }
 
     /// A handover of `buf`: from the leader, which has it, to every other

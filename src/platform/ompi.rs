@@ -246,41 +246,62 @@ impl BcastCall {
         self.whole(sys::ipmc_prev_bcast)
     }
 
-    /// Runs the call as Open MPI's binomial tree (coll/base) on ipmc's module.
+    /// Runs the call as Open MPI's binomial tree (coll/base) on ipmc's
+    /// module, on the message's bytes ([`Self::base_on_bytes`]).
     pub fn binomial(&mut self) -> Result<()> {
         // The module's `base_data`, where coll/base caches the tree, was
         // made with the module.
-        self.whole(sys::ipmc_base_bcast_binomial)
+        self.base_on_bytes(sys::ipmc_base_bcast_binomial)
     }
 
-    /// Runs the call as Open MPI's binary tree (coll/base) on ipmc's module.
+    /// Runs the call as Open MPI's binary tree (coll/base), as `binomial`.
     pub fn binary(&mut self) -> Result<()> {
-        // As in `binomial`.
-        self.whole(sys::ipmc_base_bcast_bintree)
+        self.base_on_bytes(sys::ipmc_base_bcast_bintree)
     }
 
-    /// Runs the call as Open MPI's split binary tree (coll/base) on ipmc's
-    /// module.
+    /// Runs the call as Open MPI's split binary tree (coll/base), as
+    /// `binomial`.
     pub fn split_binary(&mut self) -> Result<()> {
-        // As in `binomial`.
-        self.whole(sys::ipmc_base_bcast_split_bintree)
+        self.base_on_bytes(sys::ipmc_base_bcast_split_bintree)
     }
 
-    /// Runs the call as Open MPI's scatter and ring allgather (coll/base)
-    /// on ipmc's module.
+    /// Runs the call as Open MPI's scatter and ring allgather (coll/base),
+    /// as `binomial`.
     pub fn scatter_allgather(&mut self) -> Result<()> {
-        self.whole(sys::ipmc_base_bcast_scatter_allgather)
+        self.base_on_bytes(sys::ipmc_base_bcast_scatter_allgather)
     }
 
-    /// Runs the call, the same message, as a broadcast from `root` on `part`
-    /// (one level of the communicator, [`Comm::split`]), by whatever serves
-    /// broadcasts there.
-    pub fn on_part(&mut self, part: Comm, root: usize) -> Result<()> {
-        let root = c_int::try_from(root).map_err(|_| Error::Range)?;
-        // SAFETY: the message is the call's own, live while it runs; `part`
-        // is a live communicator this rank belongs to, whose members enter
-        // the same broadcast (the caller's levels say so).
-        ok(unsafe { sys::ipmc_comm_bcast(part.0, self.buf, self.count, self.dt, root) })
+    /// Runs one of Open MPI's algorithms on the message's bytes
+    /// (`MPI_BYTE`), so that every rank passes the same count and datatype.
+    /// MPI asks only that the ranks' type signatures match (a root may send
+    /// one element of a contiguous type of 1,000 ints that the others
+    /// receive as 1,000 `MPI_INT`), and the split binary tree and the
+    /// scatter-allgather cut a message by each rank's own count: given
+    /// the call as it came, such ranks would wait for different parts.
+    /// An empty message, or one beyond an `int` of bytes, goes as it came.
+    fn base_on_bytes(&mut self, bcast: WholeBcast) -> Result<()> {
+        let bytes = self.bytes();
+        let len = match c_int::try_from(bytes) {
+            Ok(len) if len > 0 => len,
+            _ => return self.whole(bcast),
+        };
+        let (module, root, comm) = (self.module, self.root, self.comm);
+        let has = comm.rank() == self.root();
+        self.on_message_bytes(bytes, has, |buf| {
+            // SAFETY: `buf` is the message's `len` bytes, which every rank
+            // of the communicator passes alike; the module is ipmc's, as in
+            // `whole`.
+            ok(unsafe {
+                bcast(
+                    module,
+                    buf.as_mut_ptr().cast(),
+                    len,
+                    sys::ipmc_dt_byte(),
+                    root,
+                    comm.0,
+                )
+            })
+        })
     }
 
     /// Ends a measured call on a rank that is not its root: tells the root
@@ -1081,11 +1102,18 @@ impl Comm {
     /// Broadcasts `buf` from `root` by whatever serves broadcasts on this
     /// part.
     pub fn bcast_bytes(self, buf: &mut [u8], root: usize) -> Result<()> {
-        let len = c_int::try_from(buf.len()).map_err(|_| Error::Range)?;
         let root = c_int::try_from(root).map_err(|_| Error::Range)?;
-        // SAFETY: `buf` is `len` bytes; every member of the part enters the
-        // same broadcast, with a buffer of the same length.
-        ok(unsafe { sys::ipmc_comm_bcast_bytes(self.0, buf.as_mut_ptr().cast(), len, root) })
+        // Beyond an `int` of bytes, in pieces: every member cuts its buffer,
+        // as long as the others', alike.
+        for piece in buf.chunks_mut(c_int::MAX as usize) {
+            let len = c_int::try_from(piece.len()).expect("a piece fits an int");
+            // SAFETY: `piece` is `len` bytes; every member of the part enters
+            // the same broadcast, with a piece of the same length.
+            ok(unsafe {
+                sys::ipmc_comm_bcast_bytes(self.0, piece.as_mut_ptr().cast(), len, root)
+            })?;
+        }
+        Ok(())
     }
 
     /// Starts sending `data` to each of `peers` (ranks of this

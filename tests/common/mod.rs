@@ -743,6 +743,55 @@ pub fn assert_ranks_decide_alike(
 /// One statistics or report line as `key -> value`.
 pub type Line = HashMap<String, String>;
 
+/// Runs `tests/mpi/mixed_types` (ranks describing one message with
+/// different datatypes of one type signature) with `args`: first with
+/// Open MPI's own broadcast, which must deliver it for the job to be one
+/// that ipmc must not break, then under each of `mcas` with ipmc's
+/// statistics; returns those runs' `MPI_COMM_WORLD` statistics lines, after
+/// asserting that every run passed and that ipmc served every broadcast on
+/// each of the `np` ranks.
+pub fn mixed_types_runs(
+    run: impl Fn(&[(&str, &str)], &[&str]) -> Run,
+    np: usize,
+    args: &[&str],
+    mcas: &[&[(&str, &str)]],
+) -> Vec<Vec<HashMap<String, String>>> {
+    let passed = |r: &Run| r.ok && r.output.contains("mixed_types: PASS");
+    let open_mpi = run(&[("coll_ipmc_priority", "-1")], args);
+    assert!(
+        passed(&open_mpi),
+        "Open MPI's own broadcast:\n{}",
+        open_mpi.output
+    );
+    let bcasts = open_mpi
+        .output
+        .lines()
+        .find_map(|l| l.strip_prefix("mixed_types: PASS bcasts="))
+        .and_then(|n| n.trim().parse::<u64>().ok())
+        .expect("the count of broadcasts");
+    mcas.iter()
+        .map(|mca| {
+            let mut all = vec![("coll_ipmc_print_statistics", "1")];
+            all.extend_from_slice(mca);
+            let r = run(&all, args);
+            assert!(passed(&r), "with {mca:?}:\n{}", r.output);
+            let world: Vec<_> = stats_lines(&r.output)
+                .into_iter()
+                .filter(|s| s["comm"] == "MPI_COMM_WORLD")
+                .collect();
+            assert_eq!(world.len(), np, "with {mca:?}:\n{}", r.output);
+            for s in &world {
+                assert_eq!(
+                    num(s, "bcasts"),
+                    bcasts,
+                    "served by ipmc with {mca:?}: {s:?}"
+                );
+            }
+            world
+        })
+        .collect()
+}
+
 /// Runs the check `program` of `tests/mpi/` (which ends with
 /// "PROGRAM: PASS" when every byte was right) with `mca` and ipmc's
 /// statistics, asserts that it passed, and returns the run and the
