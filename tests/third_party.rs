@@ -121,6 +121,13 @@ enum Serves {
     Others,
 }
 
+/// Arguments of MPICH's `coll/bcast` from its `testlist.dtp`: every rank
+/// builds its own datatypes of one type signature (`DTP_pool_create`
+/// seeded with its rank), with holes, and broadcasts with every root on
+/// many communicators.
+const DTP_BCAST_1: &str = "-type=MPI_INT -count=512 -seed=4 -testsize=16";
+const DTP_BCAST_2: &str = "-type=MPI_INT:4+MPI_DOUBLE:8 -count=512 -seed=6 -testsize=16";
+
 /// MPICH's tests (test/mpi of MPICH 4.0.2) of the collectives ipmc serves,
 /// of others beside them and of communicators made, freed and split in
 /// many ways, also by several threads at once, each with a number of ranks
@@ -128,52 +135,60 @@ enum Serves {
 /// `MPI_Ialltoallw` crashes Open MPI 4.1.4 without ipmc too; `idup_nb`,
 /// which hangs without ipmc too; and the persistent collectives (`p_*`,
 /// MPI 4.0), which Open MPI 4.1 lacks.
-const MPICH_TESTS: [(&str, usize, Serves); 41] = [
-    ("coll/bcasttest", 4, Serves::Bcast),
-    ("coll/bcasttest", 10, Serves::Bcast),
-    ("coll/bcastzerotype", 5, Serves::Bcast),
-    ("coll/bcastzerotype", 10, Serves::Bcast),
-    ("coll/coll8", 4, Serves::Bcast),
-    ("coll/coll9", 4, Serves::Bcast),
-    ("coll/coll10", 4, Serves::Bcast),
-    ("coll/coll12", 4, Serves::Bcast),
-    ("coll/nonblocking", 4, Serves::FirstIbcast),
-    ("coll/nonblocking", 10, Serves::FirstIbcast),
-    ("coll/allgatherv4", 4, Serves::Barrier),
-    ("coll/allgather2", 10, Serves::Allgather),
-    ("coll/allgather3", 10, Serves::Allgather),
-    ("coll/allgather_struct", 10, Serves::Allgather),
-    ("coll/allgatherv2", 10, Serves::Allgather),
-    ("coll/allgatherv3", 10, Serves::Allgather),
-    ("coll/coll6", 5, Serves::Allgather),
-    ("coll/coll7", 5, Serves::Allgather),
-    ("coll/coll2", 5, Serves::Others),
-    ("coll/nbcoll2", 5, Serves::Others),
-    ("coll/coll4", 4, Serves::Others),
-    ("coll/coll5", 4, Serves::Others),
-    ("coll/coll13", 4, Serves::Others),
-    ("coll/icbcast", 10, Serves::Others),
-    ("coll/icallgather", 7, Serves::Others),
-    ("coll/icallgatherv", 5, Serves::Others),
-    ("coll/icbarrier", 7, Serves::Others),
-    ("comm/cmfree", 4, Serves::Others),
-    ("comm/cmsplit2", 12, Serves::Others),
-    ("comm/comm_group_rand", 8, Serves::Others),
-    ("comm/comm_create_group_idup", 4, Serves::Others),
-    ("comm/comm_idup_comm2", 6, Serves::Others),
-    ("comm/dup_with_info", 9, Serves::Others),
-    ("comm/icsplit", 8, Serves::Others),
-    ("threads/comm/ctxdup", 4, Serves::Barrier),
-    ("threads/comm/ctxidup", 4, Serves::Barrier),
-    ("threads/comm/comm_create_threads", 4, Serves::Barrier),
-    ("threads/comm/comm_create_group_threads", 4, Serves::Barrier),
+const MPICH_TESTS: [(&str, &str, usize, Serves); 43] = [
+    ("coll/bcast", DTP_BCAST_1, 4, Serves::Bcast),
+    ("coll/bcast", DTP_BCAST_2, 4, Serves::Bcast),
+    ("coll/bcasttest", "", 4, Serves::Bcast),
+    ("coll/bcasttest", "", 10, Serves::Bcast),
+    ("coll/bcastzerotype", "", 5, Serves::Bcast),
+    ("coll/bcastzerotype", "", 10, Serves::Bcast),
+    ("coll/coll8", "", 4, Serves::Bcast),
+    ("coll/coll9", "", 4, Serves::Bcast),
+    ("coll/coll10", "", 4, Serves::Bcast),
+    ("coll/coll12", "", 4, Serves::Bcast),
+    ("coll/nonblocking", "", 4, Serves::FirstIbcast),
+    ("coll/nonblocking", "", 10, Serves::FirstIbcast),
+    ("coll/allgatherv4", "", 4, Serves::Barrier),
+    ("coll/allgather2", "", 10, Serves::Allgather),
+    ("coll/allgather3", "", 10, Serves::Allgather),
+    ("coll/allgather_struct", "", 10, Serves::Allgather),
+    ("coll/allgatherv2", "", 10, Serves::Allgather),
+    ("coll/allgatherv3", "", 10, Serves::Allgather),
+    ("coll/coll6", "", 5, Serves::Allgather),
+    ("coll/coll7", "", 5, Serves::Allgather),
+    ("coll/coll2", "", 5, Serves::Others),
+    ("coll/nbcoll2", "", 5, Serves::Others),
+    ("coll/coll4", "", 4, Serves::Others),
+    ("coll/coll5", "", 4, Serves::Others),
+    ("coll/coll13", "", 4, Serves::Others),
+    ("coll/icbcast", "", 10, Serves::Others),
+    ("coll/icallgather", "", 7, Serves::Others),
+    ("coll/icallgatherv", "", 5, Serves::Others),
+    ("coll/icbarrier", "", 7, Serves::Others),
+    ("comm/cmfree", "", 4, Serves::Others),
+    ("comm/cmsplit2", "", 12, Serves::Others),
+    ("comm/comm_group_rand", "", 8, Serves::Others),
+    ("comm/comm_create_group_idup", "", 4, Serves::Others),
+    ("comm/comm_idup_comm2", "", 6, Serves::Others),
+    ("comm/dup_with_info", "", 9, Serves::Others),
+    ("comm/icsplit", "", 8, Serves::Others),
+    ("threads/comm/ctxdup", "", 4, Serves::Barrier),
+    ("threads/comm/ctxidup", "", 4, Serves::Barrier),
+    ("threads/comm/comm_create_threads", "", 4, Serves::Barrier),
     (
-        "threads/comm/comm_create_group_threads2",
+        "threads/comm/comm_create_group_threads",
+        "",
         4,
         Serves::Barrier,
     ),
-    ("threads/comm/comm_dup_deadlock", 4, Serves::Others),
-    ("threads/comm/comm_idup", 4, Serves::Others),
+    (
+        "threads/comm/comm_create_group_threads2",
+        "",
+        4,
+        Serves::Barrier,
+    ),
+    ("threads/comm/comm_dup_deadlock", "", 4, Serves::Others),
+    ("threads/comm/comm_idup", "", 4, Serves::Others),
 ];
 
 /// On 4 hosts of 3 ranks, each rank a node of its own (one level): every
@@ -187,6 +202,39 @@ fn mpich_collective_tests_pass_with_ipmc_serving_them() {
 #[test]
 fn mpich_collective_tests_pass_over_two_levels() {
     mpich_tests_on(&[], "two_level");
+}
+
+/// MPICH's `coll/bcast` of its `testlist.dtp` under ipmc's automatic
+/// choice, on 4 hosts of 3 ranks, each rank a node of its own: each rank
+/// describes the messages with datatypes of its own, and the choice
+/// measures Open MPI's split binary tree among its candidates, which
+/// truncated such messages before ipmc gave it the message's bytes.
+#[test]
+fn mpich_bcast_of_each_ranks_own_datatypes_passes_under_the_automatic_choice() {
+    let dir = mpich_tree();
+    let cluster = Cluster {
+        slots: 3,
+        ..Cluster::hosts(4)
+    };
+    let mca = [
+        ("coll_ipmc_ranks_are_nodes", "1"),
+        ("coll_ipmc_print_statistics", "1"),
+    ];
+    let mut split_binary = 0;
+    for args in [DTP_BCAST_1, DTP_BCAST_2] {
+        let args: Vec<&str> = args.split_whitespace().collect();
+        let run = cluster.mpirun(&mca, &format!("{dir}/coll/bcast"), &args);
+        assert!(
+            run.ok && run.output.contains(" No Errors"),
+            "coll/bcast {args:?}:\n{}",
+            run.output
+        );
+        split_binary += stats_with_collectives(&run.output)
+            .iter()
+            .map(|s| tally(s, "split_binary").0)
+            .sum::<u64>();
+    }
+    assert!(split_binary > 0, "the split binary tree never measured");
 }
 
 /// Runs [`MPICH_TESTS`] on 4 hosts of 3 ranks with ipmc's multicast forced
@@ -207,19 +255,20 @@ fn mpich_tests_on(mca: &[(&str, &str)], form: &str) {
     ];
     all_mca.extend_from_slice(mca);
     let mut script = String::new();
-    for (name, np, _) in MPICH_TESTS {
+    for (name, args, np, _) in MPICH_TESTS {
+        let args: Vec<&str> = args.split_whitespace().collect();
         script.push_str(&format!(
             "echo \"mpich-test: begin {name} {np}\"; \
              timeout --kill-after=10 120 mpirun $CLUSTER_MPIRUN --host \"$CLUSTER_HOSTS\" -np {np} {} 2>&1; \
              echo \"mpich-test: end {name} {np} rc=$?\"; ",
-            job_line(&all_mca, &format!("{dir}/{name}"), &[])
+            job_line(&all_mca, &format!("{dir}/{name}"), &args)
         ));
     }
     let run = cluster.run_script(&script);
     let sections: Vec<&str> = run.output.split("mpich-test: begin ").skip(1).collect();
     assert_eq!(sections.len(), MPICH_TESTS.len(), "{}", run.output);
     let mut failed = Vec::new();
-    for ((name, np, serves), out) in MPICH_TESTS.iter().zip(sections) {
+    for ((name, _, np, serves), out) in MPICH_TESTS.iter().zip(sections) {
         let passed = out.contains(&format!("mpich-test: end {name} {np} rc=0"))
             && out.contains(" No Errors");
         // Every statistics line of every communicator; one that mpirun
