@@ -212,10 +212,7 @@ fn mpich_collective_tests_pass_over_two_levels() {
 #[test]
 fn mpich_bcast_of_each_ranks_own_datatypes_passes_under_the_automatic_choice() {
     let dir = mpich_tree();
-    let cluster = Cluster {
-        slots: 3,
-        ..Cluster::hosts(4)
-    };
+    let cluster = four_hosts_of_three();
     let mca = [
         ("coll_ipmc_ranks_are_nodes", "1"),
         ("coll_ipmc_print_statistics", "1"),
@@ -243,10 +240,7 @@ fn mpich_bcast_of_each_ranks_own_datatypes_passes_under_the_automatic_choice() {
 /// algorithm: "multicast" or "two_level").
 fn mpich_tests_on(mca: &[(&str, &str)], form: &str) {
     let dir = mpich_tree();
-    let cluster = Cluster {
-        slots: 3,
-        ..Cluster::hosts(4)
-    };
+    let cluster = four_hosts_of_three();
     let mut all_mca = vec![
         ("coll_ipmc_bcast_algorithm", "3"),
         ("coll_ipmc_barrier_algorithm", "2"),
@@ -305,6 +299,14 @@ fn mpich_tests_on(mca: &[(&str, &str)], form: &str) {
         }
     }
     assert!(failed.is_empty(), "{}", failed.join("\n"));
+}
+
+/// Where MPICH's tests run: 4 emulated hosts of 3 ranks.
+fn four_hosts_of_three() -> Cluster {
+    Cluster {
+        slots: 3,
+        ..Cluster::hosts(4)
+    }
 }
 
 /// The directory of MPICH's test suite, built once for the Open MPI under

@@ -19,7 +19,7 @@ use std::time::{Duration, SystemTime, UNIX_EPOCH};
 use crate::base::error::{Error, Result};
 use crate::base::io::Wait;
 use crate::component::node_segment::{self, Copies, Giver, NodeSegment, Wanted};
-use crate::platform::ompi::{AllgatherCall, BcastCall, Comm, Fanout, PartIbcast};
+use crate::platform::ompi::{AllgatherCall, Comm, Fanout, PartIbcast};
 
 /// Bytes of a segment of a pipelined broadcast over the levels: 4 MiB
 /// over 4 emulated hosts of 4 ranks at 10 Gbit/s took 24.3 ms in segments
@@ -549,28 +549,22 @@ impl Levels {
     /// would hold it until the late rank came, and with it, through the
     /// leaders, every node).
     ///
-    /// `from_leader`: the node's ranks copy from the leader's memory where
-    /// they may copy either way ([`Levels::through_segment`]). Returns
-    /// whether the node's step went by handover.
-    ///
-    /// Every step moves the message's bytes, never the call's count and
-    /// datatype: the ranks' datatypes may differ where their type
-    /// signatures match, and whatever serves a part (Open MPI's broadcast
-    /// inside a node) may cut a message by each rank's own count.
-    pub fn bcast(&mut self, call: &mut BcastCall, from_leader: bool) -> Result<bool> {
-        let root = call.root();
+    /// `buf` is the message's bytes, never the call's count and datatype:
+    /// the ranks' datatypes may differ where their type signatures match,
+    /// and whatever serves a part (Open MPI's broadcast inside a node) may
+    /// cut a message by each rank's own count. `from_leader`: the node's
+    /// ranks copy from the leader's memory where they may copy either way
+    /// ([`Levels::through_segment`]). Returns whether the node's step went
+    /// by handover.
+    pub fn bcast(&mut self, buf: &mut [u8], root: usize, from_leader: bool) -> Result<bool> {
         let hand_over = self.hands_over() && !self.node_goes_first(root);
-        let has = self.rank == root;
-        call.on_message_bytes(call.bytes(), has, |buf| {
-            for (part, part_root) in self.bcast_parts(root) {
-                if part == self.node && hand_over {
-                    self.hand_over_bytes(buf)?;
-                } else if part != self.node || !self.through_segment(buf, part_root, from_leader)? {
-                    part.bcast_bytes(buf, part_root)?;
-                }
+        for (part, part_root) in self.bcast_parts(root) {
+            if part == self.node && hand_over {
+                self.hand_over_bytes(buf)?;
+            } else if part != self.node || !self.through_segment(buf, part_root, from_leader)? {
+                part.bcast_bytes(buf, part_root)?;
             }
-            Ok(())
-        })?;
+        }
         Ok(hand_over)
     }
 

@@ -431,16 +431,16 @@ impl Module {
                 let before = m.bytes_by();
                 match alg {
                     Algorithm::Previous => call.previous()?,
-                    Algorithm::Binomial => call.binomial()?,
-                    Algorithm::Binary => call.binary()?,
-                    Algorithm::SplitBinary => call.split_binary()?,
-                    Algorithm::ScatterAllgather => call.scatter_allgather()?,
+                    Algorithm::Binomial => call.binomial(bytes)?,
+                    Algorithm::Binary => call.binary(bytes)?,
+                    Algorithm::SplitBinary => call.split_binary(bytes)?,
+                    Algorithm::ScatterAllgather => call.scatter_allgather(bytes)?,
                     Algorithm::Multicast => m.run_multicast(call, bytes)?,
                     Algorithm::TwoLevel | Algorithm::TwoLevelFromLeader => {
-                        m.run_levels(call, alg.from_leader())?
+                        m.run_levels(call, bytes, alg.from_leader(), false)?
                     }
                     Algorithm::TwoLevelPipelined | Algorithm::TwoLevelPipelinedFromLeader => {
-                        m.run_levels_pipelined(call, bytes, alg.from_leader())?
+                        m.run_levels(call, bytes, alg.from_leader(), true)?
                     }
                     _ => m.run(alg, call, bytes)?,
                 }
@@ -1068,37 +1068,29 @@ impl Module {
         }
     }
 
-    /// The broadcast over the two levels, the nodes that may copy either
-    /// way copying `from_leader` or through the slots.
-    fn run_levels(&mut self, call: &mut BcastCall, from_leader: bool) -> Result<()> {
-        let TwoLevels::Ready(levels) = &mut self.levels else {
-            return Err(Error::Unavailable);
-        };
-        if levels.bcast(call, from_leader)? {
-            self.stats.handovers += 1;
-        }
-        self.stats.segment_bytes += levels.take_segment_bytes();
-        Ok(())
-    }
-
-    /// The broadcast over the two levels, pipelined, on the message bytes
-    /// (the parts' counts are `int`s: a larger message goes whole).
-    fn run_levels_pipelined(
+    /// The broadcast over the two levels on the message's bytes, the nodes
+    /// that may copy either way copying `from_leader` or through the slots;
+    /// `pipelined` where the parts' counts fit `int`s (a larger message
+    /// goes whole).
+    fn run_levels(
         &mut self,
         call: &mut BcastCall,
         bytes: usize,
         from_leader: bool,
+        pipelined: bool,
     ) -> Result<()> {
-        if c_int::try_from(bytes).is_err() {
-            return self.run_levels(call, from_leader);
-        }
         let TwoLevels::Ready(levels) = &mut self.levels else {
             return Err(Error::Unavailable);
         };
+        let pipelined = pipelined && c_int::try_from(bytes).is_ok();
         let root = call.root();
         let mut handed = false;
-        call.on_message_bytes(bytes, self.rank == call.root(), |buf| {
-            handed = levels.bcast_pipelined(buf, root, LEVEL_SEGMENT, from_leader)?;
+        call.on_message_bytes(bytes, self.rank == root, |buf| {
+            handed = if pipelined {
+                levels.bcast_pipelined(buf, root, LEVEL_SEGMENT, from_leader)?
+            } else {
+                levels.bcast(buf, root, from_leader)?
+            };
             Ok(())
         })?;
         if handed {

@@ -247,28 +247,28 @@ impl BcastCall {
     }
 
     /// Runs the call as Open MPI's binomial tree (coll/base) on ipmc's
-    /// module, on the message's bytes ([`Self::base_on_bytes`]).
-    pub fn binomial(&mut self) -> Result<()> {
+    /// module, on the message's `bytes` bytes ([`Self::base_on_bytes`]).
+    pub fn binomial(&mut self, bytes: usize) -> Result<()> {
         // The module's `base_data`, where coll/base caches the tree, was
         // made with the module.
-        self.base_on_bytes(sys::ipmc_base_bcast_binomial)
+        self.base_on_bytes(bytes, sys::ipmc_base_bcast_binomial)
     }
 
     /// Runs the call as Open MPI's binary tree (coll/base), as `binomial`.
-    pub fn binary(&mut self) -> Result<()> {
-        self.base_on_bytes(sys::ipmc_base_bcast_bintree)
+    pub fn binary(&mut self, bytes: usize) -> Result<()> {
+        self.base_on_bytes(bytes, sys::ipmc_base_bcast_bintree)
     }
 
     /// Runs the call as Open MPI's split binary tree (coll/base), as
     /// `binomial`.
-    pub fn split_binary(&mut self) -> Result<()> {
-        self.base_on_bytes(sys::ipmc_base_bcast_split_bintree)
+    pub fn split_binary(&mut self, bytes: usize) -> Result<()> {
+        self.base_on_bytes(bytes, sys::ipmc_base_bcast_split_bintree)
     }
 
     /// Runs the call as Open MPI's scatter and ring allgather (coll/base),
     /// as `binomial`.
-    pub fn scatter_allgather(&mut self) -> Result<()> {
-        self.base_on_bytes(sys::ipmc_base_bcast_scatter_allgather)
+    pub fn scatter_allgather(&mut self, bytes: usize) -> Result<()> {
+        self.base_on_bytes(bytes, sys::ipmc_base_bcast_scatter_allgather)
     }
 
     /// Runs one of Open MPI's algorithms on the message's bytes
@@ -279,8 +279,8 @@ impl BcastCall {
     /// scatter-allgather cut a message by each rank's own count: given
     /// the call as it came, such ranks would wait for different parts.
     /// An empty message, or one beyond an `int` of bytes, goes as it came.
-    fn base_on_bytes(&mut self, bcast: WholeBcast) -> Result<()> {
-        let bytes = self.bytes();
+    /// `bytes` is [`Self::bytes`], which the caller has already computed.
+    fn base_on_bytes(&mut self, bytes: usize, bcast: WholeBcast) -> Result<()> {
         let len = match c_int::try_from(bytes) {
             Ok(len) if len > 0 => len,
             _ => return self.whole(bcast),

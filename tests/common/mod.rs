@@ -755,7 +755,7 @@ pub fn mixed_types_runs(
     np: usize,
     args: &[&str],
     mcas: &[&[(&str, &str)]],
-) -> Vec<Vec<HashMap<String, String>>> {
+) -> Vec<Vec<Line>> {
     let passed = |r: &Run| r.ok && r.output.contains("mixed_types: PASS");
     let open_mpi = run(&[("coll_ipmc_priority", "-1")], args);
     assert!(
