@@ -35,6 +35,7 @@ typedef mca_coll_base_component_2_0_0_t ipmc_coll_component_t;
 #include "opal/mca/pmix/pmix-internal.h"
 #define IPMC_MODEX_SCOPE PMIX_GLOBAL
 #define IPMC_MODEX_UINT64 PMIX_UINT64
+#define IPMC_MODEX_STRING PMIX_STRING
 /* 5.0 exchanges process data between nodes on demand: another node's digest
    may have to be fetched. */
 #define IPMC_MODEX_FETCHES 1
@@ -42,6 +43,7 @@ typedef mca_coll_base_component_2_0_0_t ipmc_coll_component_t;
 #include "opal/mca/pmix/pmix.h"
 #define IPMC_MODEX_SCOPE OPAL_PMIX_GLOBAL
 #define IPMC_MODEX_UINT64 OPAL_UINT64
+#define IPMC_MODEX_STRING OPAL_STRING
 #define IPMC_MODEX_FETCHES 0
 #endif
 

@@ -6,6 +6,7 @@
 
 #include <pthread.h>
 #include <stdlib.h>
+#include <string.h>
 
 #include "ompi/attribute/attribute.h"
 #include "ompi/communicator/communicator.h"
@@ -240,8 +241,10 @@ int ipmc_comm_split(struct ompi_communicator_t *comm, int color, int key, int wi
     if (OMPI_SUCCESS != rc || NULL == part || MPI_COMM_NULL == part) {
         return rc;
     }
-    /* The name shows in statistics; MPI's own call, not a tool's. */
-    (void) PMPI_Comm_set_name(part, name);
+    /* The name shows in statistics. Open MPI's own function: MPI_Comm_set_name
+       is erroneous before MPI_Init ends, and a spawned job's first broadcasts
+       run inside it (MPI_Comm_spawn's connection). */
+    (void) ompi_comm_set_name(part, name);
     *out = part;
     return OMPI_SUCCESS;
 }
@@ -516,12 +519,20 @@ void ipmc_log(int level, const char *line)
 
 void ipmc_print(const char *line) { opal_output(0, "%s", line); }
 
-/* The modex key of ipmc's configuration digest. */
+/* The modex keys of ipmc's configuration digest and of the process's host. */
 #define IPMC_MODEX_KEY "coll.ipmc.config"
+#define IPMC_MODEX_HOST_KEY "coll.ipmc.host"
 
 int ipmc_modex_publish(uint64_t digest)
 {
     int rc;
+    /* The host first: a process whose host did not go out publishes that
+       ipmc will not run there, so that no member counts its node. */
+    OPAL_MODEX_SEND_VALUE(rc, IPMC_MODEX_SCOPE, IPMC_MODEX_HOST_KEY, opal_process_info.nodename,
+                          IPMC_MODEX_STRING);
+    if (OPAL_SUCCESS != rc) {
+        digest = 0;
+    }
     OPAL_MODEX_SEND_VALUE(rc, IPMC_MODEX_SCOPE, IPMC_MODEX_KEY, &digest, IPMC_MODEX_UINT64);
     return rc;
 }
@@ -561,51 +572,91 @@ static void ipmc_remember_silent(const opal_process_name_t *name)
     pthread_mutex_unlock(&ipmc_silent_lock);
 }
 
-/* Fetches another node's process's digest, waiting IPMC_MODEX_WAIT_S. */
-static int ipmc_modex_fetch(const opal_process_name_t *name, uint64_t *value)
+/* Fetches key of another node's process, waiting IPMC_MODEX_WAIT_S; on
+   success *kv holds a value of type, which the caller releases. */
+static int ipmc_modex_fetch(const opal_process_name_t *name, const char *key, pmix_data_type_t type,
+                            pmix_value_t **kv)
 {
     pmix_proc_t proc;
-    pmix_value_t *kv = NULL;
     pmix_info_t info;
     int wait = IPMC_MODEX_WAIT_S, rc;
+    *kv = NULL;
     if (ipmc_is_silent(name)) {
         return PMIX_ERR_NOT_FOUND;
     }
     OPAL_PMIX_CONVERT_NAME(&proc, name);
     PMIX_INFO_LOAD(&info, PMIX_TIMEOUT, &wait, PMIX_INT);
-    rc = PMIx_Get(&proc, IPMC_MODEX_KEY, &info, 1, &kv);
+    rc = PMIx_Get(&proc, key, &info, 1, kv);
     PMIX_INFO_DESTRUCT(&info);
-    if (PMIX_SUCCESS == rc && (NULL == kv || PMIX_UINT64 != kv->type)) {
+    if (PMIX_SUCCESS == rc && (NULL == *kv || type != (*kv)->type)) {
         rc = PMIX_ERR_TYPE_MISMATCH;
     }
-    if (PMIX_SUCCESS == rc) {
-        *value = kv->data.uint64;
-    } else {
+    if (PMIX_SUCCESS != rc) {
         ipmc_remember_silent(name);
-    }
-    if (NULL != kv) {
-        PMIX_VALUE_RELEASE(kv);
+        if (NULL != *kv) {
+            PMIX_VALUE_RELEASE(*kv);
+            *kv = NULL;
+        }
     }
     return rc;
 }
 #endif
 
-int ipmc_modex_member_digest(struct ompi_communicator_t *comm, int rank, uint64_t *digest)
+/* Reads what member proc published under the digest's key. */
+static int ipmc_modex_digest(ompi_proc_t *proc, uint64_t *digest)
 {
-    ompi_proc_t *proc = ompi_comm_peer_lookup(comm, rank);
-    uint64_t value = 0, *ptr = &value;
+    uint64_t *ptr = digest;
     int rc;
-    if (NULL == proc) {
-        return 0;
-    }
-    OPAL_MODEX_RECV_VALUE_OPTIONAL(rc, IPMC_MODEX_KEY, &proc->super.proc_name, &ptr, IPMC_MODEX_UINT64);
+    OPAL_MODEX_RECV_VALUE_OPTIONAL(rc, IPMC_MODEX_KEY, &proc->super.proc_name, &ptr,
+                                   IPMC_MODEX_UINT64);
 #if IPMC_MODEX_FETCHES
     /* The own node's data is always here: only another node's is fetched. */
     if (OPAL_SUCCESS != rc && !OPAL_PROC_ON_LOCAL_NODE(proc->super.proc_flags)) {
-        rc = ipmc_modex_fetch(&proc->super.proc_name, &value);
+        pmix_value_t *kv;
+        rc = ipmc_modex_fetch(&proc->super.proc_name, IPMC_MODEX_KEY, PMIX_UINT64, &kv);
+        if (PMIX_SUCCESS == rc) {
+            *digest = kv->data.uint64;
+            PMIX_VALUE_RELEASE(kv);
+        }
     }
 #endif
-    if (OPAL_SUCCESS != rc) {
+    return rc;
+}
+
+/* Reads what member proc published under the host's key, once its digest
+   was read (posted together: a fetch of one brought both). */
+static int ipmc_modex_host(ompi_proc_t *proc, char *host, size_t len)
+{
+    char *found = NULL;
+    int rc;
+    OPAL_MODEX_RECV_VALUE_OPTIONAL(rc, IPMC_MODEX_HOST_KEY, &proc->super.proc_name, &found,
+                                   IPMC_MODEX_STRING);
+#if IPMC_MODEX_FETCHES
+    if (OPAL_SUCCESS != rc && !OPAL_PROC_ON_LOCAL_NODE(proc->super.proc_flags)) {
+        pmix_value_t *kv;
+        rc = ipmc_modex_fetch(&proc->super.proc_name, IPMC_MODEX_HOST_KEY, PMIX_STRING, &kv);
+        if (PMIX_SUCCESS == rc) {
+            found = NULL == kv->data.string ? NULL : strdup(kv->data.string);
+            PMIX_VALUE_RELEASE(kv);
+        }
+    }
+#endif
+    if (OPAL_SUCCESS != rc || NULL == found) {
+        free(found);
+        return OPAL_ERR_NOT_FOUND;
+    }
+    snprintf(host, len, "%s", found);
+    free(found);
+    return OPAL_SUCCESS;
+}
+
+int ipmc_modex_member(struct ompi_communicator_t *comm, int rank, uint64_t *digest, char *host,
+                      size_t len)
+{
+    ompi_proc_t *proc = ompi_comm_peer_lookup(comm, rank);
+    uint64_t value = 0;
+    if (NULL == proc || 0 == len || OPAL_SUCCESS != ipmc_modex_digest(proc, &value)
+        || OPAL_SUCCESS != ipmc_modex_host(proc, host, len)) {
         return 0;
     }
     *digest = value;

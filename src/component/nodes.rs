@@ -6,7 +6,7 @@
 use std::collections::HashMap;
 
 /// The nodes of one communicator. Built from facts every rank sees alike (the
-/// runtime's host name of every rank), so every rank counts the same.
+/// host name every rank published), so every rank counts the same.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct Nodes {
     /// Distinct nodes the communicator spans.

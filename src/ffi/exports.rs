@@ -224,13 +224,13 @@ unsafe fn comm_query(
         // own levels have one per node.
         return decline(comm, reason);
     }
-    let hosts_of: Vec<String> = (0..size).map(|r| comm.member_host(r)).collect();
-    let hosts = Nodes::from_hosts(hosts_of.iter());
     // Every member reads the same published values, so all decline alike:
     // then the component below ipmc serves the communicator everywhere. This
     // comes first: what follows depends on parameters that may differ.
-    let published: Vec<Published> = (0..size)
-        .map(|r| Published::from_modex(comm.member_config(r)))
+    let members: Vec<Option<(u64, String)>> = (0..size).map(|r| comm.member_published(r)).collect();
+    let published: Vec<Published> = members
+        .iter()
+        .map(|m| Published::from_modex(m.as_ref().map(|(digest, _)| *digest)))
         .collect();
     if let Some(d) = disagreement(&published) {
         // The first communicator with a disagreement is MPI_COMM_WORLD (it
@@ -240,6 +240,21 @@ unsafe fn comm_query(
         });
         return decline(comm, "its members' ipmc configurations differ");
     }
+    if !matches!(published.first(), Some(Published::Digest(_))) {
+        // No disagreement and none runs ipmc: this process's own parameters
+        // or host did not go out.
+        return decline(comm, "ipmc runs on none of its members");
+    }
+    // The hosts each member published, not the runtime's names: those of
+    // another job's processes (MPI_Comm_spawn, MPI_Comm_connect) may be known
+    // to some members only, and members that count different nodes would
+    // run different algorithms. Every member published one here.
+    let hosts_of: Vec<String> = members
+        .into_iter()
+        .flatten()
+        .map(|(_, host)| host)
+        .collect();
+    let hosts = Nodes::from_hosts(hosts_of.iter());
     let nodes = if cfg.ranks_are_nodes {
         if hosts.is_single() {
             cfg.multicast_on_loopback_unless_chosen();

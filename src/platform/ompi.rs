@@ -5,7 +5,7 @@
 //! the PML ([`PmlTransport`], [`Messages`]), the component's output, and the
 //! registration with the progress engine.
 
-use std::ffi::{c_int, c_void, CStr};
+use std::ffi::{c_char, c_int, c_void, CStr};
 use std::marker::PhantomData;
 use std::ops::Range;
 use std::ptr;
@@ -89,16 +89,27 @@ impl Comm {
         unsafe { sys::ipmc_comm_cid(self.0) }
     }
 
-    /// What member `rank` published in the modex about its ipmc.
-    pub fn member_config(self, rank: usize) -> Option<u64> {
+    /// What member `rank` published in the modex about its ipmc: its
+    /// configuration digest and its host's name, read alike by every member.
+    pub fn member_published(self, rank: usize) -> Option<(u64, String)> {
         let rank = c_int::try_from(rank).ok()?;
         let mut digest = 0;
-        // SAFETY: as in `rank`; `digest` is a valid out-pointer.
-        let found = unsafe { sys::ipmc_modex_member_digest(self.0, rank, &mut digest) };
-        (found != 0).then_some(digest)
+        // A host name fits in 255 bytes (POSIX HOST_NAME_MAX); a longer one
+        // is cut the same way on every member.
+        let mut host = [0 as c_char; 256];
+        // SAFETY: as in `rank`; `digest` and `host` (of the length passed)
+        // are valid out-pointers, and the glue terminates what it writes.
+        let found = unsafe {
+            sys::ipmc_modex_member(self.0, rank, &mut digest, host.as_mut_ptr(), host.len())
+        };
+        // SAFETY: `host` was zeroed and the glue writes a terminated string
+        // within its length, so it holds a NUL.
+        let host = unsafe { CStr::from_ptr(host.as_ptr()) };
+        (found != 0).then(|| (digest, host.to_string_lossy().into_owned()))
     }
 
-    /// The host name of member `rank`.
+    /// The host name of member `rank` as the runtime knows it here, for
+    /// messages (another job's processes may be "unknown").
     pub fn member_host(self, rank: usize) -> String {
         let Ok(rank) = c_int::try_from(rank) else {
             return "unknown".into();

@@ -445,10 +445,22 @@ impl Cluster {
         program: &str,
         args: &[&str],
     ) -> Run {
+        self.mpirun_ranks(self.ranks(), mca, wrapper, program, args)
+    }
+
+    /// As [`Cluster::mpirun_wrapped`], starting `np` ranks, placed slot
+    /// after slot from host 1 (a job that spawns more gets the rest).
+    pub fn mpirun_ranks(
+        &self,
+        np: usize,
+        mca: &[(&str, &str)],
+        wrapper: &[&str],
+        program: &str,
+        args: &[&str],
+    ) -> Run {
         let job = format!(
             "timeout --kill-after=10 {MPIRUN_TIMEOUT} mpirun $CLUSTER_MPIRUN \
-             --host \"$CLUSTER_HOSTS\" -np {} {}",
-            self.ranks(),
+             --host \"$CLUSTER_HOSTS\" -np {np} {}",
             shell_join(&job_words(mca, wrapper, program, args))
         );
         let mut run = self.run_script(&format!("exec {job}"));
