@@ -5,6 +5,7 @@
 #include "ompi_config.h"
 
 #include <pthread.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -519,17 +520,37 @@ void ipmc_log(int level, const char *line)
 
 void ipmc_print(const char *line) { opal_output(0, "%s", line); }
 
-/* The modex keys of ipmc's configuration digest and of the process's host. */
+/* The modex keys of ipmc's configuration digest and of the process's node. */
 #define IPMC_MODEX_KEY "coll.ipmc.config"
-#define IPMC_MODEX_HOST_KEY "coll.ipmc.host"
+#define IPMC_MODEX_NODE_KEY "coll.ipmc.node"
+
+/* This process's node as its peers compare it: the host name and the
+   kernel's boot id, so that machines that share a name (cloned from one
+   image, say) still count as several. Processes of one kernel under other
+   names (containers, the test cluster's namespaces) count apart, as their
+   runtime counts them. */
+static void ipmc_own_node(char *node, size_t len)
+{
+    char boot[64] = "";
+    FILE *f = fopen("/proc/sys/kernel/random/boot_id", "r");
+    if (NULL != f) {
+        if (NULL == fgets(boot, sizeof boot, f)) {
+            boot[0] = '\0';
+        }
+        fclose(f);
+        boot[strcspn(boot, "\n")] = '\0';
+    }
+    snprintf(node, len, "%s%s%s", opal_process_info.nodename, boot[0] ? " " : "", boot);
+}
 
 int ipmc_modex_publish(uint64_t digest)
 {
     int rc;
-    /* The host first: a process whose host did not go out publishes that
+    char node[320];
+    ipmc_own_node(node, sizeof node);
+    /* The node first: a process whose node did not go out publishes that
        ipmc will not run there, so that no member counts its node. */
-    OPAL_MODEX_SEND_VALUE(rc, IPMC_MODEX_SCOPE, IPMC_MODEX_HOST_KEY, opal_process_info.nodename,
-                          IPMC_MODEX_STRING);
+    OPAL_MODEX_SEND_VALUE(rc, IPMC_MODEX_SCOPE, IPMC_MODEX_NODE_KEY, node, IPMC_MODEX_STRING);
     if (OPAL_SUCCESS != rc) {
         digest = 0;
     }
@@ -623,18 +644,18 @@ static int ipmc_modex_digest(ompi_proc_t *proc, uint64_t *digest)
     return rc;
 }
 
-/* Reads what member proc published under the host's key, once its digest
+/* Reads what member proc published under the node's key, once its digest
    was read (posted together: a fetch of one brought both). */
-static int ipmc_modex_host(ompi_proc_t *proc, char *host, size_t len)
+static int ipmc_modex_node(ompi_proc_t *proc, char *node, size_t len)
 {
     char *found = NULL;
     int rc;
-    OPAL_MODEX_RECV_VALUE_OPTIONAL(rc, IPMC_MODEX_HOST_KEY, &proc->super.proc_name, &found,
+    OPAL_MODEX_RECV_VALUE_OPTIONAL(rc, IPMC_MODEX_NODE_KEY, &proc->super.proc_name, &found,
                                    IPMC_MODEX_STRING);
 #if IPMC_MODEX_FETCHES
     if (OPAL_SUCCESS != rc && !OPAL_PROC_ON_LOCAL_NODE(proc->super.proc_flags)) {
         pmix_value_t *kv;
-        rc = ipmc_modex_fetch(&proc->super.proc_name, IPMC_MODEX_HOST_KEY, PMIX_STRING, &kv);
+        rc = ipmc_modex_fetch(&proc->super.proc_name, IPMC_MODEX_NODE_KEY, PMIX_STRING, &kv);
         if (PMIX_SUCCESS == rc) {
             found = NULL == kv->data.string ? NULL : strdup(kv->data.string);
             PMIX_VALUE_RELEASE(kv);
@@ -645,18 +666,18 @@ static int ipmc_modex_host(ompi_proc_t *proc, char *host, size_t len)
         free(found);
         return OPAL_ERR_NOT_FOUND;
     }
-    snprintf(host, len, "%s", found);
+    snprintf(node, len, "%s", found);
     free(found);
     return OPAL_SUCCESS;
 }
 
-int ipmc_modex_member(struct ompi_communicator_t *comm, int rank, uint64_t *digest, char *host,
+int ipmc_modex_member(struct ompi_communicator_t *comm, int rank, uint64_t *digest, char *node,
                       size_t len)
 {
     ompi_proc_t *proc = ompi_comm_peer_lookup(comm, rank);
     uint64_t value = 0;
     if (NULL == proc || 0 == len || OPAL_SUCCESS != ipmc_modex_digest(proc, &value)
-        || OPAL_SUCCESS != ipmc_modex_host(proc, host, len)) {
+        || OPAL_SUCCESS != ipmc_modex_node(proc, node, len)) {
         return 0;
     }
     *digest = value;

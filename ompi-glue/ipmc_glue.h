@@ -216,16 +216,17 @@ void ipmc_progress_once(void);
 void ipmc_finish_at_finalize(void);
 /* The modex (Open MPI's per-process data, exchanged once at MPI_Init): this
    process's ipmc configuration digest (0: ipmc will not run here) and its
-   host name, published from the component's open; and what a member
-   published: 1, *digest and its host name in host (truncated to len bytes,
-   terminated) if it published both, 0 if not (ipmc not installed or not
-   loaded there). Every member reads the same published values, where the
-   runtime's own host names of another job's processes (MPI_Comm_spawn) may
-   be known to some ranks only. With 4.1 the data came with MPI_Init's fence
-   (or MPI_Comm_spawn's connection); 5.0 fetches another node's on demand,
-   and a process that never published costs a wait of 10 s, once per job. */
+   node (host name and the kernel's boot id), published from the component's
+   open; and what a member published: 1, *digest and its node in node
+   (truncated to len bytes, terminated) if it published both, 0 if not (ipmc
+   not installed or not loaded there). Every member reads the same published
+   values, where the runtime's own host names of another job's processes
+   (MPI_Comm_spawn) may be known to some ranks only. With 4.1 the data came
+   with MPI_Init's fence (or MPI_Comm_spawn's connection); 5.0 fetches another
+   node's on demand, and a process that never published costs a wait of 10 s,
+   once per job. */
 int ipmc_modex_publish(uint64_t digest);
-int ipmc_modex_member(struct ompi_communicator_t *comm, int rank, uint64_t *digest, char *host,
+int ipmc_modex_member(struct ompi_communicator_t *comm, int rank, uint64_t *digest, char *node,
                       size_t len);
 /* The host name of a member of the communicator ("unknown" if not known). */
 const char *ipmc_comm_member_host(struct ompi_communicator_t *comm, int rank);

@@ -6,7 +6,8 @@
 use std::collections::HashMap;
 
 /// The nodes of one communicator. Built from facts every rank sees alike (the
-/// host name every rank published), so every rank counts the same.
+/// node, host name and boot id, every rank published), so every rank counts
+/// the same.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct Nodes {
     /// Distinct nodes the communicator spans.

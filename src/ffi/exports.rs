@@ -242,17 +242,18 @@ unsafe fn comm_query(
     }
     if !matches!(published.first(), Some(Published::Digest(_))) {
         // No disagreement and none runs ipmc: this process's own parameters
-        // or host did not go out.
+        // or node did not go out.
         return decline(comm, "ipmc runs on none of its members");
     }
-    // The hosts each member published, not the runtime's names: those of
-    // another job's processes (MPI_Comm_spawn, MPI_Comm_connect) may be known
-    // to some members only, and members that count different nodes would
-    // run different algorithms. Every member published one here.
+    // The nodes each member published (host name and boot id), not the
+    // runtime's host names: those of another job's processes
+    // (MPI_Comm_spawn, MPI_Comm_connect) may be known to some members only,
+    // and members that count different nodes would run different
+    // algorithms. Every member published one here.
     let hosts_of: Vec<String> = members
         .into_iter()
         .flatten()
-        .map(|(_, host)| host)
+        .map(|(_, node)| node)
         .collect();
     let hosts = Nodes::from_hosts(hosts_of.iter());
     let nodes = if cfg.ranks_are_nodes {

@@ -90,22 +90,23 @@ impl Comm {
     }
 
     /// What member `rank` published in the modex about its ipmc: its
-    /// configuration digest and its host's name, read alike by every member.
+    /// configuration digest and its node (host name and boot id), read alike
+    /// by every member.
     pub fn member_published(self, rank: usize) -> Option<(u64, String)> {
         let rank = c_int::try_from(rank).ok()?;
         let mut digest = 0;
-        // A host name fits in 255 bytes (POSIX HOST_NAME_MAX); a longer one
+        // A host name (at most 255 bytes) and a boot id fit; anything longer
         // is cut the same way on every member.
-        let mut host = [0 as c_char; 256];
-        // SAFETY: as in `rank`; `digest` and `host` (of the length passed)
+        let mut node = [0 as c_char; 320];
+        // SAFETY: as in `rank`; `digest` and `node` (of the length passed)
         // are valid out-pointers, and the glue terminates what it writes.
         let found = unsafe {
-            sys::ipmc_modex_member(self.0, rank, &mut digest, host.as_mut_ptr(), host.len())
+            sys::ipmc_modex_member(self.0, rank, &mut digest, node.as_mut_ptr(), node.len())
         };
-        // SAFETY: `host` was zeroed and the glue writes a terminated string
+        // SAFETY: `node` was zeroed and the glue writes a terminated string
         // within its length, so it holds a NUL.
-        let host = unsafe { CStr::from_ptr(host.as_ptr()) };
-        (found != 0).then(|| (digest, host.to_string_lossy().into_owned()))
+        let node = unsafe { CStr::from_ptr(node.as_ptr()) };
+        (found != 0).then(|| (digest, node.to_string_lossy().into_owned()))
     }
 
     /// The host name of member `rank` as the runtime knows it here, for
