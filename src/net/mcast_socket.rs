@@ -285,6 +285,16 @@ impl McastSocket {
     }
 }
 
+/// Whether a segmented send failed because this path cannot segment: the
+/// kernel says EIO where the device cannot checksum the datagrams (or IPsec
+/// transforms them) and EINVAL where the segments no longer fit the path's
+/// MTU (lowered since the socket was opened); sendmmsg from then on. Any
+/// other error (a firewall's EPERM, ENOBUFS, an unreachable network) is
+/// this send's own, as it would be one datagram's: offload stays.
+fn offload_refused(e: &io::Error) -> bool {
+    matches!(e.raw_os_error(), Some(libc::EIO | libc::EINVAL))
+}
+
 /// Turns UDP segmentation offload on for `send` and receive offload on for
 /// `recv` as `opts.path` asks: where the kernel lacks one, the automatic
 /// choice goes without it, a forced one fails. Whether each is on.
@@ -365,9 +375,8 @@ impl crate::base::io::DatagramIo for McastSocket {
         match self.send.send(batch) {
             Ok(_) => Ok(batch.len().div_ceil(len.max(1))),
             Err(e) if e.kind() == io::ErrorKind::WouldBlock => Ok(0),
+            Err(e) if !offload_refused(&e) => Err(e),
             Err(e) => {
-                // A device that cannot offload (no checksum offload, say):
-                // sendmmsg from now on.
                 log::info!("UDP segmentation offload failed ({e}): sendmmsg instead");
                 let _ = os::set_udp_segment(self.send.as_raw_fd(), 0);
                 self.gso = false;

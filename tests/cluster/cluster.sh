@@ -12,6 +12,9 @@
 #                      messages at the link's speed
 #   --loss PCT         every host drops PCT % of the multicast UDP datagrams it receives (nftables)
 #   --loss-host K=PCT  host K (1..N) drops PCT % instead
+#   --send-loss PCT    every host drops PCT % of the multicast UDP packets its processes
+#                      send (nftables, output hook): the send fails ("Operation not
+#                      permitted"); a batch that UDP segmentation offload sends is one packet there
 #   --no-multicast K   host K's interface has no MULTICAST flag
 #   --slots S          CLUSTER_HOSTS offers S slots per host (S ranks per host)
 #   --slots-host K=S   host K (1..N) offers S slots instead
@@ -36,8 +39,8 @@
 # network namespace, and no address outside the cluster is ever used.
 set -euo pipefail
 
-usage() { echo "usage: $0 [--rate R] [--burst B] [--loss PCT] [--loss-host K=PCT] [--no-multicast K] [--slots S] [--slots-host K=S] [--mtu BYTES] [--mtu-host K=BYTES] [--no-ipv4 HOSTS] [--no-ula HOSTS] [--dad] N -- command [args...]" >&2; exit 2; }
-rate="" burst=16kb loss=0 slots=1 no_mcast="" no_ipv4="" no_ula="" dad=0 mtu=1500
+usage() { echo "usage: $0 [--rate R] [--burst B] [--loss PCT] [--loss-host K=PCT] [--send-loss PCT] [--no-multicast K] [--slots S] [--slots-host K=S] [--mtu BYTES] [--mtu-host K=BYTES] [--no-ipv4 HOSTS] [--no-ula HOSTS] [--dad] N -- command [args...]" >&2; exit 2; }
+rate="" burst=16kb loss=0 send_loss=0 slots=1 no_mcast="" no_ipv4="" no_ula="" dad=0 mtu=1500
 hosts_arg() { [[ "$1" =~ ^(all|[0-9]+(,[0-9]+)*)$ ]] || usage; }
 # Whether host $2 is in the list $1 ("all" names the launcher, 0, too).
 listed() { [ "$1" = all ] || [[ ",$1," == *",$2,"* ]]; }
@@ -50,6 +53,7 @@ while [ $# -gt 0 ]; do
         --loss) [ $# -ge 2 ] || usage; pct "$2"; loss=$2; shift 2 ;;
         --loss-host) [ $# -ge 2 ] && [[ "$2" =~ ^[0-9]+=[0-9]+$ ]] || usage
                      pct "${2#*=}"; host_loss[${2%%=*}]=${2#*=}; shift 2 ;;
+        --send-loss) [ $# -ge 2 ] || usage; pct "$2"; send_loss=$2; shift 2 ;;
         --no-multicast) [ $# -ge 2 ] && [[ "$2" =~ ^[0-9]+$ ]] || usage; no_mcast=$2; shift 2 ;;
         --slots) [ $# -ge 2 ] && [[ "$2" =~ ^[0-9]+$ ]] || usage; slots=$2; shift 2 ;;
         --slots-host) [ $# -ge 2 ] && [[ "$2" =~ ^[0-9]+=[1-9][0-9]*$ ]] || usage
@@ -131,6 +135,20 @@ table inet ipmc_loss {
     chain input {
         type filter hook input priority 0;
         meta l4proto udp meta pkttype multicast $chance drop
+    }
+}
+NFT
+    fi
+    if [ "$send_loss" -gt 0 ]; then
+        chance="numgen random mod 100 < $send_loss"
+        if [ "$send_loss" -ge 100 ]; then chance=""; fi
+        ip netns exec "$h" nft -f - <<NFT
+table inet ipmc_send_loss {
+    chain output {
+        type filter hook output priority 0;
+        # A sent packet's type is the host's until it leaves: match the address.
+        meta l4proto udp ip daddr 224.0.0.0/4 $chance drop
+        meta l4proto udp ip6 daddr ff00::/8 $chance drop
     }
 }
 NFT

@@ -360,6 +360,8 @@ pub struct Cluster {
     pub loss: u32,
     /// Per-host loss instead of `loss`: (host 1..=N, percent).
     pub loss_host: Vec<(usize, u32)>,
+    /// Percent of sent multicast packets every host drops (the send fails).
+    pub send_loss: u32,
     /// A host (1..=N) whose interface cannot multicast.
     pub no_multicast: Option<usize>,
     /// Hosts without an IPv4 address: `"all"` (launcher included) or `"2,3"`.
@@ -409,6 +411,9 @@ impl Cluster {
         }
         for (h, p) in &self.loss_host {
             o.extend(["--loss-host".into(), format!("{h}={p}")]);
+        }
+        if self.send_loss > 0 {
+            o.extend(["--send-loss".into(), self.send_loss.to_string()]);
         }
         if let Some(h) = self.no_multicast {
             o.extend(["--no-multicast".into(), h.to_string()]);
