@@ -16,6 +16,7 @@
 #include "opal/util/output.h"
 #include "opal/util/proc.h"
 #include "opal/util/show_help.h"
+#include "ompi/runtime/params.h"
 
 #include "coll_ipmc.h"
 
@@ -133,13 +134,27 @@ static void ipmc_add_help_dir(void)
 
 static bool ipmc_params_in_range_quiet(void);
 
+/* Whether the job runs with fault tolerance (User-Level Failure Mitigation,
+   mpirun --with-ft ulfm; Open MPI 5.0 and later). Its users expect a
+   collective to return a failed process's error on every survivor; ipmc's
+   node segment waits in shared memory, where no such error reaches it, so
+   ipmc leaves such jobs to Open MPI's fault-tolerant components. */
+static bool ipmc_fault_tolerance_on(void)
+{
+#if OPAL_ENABLE_FT_MPI
+    return ompi_ftmpi_enabled;
+#else
+    return false;
+#endif
+}
+
 /* Tells every peer, through the modex, which configuration ipmc runs with
    here (0: it will not run): open comes before MPI_Init's modex fence, and
    comm_query compares the members' values without a message. */
 static void ipmc_publish_config(void)
 {
     uint64_t digest = 0;
-    if (ipmc_params_in_range_quiet()) {
+    if (ipmc_params_in_range_quiet() && !ipmc_fault_tolerance_on()) {
         digest = ipmc_rs_config_digest(&mca_coll_ipmc_params);
     }
     (void) ipmc_modex_publish(digest);
@@ -235,6 +250,14 @@ static int ipmc_init_query(bool enable_progress_threads, bool enable_mpi_threads
 
     if (!ipmc_params_in_range()) {
         /* Step aside: the job runs with Open MPI's other components. */
+        return OMPI_ERR_NOT_AVAILABLE;
+    }
+    if (ipmc_fault_tolerance_on()) {
+        if (0 == opal_proc_local_get()->proc_name.vpid) {
+            opal_output_verbose(1, mca_coll_ipmc_output,
+                                "ipmc: fault tolerance is on (mpi_ft_enable): ipmc steps aside "
+                                "for Open MPI's fault-tolerant collectives");
+        }
         return OMPI_ERR_NOT_AVAILABLE;
     }
     err[0] = '\0';

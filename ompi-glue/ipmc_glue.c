@@ -81,6 +81,14 @@ int ipmc_wait_all_counts(size_t n, struct ompi_request_t **reqs, size_t *counts)
             counts[i] = st[i]._ucount;
         }
     } else {
+        /* A collective has no statuses to look in: like Open MPI's own, it
+         * returns the failed request's error (with fault tolerance,
+         * MPIX_ERR_PROC_FAILED or MPIX_ERR_REVOKED), not MPI_ERR_IN_STATUS. */
+        for (size_t i = 0; MPI_ERR_IN_STATUS == rc && i < n; ++i) {
+            if (MPI_SUCCESS != st[i].MPI_ERROR && MPI_ERR_PENDING != st[i].MPI_ERROR) {
+                rc = st[i].MPI_ERROR;
+            }
+        }
         ompi_coll_base_free_reqs(reqs, (int) n);
     }
     free(st);

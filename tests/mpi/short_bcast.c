@@ -1,6 +1,7 @@
-/* An erroneous broadcast: the root sends fewer bytes than the other ranks
- * expect (MPI_Bcast with different counts). ipmc must fail the call with an
- * MPI error on the receivers, never return with part of the buffer unset.
+/* An erroneous broadcast: the root sends fewer (or more) bytes than the
+ * other ranks expect (MPI_Bcast with different counts). ipmc must fail the
+ * call with an MPI error on the receivers, never return with part of the
+ * buffer unset.
  *
  *   short_bcast ROOT_BYTES OTHER_BYTES
  *
