@@ -4,7 +4,8 @@
 //! choice's first calls of multicast at 16 MiB on 4 emulated hosts at
 //! 10 Gbit/s a third slower than the later ones (32.1-35.5 against 23.4 ms).
 //! Kept in one pool for the process, so that memory held does not grow with
-//! the number of communicators.
+//! the number of communicators, and only up to [`UP_TO`] bytes each, so that
+//! a program that broadcasts a large input once has that memory back.
 
 use std::sync::{Mutex, MutexGuard};
 
@@ -16,6 +17,14 @@ const KEPT: usize = 2;
 /// little, and one of them (a barrier's release, whose broadcast is never
 /// given back) must not carry a large kept buffer away.
 const FROM: usize = 64 << 10;
+
+/// Larger buffers are freed when their broadcast ends: a message of 1 GB
+/// kept would hold 1 GB of the process's memory for the rest of the job,
+/// as Open MPI's own broadcast does not. From 64 MiB on the page faults of
+/// a fresh buffer weigh less than the message's transfer (at 10 Gbit/s a
+/// third of a 16 MiB multicast's time), and glibc returns such a buffer to
+/// the kernel at once (it maps every block above 32 MiB on its own).
+const UP_TO: usize = 64 << 20;
 
 static POOL: Mutex<Vec<Vec<u8>>> = Mutex::new(Vec::new());
 
@@ -38,10 +47,10 @@ pub fn take(len: usize) -> Vec<u8> {
     fits.map(|i| pool.swap_remove(i)).unwrap_or_default()
 }
 
-/// Keeps `buffer` for a later broadcast: the [`KEPT`] largest of at least
-/// [`FROM`] bytes are kept.
+/// Keeps `buffer` for a later broadcast: the [`KEPT`] largest of
+/// [`FROM`] to [`UP_TO`] bytes are kept.
 pub fn give(buffer: Vec<u8>) {
-    if buffer.capacity() < FROM {
+    if !(FROM..=UP_TO).contains(&buffer.capacity()) {
         return;
     }
     let mut pool = pool();
@@ -73,5 +82,9 @@ mod tests {
         assert_eq!(take(FROM).capacity(), 5 * FROM);
         give(vec![1; FROM - 1]);
         assert!(pool().is_empty(), "a small buffer is not kept");
+        give(vec![1; UP_TO]);
+        give(vec![1; UP_TO + 1]);
+        assert_eq!(pool().len(), 1, "a buffer above UP_TO is not kept");
+        assert_eq!(take(UP_TO).capacity(), UP_TO);
     }
 }
