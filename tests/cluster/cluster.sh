@@ -96,6 +96,25 @@ ip -n "$sw" link set br0 type bridge mcast_snooping 0
 ip -n "$sw" link set br0 mtu 65535 2>/dev/null || true
 ip -n "$sw" link set br0 up
 
+# Makes host $1 drop $2 % of the UDP multicast packets at nftables hook $3
+# (input: those it receives; output: those its processes send), each packet
+# matched by one of the rules $4...
+drop_multicast() {
+    local h=$1 pct=$2 hook=$3 rules="" match
+    shift 3
+    # numgen yields 0..99, and nft refuses "< 100": drop all without it.
+    local chance="numgen random mod 100 < $pct"
+    if [ "$pct" -ge 100 ]; then chance=""; fi
+    for match in "$@"; do rules+="        meta l4proto udp $match $chance drop"$'\n'; done
+    ip netns exec "$h" nft -f - <<NFT
+table inet ipmc_loss_$hook {
+    chain $hook {
+        type filter hook $hook priority 0;
+$rules    }
+}
+NFT
+}
+
 hosts=()
 for i in $(seq 0 "$n"); do
     h="${id}h$i"
@@ -127,31 +146,11 @@ for i in $(seq 0 "$n"); do
     if [ "$s" -gt 1 ]; then hosts+=("$h:$s"); else hosts+=("$h"); fi
     drop=${host_loss[$i]:-$loss}
     if [ "$drop" -gt 0 ]; then
-        # numgen yields 0..99, and nft refuses "< 100": drop all without it.
-        chance="numgen random mod 100 < $drop"
-        if [ "$drop" -ge 100 ]; then chance=""; fi
-        ip netns exec "$h" nft -f - <<NFT
-table inet ipmc_loss {
-    chain input {
-        type filter hook input priority 0;
-        meta l4proto udp meta pkttype multicast $chance drop
-    }
-}
-NFT
+        drop_multicast "$h" "$drop" input "meta pkttype multicast"
     fi
     if [ "$send_loss" -gt 0 ]; then
-        chance="numgen random mod 100 < $send_loss"
-        if [ "$send_loss" -ge 100 ]; then chance=""; fi
-        ip netns exec "$h" nft -f - <<NFT
-table inet ipmc_send_loss {
-    chain output {
-        type filter hook output priority 0;
         # A sent packet's type is the host's until it leaves: match the address.
-        meta l4proto udp ip daddr 224.0.0.0/4 $chance drop
-        meta l4proto udp ip6 daddr ff00::/8 $chance drop
-    }
-}
-NFT
+        drop_multicast "$h" "$send_loss" output "ip daddr 224.0.0.0/4" "ip6 daddr ff00::/8"
     fi
     if [ "$i" = "$no_mcast" ]; then ip -n "$h" link set eth0 multicast off; fi
 done
