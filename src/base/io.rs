@@ -26,6 +26,13 @@ pub trait DatagramIo {
     fn send_batch(&mut self, batch: &[u8], len: usize) -> std::io::Result<usize> {
         send_one_by_one(self, batch, len)
     }
+    /// Datagrams of a batch of `offered` that a failed
+    /// [`DatagramIo::send_batch`] lost: its first (the others may still go
+    /// in the next batch), or all of them where the kernel takes a batch
+    /// whole.
+    fn lost_by_error(&self, offered: usize) -> usize {
+        offered.min(1)
+    }
     /// Bytes of buffer [`DatagramIo::recv_batch`] needs for datagrams of
     /// up to `datagram_len` bytes: one more, so that a longer datagram shows
     /// as such rather than cut to a valid length, or room for a batch.

@@ -435,13 +435,15 @@ impl<S: DatagramIo> Driver<S> {
                     }
                 }
                 Err(e) => {
-                    // The chain delivers what the network would not take.
-                    stats.send_failed += n as u64;
+                    // The chain delivers what the network would not take;
+                    // the rest of the batch is offered again.
+                    let lost = self.socket.lost_by_error(n);
+                    stats.send_failed += lost as u64;
                     if !self.told_send_error {
                         warn!("multicast send to {} failed: {e}", self.socket.group());
                         self.told_send_error = true;
                     }
-                    b.multicast_sent(n);
+                    b.multicast_sent(lost);
                 }
             }
         }

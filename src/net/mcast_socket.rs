@@ -386,6 +386,15 @@ impl crate::base::io::DatagramIo for McastSocket {
         }
     }
 
+    fn lost_by_error(&self, offered: usize) -> usize {
+        // One segmented send is one packet until the kernel cuts it.
+        if self.gso {
+            offered
+        } else {
+            offered.min(1)
+        }
+    }
+
     fn receive_buffer(&self, datagram_len: usize) -> usize {
         if self.gro {
             // A receive holds at most 64 KiB, and one byte more shows an
