@@ -414,6 +414,49 @@ fn a_taken_port_is_drawn_again() {
     }
 }
 
+/// A multicast broadcast beyond `coll_ipmc_background_limit` (16 MiB)
+/// finishes before it returns, so its message lies in the user's buffer:
+/// the process holds it once, not twice. 3 ranks, 64 MiB from two roots,
+/// every byte checked.
+#[test]
+fn a_large_broadcast_takes_no_second_buffer_of_its_size() {
+    let mca = [
+        ("coll_ipmc_print_statistics", "1"),
+        ("coll_ipmc_bcast_algorithm", "3"),
+    ];
+    let run = mpirun(3, &mca, "large_bcast", &["64"]);
+    assert!(
+        run.ok && run.output.contains("large_bcast: PASS"),
+        "{}",
+        run.output
+    );
+    let stats = stats_lines(&run.output);
+    let world: Vec<&Line> = stats
+        .iter()
+        .filter(|s| s["comm"] == "MPI_COMM_WORLD")
+        .collect();
+    assert_eq!(world.len(), 3, "{}", run.output);
+    for s in world {
+        assert_eq!(
+            tally(s, "multicast").0,
+            3,
+            "every broadcast multicast: {s:?}"
+        );
+    }
+    let grew: Vec<u64> = run
+        .output
+        .lines()
+        .filter_map(|l| l.split("grew_kib=").nth(1))
+        .map(|k| k.trim().parse().unwrap())
+        .collect();
+    println!("peak memory grew by (KiB): {grew:?}");
+    assert_eq!(grew.len(), 3, "{}", run.output);
+    assert!(
+        grew.iter().all(|&k| k < 16 << 10),
+        "a rank took memory for a copy of its 64 MiB message: {grew:?} KiB"
+    );
+}
+
 /// A rank without a free file descriptor (`ulimit -n` just above what
 /// `MPI_Init` needs) cannot open its sockets: the job is told once, with the
 /// reason, in the built-in text (the help file could not be opened there).

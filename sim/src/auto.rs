@@ -347,7 +347,7 @@ impl AutoRank {
         let t = Duration::from_nanos(now);
         let turn = self
             .queue
-            .bcast_turn(buf, t, Wait::Progress, &mut self.stats);
+            .bcast_turn(Some(buf), t, Wait::Progress, &mut self.stats);
         Ok(turn.map_err(|e| e.to_string())? == Turn::Returned)
     }
 

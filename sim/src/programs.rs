@@ -3,7 +3,9 @@
 
 use std::cell::RefCell;
 use std::collections::{HashMap, VecDeque};
+use std::ops::Range;
 use std::rc::Rc;
+use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use ipmc::base::counters::Datagrams;
@@ -13,6 +15,7 @@ use ipmc::driver::multicast::{Driver, Ranks};
 use ipmc::engine::queue::{NoWork, Queue, Turn};
 use ipmc::group::setup::{self, Agreement, Facts, Joined};
 use ipmc::protocol::datagram::{Auth, Protection};
+use ipmc::protocol::two_stage::Lent;
 
 use crate::engine::HostIo;
 use crate::p2p::{P2pState, SimMessages, Tag, BCAST};
@@ -111,12 +114,35 @@ pub struct IpmcRank {
     size: usize,
     plan: VecDeque<Call>,
     /// The call in progress and its buffer.
-    current: Option<(Call, Vec<u8>)>,
+    current: Option<(Call, Buffer)>,
     /// The root's message of each call, by broadcast number.
     messages: Vec<Rc<[u8]>>,
     /// The bytes each broadcast's `NEED` asked for, once it went.
     asked: HashMap<u64, u64>,
     stats: Datagrams,
+}
+
+/// A call's buffer: the rank's own, or lent to the broadcast.
+enum Buffer {
+    Own(Vec<u8>),
+    Lent(Shared),
+}
+
+/// A buffer lent to a broadcast that the rank reads when the call returns.
+struct Shared(Arc<Mutex<Vec<u8>>>);
+
+impl Lent for Shared {
+    fn len(&self) -> usize {
+        self.0.lock().unwrap().len()
+    }
+
+    fn read(&self, range: Range<usize>, f: &mut dyn FnMut(&[u8])) {
+        f(&self.0.lock().unwrap()[range]);
+    }
+
+    fn write(&mut self, at: usize, src: &[u8]) {
+        self.0.lock().unwrap()[at..at + src.len()].copy_from_slice(src);
+    }
 }
 
 impl IpmcRank {
@@ -162,7 +188,17 @@ impl IpmcRank {
             vec![0; call.message.len()]
         };
         let msgs = SimMessages(self.msgs.clone());
-        self.queue.enter_bcast(at, buf.len(), msgs);
+        // As the component: a broadcast that finishes before it returns
+        // works in the caller's buffer.
+        let buf = if self.queue.holds_to_the_end(buf.len()) {
+            let lent = Shared(Arc::new(Mutex::new(buf)));
+            self.queue
+                .enter_lent_bcast(at, Box::new(Shared(Arc::clone(&lent.0))), msgs);
+            Buffer::Lent(lent)
+        } else {
+            self.queue.enter_bcast(at, buf.len(), msgs);
+            Buffer::Own(buf)
+        };
         self.current = Some((call, buf));
     }
 
@@ -200,7 +236,8 @@ impl IpmcRank {
     fn check_finished(&mut self) -> Result<(), String> {
         for b in self.queue.take_finished() {
             let n = b.params().bcast;
-            if b.data() != &self.messages[n as usize][..] {
+            // A lent message was checked when its call returned, done.
+            if !b.is_lent() && b.data() != &self.messages[n as usize][..] {
                 return Err(format!(
                     "broadcast {n} ended with other bytes than the root's"
                 ));
@@ -226,14 +263,22 @@ impl IpmcRank {
                 .map_err(|e| e.to_string())?;
             return Ok(false);
         };
+        let data = match buf {
+            Buffer::Own(buf) => Some(&mut buf[..]),
+            Buffer::Lent(_) => None,
+        };
         let turn = self
             .queue
-            .bcast_turn(buf, now, Wait::Progress, &mut self.stats)
+            .bcast_turn(data, now, Wait::Progress, &mut self.stats)
             .map_err(|e| e.to_string())?;
         if turn != Turn::Returned {
             return Ok(false);
         }
-        if buf[..] != call.message[..] {
+        let same = match buf {
+            Buffer::Own(buf) => buf[..] == call.message[..],
+            Buffer::Lent(lent) => lent.0.lock().unwrap()[..] == call.message[..],
+        };
+        if !same {
             return Err("a call returned with other bytes than the root's".into());
         }
         self.current = None;

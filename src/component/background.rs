@@ -44,6 +44,7 @@ use crate::driver::multicast::{Driver, Ranks, Run};
 use crate::engine::queue::{self, Queue, Turn, Work};
 use crate::group::setup::{Agreed, Agreement, Announce, Facts};
 use crate::net::mcast_socket::{McastSocket, OpenError};
+use crate::platform::lent::lend;
 use crate::platform::ompi;
 use crate::platform::ompi::{Answers, Comm, Messages, Request, UserMessage};
 
@@ -395,24 +396,48 @@ impl Slot {
         if let Some(e) = self.broken.take() {
             return Err(e);
         }
-        self.queue.enter_bcast(at, data.len(), Messages::new(comm));
-        // A failed job gives up the queue (the call's own failure leaves
-        // the work before it be).
-        let result = loop {
-            let now = self.now();
-            match self.queue.bcast_turn(data, now, Wait::Progress, stats) {
-                Ok(Turn::Returned) => break Ok(()),
-                Ok(Turn::Sleep(until)) => std::thread::sleep(until.saturating_sub(now)),
-                Ok(Turn::Pending) => {
-                    if let Err(e) = self.look_answers(ended) {
-                        break Err(e);
-                    }
-                }
-                Err(e) => break Err(e),
-            }
+        let msgs = Messages::new(comm);
+        // A broadcast that finishes before it returns has its message in
+        // the caller's buffer: one copy and one message's memory less.
+        let result = if self.queue.holds_to_the_end(data.len()) {
+            lend(data, |lent| {
+                self.queue.enter_lent_bcast(at, Box::new(lent), msgs);
+                self.bcast_turns(None, stats, ended)
+            })
+        } else {
+            self.queue.enter_bcast(at, data.len(), msgs);
+            self.bcast_turns(Some(data), stats, ended)
         };
         self.hold(Some(comm), ended);
         result
+    }
+
+    /// Turns the blocking broadcast entered until it returns, on `data` as
+    /// [`Queue::bcast_turn`]; one that fails is over. A failed job gives up
+    /// the queue (the call's own failure leaves the work before it be).
+    fn bcast_turns(
+        &mut self,
+        mut data: Option<&mut [u8]>,
+        stats: &mut Datagrams,
+        ended: &mut Vec<Comm>,
+    ) -> Result<()> {
+        loop {
+            let now = self.now();
+            match self
+                .queue
+                .bcast_turn(data.as_deref_mut(), now, Wait::Progress, stats)
+            {
+                Ok(Turn::Returned) => return Ok(()),
+                Ok(Turn::Sleep(until)) => std::thread::sleep(until.saturating_sub(now)),
+                Ok(Turn::Pending) => {
+                    if let Err(e) = self.look_answers(ended) {
+                        self.queue.end_call();
+                        return Err(e);
+                    }
+                }
+                Err(e) => return Err(e),
+            }
+        }
     }
 
     /// Gives up all work after `e`.

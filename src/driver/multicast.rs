@@ -19,7 +19,7 @@ use crate::base::io::{DatagramIo, MessageIo, Place, Wait};
 use crate::platform::ompi::{Comm, Messages};
 use crate::protocol::datagram::{self, Auth};
 use crate::protocol::flow;
-use crate::protocol::two_stage::{Broadcast, Params, Verdict};
+use crate::protocol::two_stage::{Broadcast, Lent, Params, Verdict};
 
 use super::spares;
 
@@ -335,30 +335,49 @@ impl<S: DatagramIo> Driver<S> {
         now: Duration,
         stats: &mut Datagrams,
     ) -> Broadcast {
-        let Ranks { rank, size, root } = at;
-        let vrank = (rank + size - root) % size;
-        let buffer = spares::take(message_len);
-        let mut b = Broadcast::in_buffer(
-            Params {
-                comm_id: self.comm_id,
-                bcast: self.next_bcast,
-                size,
-                vrank,
-                message_len,
-                fragment_size: self.fragment_size,
-                auth: self.auth,
-                root_wait: self.root_wait,
-                window: self.window,
-            },
-            buffer,
-        );
-        self.next_bcast += 1;
-        if let Some(data) = root_data.filter(|_| vrank == 0) {
+        let params = self.next_params(at, message_len);
+        let mut b = Broadcast::in_buffer(params, spares::take(message_len));
+        if let Some(data) = root_data.filter(|_| params.vrank == 0) {
             b.data_mut().copy_from_slice(data);
             b.start_root(now);
         }
         self.replay_stash(&mut b, stats);
         b
+    }
+
+    /// As [`Driver::begin`], the message in `lent`, the caller's memory:
+    /// the root's is read from it, every other rank's written into it.
+    pub fn begin_in(
+        &mut self,
+        at: Ranks,
+        lent: Box<dyn Lent>,
+        now: Duration,
+        stats: &mut Datagrams,
+    ) -> Broadcast {
+        let params = self.next_params(at, lent.len());
+        let mut b = Broadcast::in_lent(params, lent);
+        if params.vrank == 0 {
+            b.start_root(now);
+        }
+        self.replay_stash(&mut b, stats);
+        b
+    }
+
+    /// What the communicator's next broadcast is at `at`.
+    fn next_params(&mut self, at: Ranks, message_len: usize) -> Params {
+        let Ranks { rank, size, root } = at;
+        self.next_bcast += 1;
+        Params {
+            comm_id: self.comm_id,
+            bcast: self.next_bcast - 1,
+            size,
+            vrank: (rank + size - root) % size,
+            message_len,
+            fragment_size: self.fragment_size,
+            auth: self.auth,
+            root_wait: self.root_wait,
+            window: self.window,
+        }
     }
 
     /// Keeps the message buffer of `b`, a finished broadcast, for a later

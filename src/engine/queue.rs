@@ -34,7 +34,7 @@ use crate::base::error::{Error, Result};
 use crate::base::io::{DatagramIo, MessageIo, Wait};
 use crate::driver::multicast::{Driver, Ranks, Run};
 use crate::group::vote::Vote;
-use crate::protocol::two_stage::Broadcast;
+use crate::protocol::two_stage::{Broadcast, Lent};
 
 /// Bytes of a rank's multicast broadcasts that may return before their
 /// chains start: many small broadcasts ahead of a rank that has not entered
@@ -135,8 +135,14 @@ enum Job<M: MessageIo, W> {
 
 /// The blocking broadcast in progress.
 enum Call<M: MessageIo> {
-    /// Entered: it begins when the work before it fits the limit.
-    Entered { at: Ranks, len: usize, msgs: M },
+    /// Entered: it begins when the work before it fits the limit; its
+    /// message in the caller's memory where it was lent.
+    Entered {
+        at: Ranks,
+        len: usize,
+        msgs: M,
+        lent: Option<Box<dyn Lent>>,
+    },
     /// Stage 1 alongside the chains before.
     Stage1 {
         b: Box<Broadcast>,
@@ -361,34 +367,82 @@ impl<S: DatagramIo, M: MessageIo, W: Work<S>> Queue<S, M, W> {
             .sum()
     }
 
+    /// Whether a blocking broadcast of `len` bytes finishes here before it
+    /// returns, so that its message may lie in the caller's memory
+    /// ([`Queue::enter_lent_bcast`]): it is beyond `background_limit`.
+    pub fn holds_to_the_end(&self, len: usize) -> bool {
+        len > self.limit
+    }
+
     /// Enters a blocking two-stage broadcast of `len` bytes at `at`, whose
     /// chain will use `msgs`; [`Queue::bcast_turn`] moves it on. The group
     /// must be agreed.
     pub fn enter_bcast(&mut self, at: Ranks, len: usize, msgs: M) {
         debug_assert!(self.call.is_none(), "one blocking call at a time");
-        self.call = Some(Call::Entered { at, len, msgs });
+        let lent = None;
+        self.call = Some(Call::Entered {
+            at,
+            len,
+            msgs,
+            lent,
+        });
+    }
+
+    /// As [`Queue::enter_bcast`], the message in `lent`, the caller's
+    /// memory, for a broadcast that [`Queue::holds_to_the_end`]: the root's
+    /// is read from it, every other rank's written into it as it comes.
+    /// The caller turns it with no buffer of its own and ends it with
+    /// [`Queue::end_call`] if it gives up before it returned.
+    pub fn enter_lent_bcast(&mut self, at: Ranks, lent: Box<dyn Lent>, msgs: M) {
+        debug_assert!(self.call.is_none(), "one blocking call at a time");
+        let len = lent.len();
+        debug_assert!(self.holds_to_the_end(len), "finishes before it returns");
+        let lent = Some(lent);
+        self.call = Some(Call::Entered {
+            at,
+            len,
+            msgs,
+            lent,
+        });
+    }
+
+    /// Gives up the blocking broadcast in progress, if any, leaving the
+    /// queued work be.
+    pub fn end_call(&mut self) {
+        self.call = None;
     }
 
     /// One turn of the blocking broadcast entered last, at time `now`, on
     /// `data` (the root's message, read when it begins; the other ranks'
-    /// buffer, written when it returns), with the queued work before it.
+    /// buffer, written as the message comes), or in the memory it was
+    /// entered with (`data` is `None`), with the queued work before it.
     /// After an error the call is over (each path takes it, or gives the
     /// queue up).
     pub fn bcast_turn(
         &mut self,
-        data: &mut [u8],
+        mut data: Option<&mut [u8]>,
         now: Duration,
         wait: Wait,
         stats: &mut Datagrams,
     ) -> Result<Turn> {
-        let in_background = data.len() <= self.limit;
+        let in_background = data.as_ref().is_some_and(|d| d.len() <= self.limit);
         loop {
             match self.call.take().expect("a blocking broadcast was entered") {
-                Call::Entered { at, len, msgs } => {
+                Call::Entered {
+                    at,
+                    len,
+                    msgs,
+                    lent,
+                } => {
                     // The oldest work finishes first while the queue would
                     // hold more than the limit.
                     if !self.jobs.is_empty() && !self.fits(len, in_background) {
-                        self.call = Some(Call::Entered { at, len, msgs });
+                        self.call = Some(Call::Entered {
+                            at,
+                            len,
+                            msgs,
+                            lent,
+                        });
                         self.turn(now, wait)?;
                         if self.jobs.is_empty() || self.fits(len, in_background) {
                             continue;
@@ -396,7 +450,10 @@ impl<S: DatagramIo, M: MessageIo, W: Work<S>> Queue<S, M, W> {
                         return Ok(Turn::Pending);
                     }
                     let d = self.driver.as_mut().ok_or(Error::Unavailable)?;
-                    let b = d.begin(at, len, Some(&*data), now, stats);
+                    let b = match lent {
+                        Some(lent) => d.begin_in(at, lent, now, stats),
+                        None => d.begin(at, len, data.as_deref(), now, stats),
+                    };
                     let start = b.wake_at().filter(|&t| t > now);
                     self.call = Some(Call::Stage1 {
                         b: Box::new(b),
@@ -415,11 +472,13 @@ impl<S: DatagramIo, M: MessageIo, W: Work<S>> Queue<S, M, W> {
                     if !self.jobs.is_empty() {
                         let d = self.driver.as_mut().ok_or(Error::Unavailable)?;
                         d.stage1(&mut b, now, stats);
-                        b.deliver_into(data);
+                        if let Some(data) = data.as_deref_mut() {
+                            b.deliver_into(data);
+                        }
                         // Within the bytes that may return before their
                         // chains, as they stand now.
                         let ahead = self.later_bytes() + b.params().message_len <= AHEAD_LIMIT;
-                        if ahead && b.stage1_done() && b.is_complete() {
+                        if in_background && ahead && b.stage1_done() && b.is_complete() {
                             account(&b, "bcast", "returns before its chain", stats);
                             self.jobs
                                 .push_back(Job::Later(Box::new(Later { b: *b, msgs, at })));
@@ -438,7 +497,9 @@ impl<S: DatagramIo, M: MessageIo, W: Work<S>> Queue<S, M, W> {
                 Call::Chain(mut run) => {
                     let d = self.driver.as_mut().ok_or(Error::Unavailable)?;
                     d.step(&mut run, now, wait, stats)?;
-                    run.deliver_into(data);
+                    if let Some(data) = data.as_deref_mut() {
+                        run.deliver_into(data);
+                    }
                     let done = run.is_done();
                     if !(done || in_background && run.may_return()) {
                         self.call = Some(Call::Chain(run));

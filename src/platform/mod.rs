@@ -1,12 +1,15 @@
 //! The platform bindings: Open MPI through the C glue's `ipmc_*` wrappers
 //! ([`ompi`]) and the operating system ([`os`]), with the `unsafe` that
-//! calling them takes. They implement the I/O traits of [`crate::base`] and
-//! import nothing else of the crate. Rust calls the glue through the bindgen
+//! calling them takes, and the user's buffer lent to a broadcast ([`lent`]).
+//! They implement the I/O traits of [`crate::base`] and the protocol's
+//! [`crate::protocol::two_stage::Lent`], and import nothing else of the
+//! crate. Rust calls the glue through the bindgen
 //! declarations in `sys`; Open MPI's objects are opaque pointers here.
 #![allow(unsafe_code)]
 
 use std::ffi::CString;
 
+pub mod lent;
 pub mod ompi;
 pub mod os;
 

@@ -158,6 +158,60 @@ impl Bits {
     }
 }
 
+/// Memory the caller lends a broadcast for its message and keeps owning:
+/// the user's buffer, which the broadcast fills (or, on the root, reads)
+/// where it lies, saving a copy and a second message's memory. It is
+/// reached only through these calls, so that the lender can check each use
+/// against the end of the loan.
+pub trait Lent: Send {
+    /// Bytes of the message.
+    fn len(&self) -> usize;
+    /// Whether the message is empty.
+    fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+    /// Calls `f` on the message's bytes in `range`.
+    fn read(&self, range: Range<usize>, f: &mut dyn FnMut(&[u8]));
+    /// Copies `src` into the message from byte `at` on.
+    fn write(&mut self, at: usize, src: &[u8]);
+}
+
+/// Where a broadcast's message lies.
+enum Message {
+    /// In a buffer of the broadcast's own.
+    Own(Vec<u8>),
+    /// In the caller's.
+    Lent(Box<dyn Lent>),
+}
+
+impl Message {
+    /// `f` of the bytes in `range`.
+    fn read<R>(&self, range: Range<usize>, f: impl FnOnce(&[u8]) -> R) -> R {
+        match self {
+            Message::Own(v) => f(&v[range]),
+            Message::Lent(l) => {
+                let (mut f, mut out) = (Some(f), None);
+                l.read(range, &mut |b| out = f.take().map(|f| f(b)));
+                out.expect("a lent read calls back once")
+            }
+        }
+    }
+
+    fn write(&mut self, at: usize, src: &[u8]) {
+        match self {
+            Message::Own(v) => v[at..at + src.len()].copy_from_slice(src),
+            Message::Lent(l) => l.write(at, src),
+        }
+    }
+
+    fn own(&self) -> &Vec<u8> {
+        match self {
+            Message::Own(v) => v,
+            Message::Lent(_) => panic!("the message lies in the caller's memory"),
+        }
+    }
+}
+
 /// One rank's state in one two-stage broadcast.
 pub struct Broadcast {
     params: Params,
@@ -166,7 +220,7 @@ pub struct Broadcast {
     /// a later broadcast is kept unchanged).
     scratch: Vec<u8>,
     fragments: u32,
-    data: Vec<u8>,
+    data: Message,
     /// This rank holds the fragment's bytes.
     owned: Bits,
     owned_count: u32,
@@ -224,6 +278,28 @@ impl Broadcast {
     /// # Panics
     /// As [`Broadcast::new`].
     pub fn in_buffer(params: Params, mut buffer: Vec<u8>) -> Self {
+        // A longer buffer is cut to the message; a shorter one gains zeros
+        // beyond the bytes it kept.
+        buffer.resize(params.message_len, 0);
+        Self::in_message(params, Message::Own(buffer))
+    }
+
+    /// As [`Broadcast::new`], the message in the caller's memory: the root's
+    /// is read from it, every other rank's written into it, fragment by
+    /// fragment as they come.
+    ///
+    /// # Panics
+    /// As [`Broadcast::new`], and if `lent` is not as long as the message.
+    pub fn in_lent(params: Params, lent: Box<dyn Lent>) -> Self {
+        assert_eq!(
+            lent.len(),
+            params.message_len,
+            "lent memory of the message's length"
+        );
+        Self::in_message(params, Message::Lent(lent))
+    }
+
+    fn in_message(params: Params, data: Message) -> Self {
         assert!(params.vrank < params.size, "vrank outside the communicator");
         assert!(
             (1..=datagram::MAX_PAYLOAD).contains(&params.fragment_size),
@@ -238,12 +314,7 @@ impl Broadcast {
             prot: Protection::new(params.auth),
             scratch: Vec::new(),
             fragments,
-            data: {
-                // A longer buffer is cut to the message; a shorter one
-                // gains zeros beyond the bytes it kept.
-                buffer.resize(params.message_len, 0);
-                buffer
-            },
+            data,
             owned: Bits::new(fragments),
             owned_count: 0,
             fresh: Vec::new(),
@@ -278,23 +349,32 @@ impl Broadcast {
     }
 
     /// The message as far as this rank has it.
+    ///
+    /// # Panics
+    /// If it lies in the caller's memory ([`Broadcast::in_lent`]): the
+    /// caller has it.
     pub fn data(&self) -> &[u8] {
-        &self.data
+        self.data.own()
+    }
+
+    /// Whether the message lies in the caller's memory ([`Broadcast::in_lent`]).
+    pub fn is_lent(&self) -> bool {
+        matches!(self.data, Message::Lent(_))
     }
 
     /// Copies the fragments this rank took since the last call into `dst`,
     /// the caller's buffer of the message: called as datagrams come, it
     /// fills that buffer while the link is busy, rather than all of it
     /// after the last datagram. `dst` must be the same buffer each time.
+    /// Nothing to do where the message lies in lent memory.
     ///
     /// # Panics
     /// If `dst` is not as long as the message.
     pub fn deliver_into(&mut self, dst: &mut [u8]) {
-        assert_eq!(
-            dst.len(),
-            self.data.len(),
-            "a buffer of the message's length"
-        );
+        let Message::Own(data) = &self.data else {
+            return;
+        };
+        assert_eq!(dst.len(), data.len(), "a buffer of the message's length");
         let mut fresh = std::mem::take(&mut self.fresh);
         fresh.sort_unstable();
         // Fragments mostly come in order: one copy per run of them.
@@ -305,20 +385,30 @@ impl Broadcast {
                 last += 1;
             }
             let bytes = self.range(first).start..self.range(last).end;
-            dst[bytes.clone()].copy_from_slice(&self.data[bytes]);
+            dst[bytes.clone()].copy_from_slice(&data[bytes]);
         }
         fresh.clear();
         self.fresh = fresh;
     }
 
-    /// The message buffer, to be used again by a later broadcast.
+    /// The message buffer, to be used again by a later broadcast (none
+    /// where the message lay in lent memory).
     pub fn into_data(self) -> Vec<u8> {
-        self.data
+        match self.data {
+            Message::Own(v) => v,
+            Message::Lent(_) => Vec::new(),
+        }
     }
 
     /// The message buffer, for the root to fill before [`Broadcast::start_root`].
+    ///
+    /// # Panics
+    /// As [`Broadcast::data`].
     pub fn data_mut(&mut self) -> &mut [u8] {
-        &mut self.data
+        match &mut self.data {
+            Message::Own(v) => v,
+            Message::Lent(_) => panic!("the message lies in the caller's memory"),
+        }
     }
 
     /// Root only: the message is in place at time `now`. The root then owns
@@ -381,7 +471,10 @@ impl Broadcast {
                 message_len: self.params.message_len as u64,
                 fragment: k,
             };
-            datagram::encode_into(&header, &self.data[self.range(k)], &self.prot, out);
+            let prot = &self.prot;
+            self.data.read(self.range(k), |payload| {
+                datagram::encode_into(&header, payload, prot, out);
+            });
         }
         self.offered = end - self.next_multicast;
         self.offered as usize
@@ -564,7 +657,8 @@ impl Broadcast {
         self.data_sent += 1;
         out.clear();
         out.extend_from_slice(&k.to_le_bytes());
-        out.extend_from_slice(&self.data[self.range(k)]);
+        self.data
+            .read(self.range(k), |payload| out.extend_from_slice(payload));
         Some(Frame::Data(k))
     }
 
@@ -792,11 +886,12 @@ impl Broadcast {
     /// Makes fragment `k` (not yet owned) this rank's, and sendable to the
     /// successor if it asked for it.
     fn take(&mut self, k: u32, payload: &[u8]) {
-        let range = self.range(k);
-        self.data[range].copy_from_slice(payload);
+        self.data.write(self.range(k).start, payload);
         self.owned.set(k);
         self.owned_count += 1;
-        self.fresh.push(k);
+        if !self.is_lent() {
+            self.fresh.push(k);
+        }
         if self.owed.get(k) {
             self.owed.clear(k);
             self.owed_count -= 1;
@@ -1510,6 +1605,64 @@ mod tests {
         // Each rank asked its predecessor for everything.
         assert_eq!(ranks[0].chain_frames_sent(), 20);
         assert_eq!(ranks[1].chain_frames_sent(), 20);
+    }
+
+    /// Lent memory of the tests: a buffer shared with the test, which reads
+    /// it after the broadcast.
+    struct Shared(std::sync::Arc<std::sync::Mutex<Vec<u8>>>);
+
+    impl Lent for Shared {
+        fn len(&self) -> usize {
+            self.0.lock().unwrap().len()
+        }
+        fn read(&self, range: Range<usize>, f: &mut dyn FnMut(&[u8])) {
+            f(&self.0.lock().unwrap()[range]);
+        }
+        fn write(&mut self, at: usize, src: &[u8]) {
+            self.0.lock().unwrap()[at..at + src.len()].copy_from_slice(src);
+        }
+    }
+
+    #[test]
+    fn a_message_in_lent_memory_is_read_and_written_where_it_lies() {
+        let bufs: Vec<_> = (0..4u8)
+            .map(|v| std::sync::Arc::new(std::sync::Mutex::new(vec![v; 5000])))
+            .collect();
+        let root: Vec<u8> = (0..5000).map(|i| (i * 7 % 251) as u8).collect();
+        bufs[0].lock().unwrap().copy_from_slice(&root);
+        let mut ranks: Vec<Broadcast> = (0..4)
+            .map(|v| {
+                let lent = Box::new(Shared(std::sync::Arc::clone(&bufs[v])));
+                Broadcast::in_lent(params(v, 4, 5000, 256), lent)
+            })
+            .collect();
+        assert!(ranks.iter().all(Broadcast::is_lent));
+        ranks[0].start_root(Duration::ZERO);
+        let mut out = Vec::new();
+        let mut k = 0;
+        while ranks[0].next_multicast(Duration::ZERO, &mut out).is_some() {
+            ranks[0].multicast_done();
+            // Rank 1 loses every third datagram, rank 3 every other one.
+            for (v, b) in ranks.iter_mut().enumerate().skip(1) {
+                if !(v == 1 && k % 3 == 0 || v == 3 && k % 2 == 0) {
+                    b.on_datagram(&out);
+                }
+            }
+            k += 1;
+        }
+        settle(&mut ranks);
+        assert!(ranks.iter().all(Broadcast::is_done));
+        assert!(ranks[1].bytes_by_chain() > 0 && ranks[3].bytes_by_chain() > 0);
+        for buf in &bufs {
+            assert!(
+                *buf.lock().unwrap() == root,
+                "every rank's memory holds the message"
+            );
+        }
+        let mut user = vec![0u8; 5000];
+        ranks[2].deliver_into(&mut user);
+        assert_eq!(user, [0; 5000], "nothing to deliver from lent memory");
+        assert!(ranks.pop().unwrap().into_data().is_empty());
     }
 
     #[test]

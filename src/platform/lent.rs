@@ -1,0 +1,107 @@
+//! The user's buffer lent to a broadcast for as long as the call that lends
+//! it runs ([`lend`]), so that a message that finishes before its call
+//! returns lies in one buffer, not two. A lifetime cannot say how long: the
+//! broadcast waits in its communicator's queue, which outlives the call. So
+//! the loan is checked at each use, under a lock that its end takes too:
+//! once the call is over, the lent memory is never touched again; a use
+//! after it panics rather than reading freed memory, and the end waits for
+//! a use in progress on another thread.
+
+use std::ops::Range;
+use std::ptr::NonNull;
+use std::sync::{Arc, Mutex, MutexGuard};
+
+use crate::protocol::two_stage::Lent;
+
+/// Memory lent by [`lend`].
+pub struct LentBuffer {
+    ptr: NonNull<u8>,
+    len: usize,
+    /// Whether the loan is open.
+    open: Arc<Mutex<bool>>,
+}
+
+// SAFETY: the memory is only reached through `read` and `write`, under the
+// loan's lock, while the loan is open (both checked there), on whichever
+// thread; the loan ends under the same lock.
+unsafe impl Send for LentBuffer {}
+
+impl LentBuffer {
+    fn open(&self) -> MutexGuard<'_, bool> {
+        // A panic in a use (the user's callback cannot be one) would poison
+        // the lock; its flag stays right.
+        let open = self.open.lock().unwrap_or_else(|p| p.into_inner());
+        assert!(*open, "lent memory used after its call returned");
+        open
+    }
+}
+
+impl Lent for LentBuffer {
+    fn len(&self) -> usize {
+        self.len
+    }
+
+    fn read(&self, range: Range<usize>, f: &mut dyn FnMut(&[u8])) {
+        let _open = self.open();
+        // SAFETY: `ptr` and `len` are those of the `&mut [u8]` that `lend`
+        // holds while the loan is open (held so by the guard), and that
+        // borrow reaches nothing else: only this buffer reads or writes the
+        // memory, and `&self` here excludes a write through `&mut self`.
+        let bytes = unsafe { std::slice::from_raw_parts(self.ptr.as_ptr(), self.len) };
+        f(&bytes[range]);
+    }
+
+    fn write(&mut self, at: usize, src: &[u8]) {
+        let _open = self.open();
+        // SAFETY: as in `read`; `&mut self` makes this the only reference.
+        let bytes = unsafe { std::slice::from_raw_parts_mut(self.ptr.as_ptr(), self.len) };
+        bytes[at..at + src.len()].copy_from_slice(src);
+    }
+}
+
+/// Ends the loan when `lend` returns, or unwinds.
+struct Loan(Arc<Mutex<bool>>);
+
+impl Drop for Loan {
+    fn drop(&mut self) {
+        *self.0.lock().unwrap_or_else(|p| p.into_inner()) = false;
+    }
+}
+
+/// Runs `f` with `buf` lent to it as a [`LentBuffer`], usable until `f`
+/// returns.
+pub fn lend<R>(buf: &mut [u8], f: impl FnOnce(LentBuffer) -> R) -> R {
+    let loan = Loan(Arc::new(Mutex::new(true)));
+    let lent = LentBuffer {
+        ptr: NonNull::from(&mut *buf).cast(),
+        len: buf.len(),
+        open: Arc::clone(&loan.0),
+    };
+    f(lent)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_lent_buffer_is_the_callers_memory() {
+        let mut buf = vec![1u8, 2, 3];
+        lend(&mut buf, |mut lent| {
+            let mut seen = Vec::new();
+            lent.read(1..3, &mut |b| seen.extend_from_slice(b));
+            assert_eq!(seen, [2, 3]);
+            lent.write(1, &[9]);
+        });
+        assert_eq!(buf, [1, 9, 3]);
+    }
+
+    #[test]
+    #[should_panic(expected = "lent memory used after its call returned")]
+    fn a_use_after_the_loan_panics() {
+        let mut buf = vec![0u8; 4];
+        let kept = lend(&mut buf, |lent| lent);
+        drop(buf);
+        kept.read(0..4, &mut |_| {});
+    }
+}
