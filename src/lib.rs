@@ -40,6 +40,10 @@
 //! an in-memory point-to-point network of threads. The protocol and its
 //! driver are also run by the simulator (`sim/`).
 #![deny(unsafe_code)]
+// Its items are public for the simulator and the tests, not as an API: the
+// documentation is read with the private items (`cargo doc
+// --document-private-items`), where links to them resolve.
+#![allow(rustdoc::private_intra_doc_links)]
 
 pub mod algorithms;
 pub mod base;

@@ -15,7 +15,7 @@
 //!   and no other work waits for them).
 //!
 //! Each communicator has one [`Background`]: its
-//! [`Queue`](crate::engine::queue::Queue) (the multicast driver and the work
+//! [`Queue`] (the multicast driver and the work
 //! in the order the calls came, with the rules of what may run alongside
 //! what), the agreement on its group, and the answers to its measured calls.
 //!

@@ -2,7 +2,7 @@
 //! a call before any measurement, and whether ipmc serves it at all.
 
 use crate::base::params::Config;
-use crate::engine::algorithm::{Algorithm, AUTO_LARGE};
+use crate::engine::algorithm::Algorithm;
 use crate::group::groups::{GroupRanges, PortRange};
 use crate::net::interfaces::IfList;
 
@@ -36,8 +36,7 @@ pub const THESIS_CROSSOVER_SIZE: usize = 1 << 20;
 /// the multicast protocol's fixed costs) ...
 pub const AUTO_SMALL: usize = 2048;
 /// ... and for communicators of fewer nodes than this (with two, one
-/// point-to-point message is all a broadcast is); the fragmented chain
-/// above [`AUTO_LARGE`], multicast in between.
+/// point-to-point message is all a broadcast is); multicast for the others.
 pub const AUTO_NODES: usize = 3;
 
 impl Config {
@@ -128,8 +127,6 @@ impl Config {
         } else if self.is_automatic() {
             if nodes < AUTO_NODES || bytes <= AUTO_SMALL {
                 Algorithm::Previous
-            } else if bytes > AUTO_LARGE {
-                Algorithm::Chain
             } else {
                 Algorithm::Multicast
             }
@@ -209,8 +206,7 @@ mod tests {
         assert_eq!(cfg.choose(65536, 2), Algorithm::Previous);
         assert_eq!(cfg.choose(AUTO_SMALL, 16), Algorithm::Previous);
         assert_eq!(cfg.choose(AUTO_SMALL + 1, 3), Algorithm::Multicast);
-        assert_eq!(cfg.choose(AUTO_LARGE, 16), Algorithm::Multicast);
-        assert_eq!(cfg.choose(AUTO_LARGE + 1, 16), Algorithm::Chain);
+        assert_eq!(cfg.choose(1 << 30, 16), Algorithm::Multicast);
         assert!(!cfg.may_multicast(2));
         assert!(cfg.may_multicast(3));
         let untuned = Config {

@@ -108,8 +108,3 @@ impl Algorithm {
         }
     }
 }
-
-/// Above this size the automatic choice does not multicast (multicast keeps
-/// a copy of the message per rank while it runs): the fragmented chain and
-/// the replaced broadcast serve such messages.
-pub const AUTO_LARGE: usize = 16 << 20;

@@ -12,7 +12,8 @@
 //!   once every datagram went to the socket) and has told its predecessor
 //!   what it lacked; what it still owes its neighbours stays here as a
 //!   job when the message is at most `background_limit` bytes, else it
-//!   finishes before returning.
+//!   finishes before returning, and its message may then lie in the
+//!   caller's buffer ([`Queue::enter_lent_bcast`]).
 //! - A blocking broadcast may begin while the blocking broadcasts before it
 //!   still owe chain frames, up to `background_limit` bytes of messages held
 //!   in all (beyond it, the oldest work finishes first): its stage 1 runs

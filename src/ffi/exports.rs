@@ -578,7 +578,7 @@ pub extern "C" fn ipmc_rs_progress() -> c_int {
 }
 
 /// `MPI_Finalize` calls this first (see
-/// [`register_progress`](super::ompi::register_progress)).
+/// [`register_progress`](crate::platform::ompi::register_progress)).
 #[no_mangle]
 pub extern "C" fn ipmc_rs_finish_all() {
     let what = "finishing the background broadcasts at MPI_Finalize, and goes on";

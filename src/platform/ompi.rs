@@ -659,9 +659,9 @@ impl Drop for PmlTransport<'_> {
     }
 }
 
-/// Registers [`ipmc_rs_progress`](super::exports::ipmc_rs_progress) with Open
+/// Registers [`ipmc_rs_progress`](crate::ffi::exports::ipmc_rs_progress) with Open
 /// MPI's progress engine, and
-/// [`ipmc_rs_finish_all`](super::exports::ipmc_rs_finish_all) with
+/// [`ipmc_rs_finish_all`](crate::ffi::exports::ipmc_rs_finish_all) with
 /// `MPI_Finalize`, once.
 pub fn register_progress() {
     static ONCE: std::sync::Once = std::sync::Once::new();
