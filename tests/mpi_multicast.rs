@@ -420,11 +420,23 @@ fn a_taken_port_is_drawn_again() {
 /// every byte checked.
 #[test]
 fn a_large_broadcast_takes_no_second_buffer_of_its_size() {
+    assert_no_second_buffer(&[]);
+}
+
+/// As [`a_large_broadcast_takes_no_second_buffer_of_its_size`], with
+/// `MPI_Ibcast`: its request completes when its broadcast is over.
+#[test]
+fn a_large_nonblocking_broadcast_takes_no_second_buffer_of_its_size() {
+    assert_no_second_buffer(&["ibcast"]);
+}
+
+fn assert_no_second_buffer(how: &[&str]) {
     let mca = [
         ("coll_ipmc_print_statistics", "1"),
         ("coll_ipmc_bcast_algorithm", "3"),
     ];
-    let run = mpirun(3, &mca, "large_bcast", &["64"]);
+    let args: Vec<&str> = ["64"].iter().chain(how).copied().collect();
+    let run = mpirun(3, &mca, "large_bcast", &args);
     assert!(
         run.ok && run.output.contains("large_bcast: PASS"),
         "{}",
@@ -436,12 +448,14 @@ fn a_large_broadcast_takes_no_second_buffer_of_its_size() {
         .filter(|s| s["comm"] == "MPI_COMM_WORLD")
         .collect();
     assert_eq!(world.len(), 3, "{}", run.output);
+    let calls = if how.is_empty() { "bcasts" } else { "ibcasts" };
     for s in world {
         assert_eq!(
             tally(s, "multicast").0,
             3,
             "every broadcast multicast: {s:?}"
         );
+        assert!(num(s, calls) >= 2, "{calls}: {s:?}");
     }
     let grew: Vec<u64> = run
         .output

@@ -44,7 +44,7 @@ use crate::driver::multicast::{Driver, Ranks, Run};
 use crate::engine::queue::{self, Queue, Turn, Work};
 use crate::group::setup::{Agreed, Agreement, Announce, Facts};
 use crate::net::mcast_socket::{McastSocket, OpenError};
-use crate::platform::lent::lend;
+use crate::platform::lent::{lend, Loan};
 use crate::platform::ompi;
 use crate::platform::ompi::{Answers, Comm, Messages, Request, UserMessage};
 
@@ -102,13 +102,20 @@ impl Joining {
 /// One `MPI_Ibcast`: it begins when the work before it is over, and its
 /// request completes once this rank owns the message (the root: once every
 /// datagram went to the socket, or every send was posted); it stays until it
-/// owes its neighbours nothing.
+/// owes its neighbours nothing. A multicast one of more than
+/// `coll_ipmc_background_limit` bytes of a contiguous datatype works in the
+/// user's buffer instead, and its request completes when it is over.
 pub struct Ibcast {
     comm: Comm,
     at: Ranks,
     message: UserMessage,
+    /// The user's buffer lent to its broadcast, until the request completes
+    /// (declared before it, so dropped first).
+    loan: Option<Loan>,
     request: Option<Request>,
     how: How,
+    /// Whether a multicast one may work in the user's buffer.
+    in_place: bool,
 }
 
 /// How an `MPI_Ibcast` goes.
@@ -131,8 +138,16 @@ enum How {
 
 impl Ibcast {
     /// A nonblocking broadcast of `message` in `form`, which completes
-    /// `request`.
-    pub fn new(comm: Comm, at: Ranks, message: UserMessage, request: Request, form: Form) -> Self {
+    /// `request`; `background_limit` as `coll_ipmc_background_limit`.
+    pub fn new(
+        comm: Comm,
+        at: Ranks,
+        message: UserMessage,
+        request: Request,
+        form: Form,
+        background_limit: usize,
+    ) -> Self {
+        let in_place = message.bytes() > background_limit;
         let how = match form {
             Form::Multicast => How::Multicast(None),
             Form::PointToPoint(shape) => How::PointToPoint(shape, None),
@@ -142,8 +157,10 @@ impl Ibcast {
             comm,
             at,
             message,
+            loan: None,
             request: Some(request),
             how,
+            in_place,
         }
     }
 }
@@ -162,20 +179,39 @@ impl Work<McastSocket> for Ibcast {
             message,
             request,
             how,
+            in_place,
+            loan,
         } = self;
         let at = *at;
         match how {
             How::Multicast(state) => {
                 let d = d.expect("multicast work runs once the group is agreed");
                 if state.is_none() {
-                    let data = root_data(message, at)?;
-                    let b = d.begin(at, message.bytes(), data.as_deref(), now, stats);
+                    let lent = message.lend().filter(|_| *in_place);
+                    let b = match lent {
+                        Some((l, lent)) => {
+                            *loan = Some(l);
+                            d.begin_in(at, Box::new(lent), now, stats)
+                        }
+                        None => {
+                            let data = root_data(message, at)?;
+                            d.begin(at, message.bytes(), data.as_deref(), now, stats)
+                        }
+                    };
                     let run = Run::new(b, Messages::new(*comm), at.rank, at.size)?;
                     *state = Some(Box::new(run));
                 }
                 let run = state.as_mut().expect("begun above");
                 d.step(run, now, wait, stats)?;
-                if request.is_some() && (run.may_return() || run.is_done()) {
+                if loan.is_some() {
+                    // The message is in the user's buffer: the request
+                    // completes when nothing will touch it again.
+                    if run.is_done() {
+                        queue::account(run.broadcast(), "ibcast", "completes", stats);
+                        *loan = None;
+                        request.take().expect("completes once").complete(Ok(()));
+                    }
+                } else if request.is_some() && (run.may_return() || run.is_done()) {
                     let b = run.broadcast();
                     queue::account(b, "ibcast", "completes", stats);
                     complete(request, message, at, b.data())?;
@@ -221,6 +257,8 @@ impl Work<McastSocket> for Ibcast {
 
     /// A nonblocking broadcast's request completes with the error.
     fn fail(mut self, e: Error) {
+        // Its broadcast no longer touches the user's buffer.
+        self.loan = None;
         if let Some(request) = self.request.take() {
             request.complete(Err(e));
         }

@@ -953,8 +953,14 @@ impl Module {
                 root: call.root(),
             };
             let (comm, message) = (call.comm(), call.keep_message());
-            m.background
-                .ibcast(Ibcast::new(comm, at, message, request(), form));
+            m.background.ibcast(Ibcast::new(
+                comm,
+                at,
+                message,
+                request(),
+                form,
+                m.cfg.background_limit,
+            ));
             served = true;
             Ok(None)
         })?;

@@ -1,11 +1,12 @@
 //! The user's buffer lent to a broadcast for as long as the call that lends
-//! it runs ([`lend`]), so that a message that finishes before its call
-//! returns lies in one buffer, not two. A lifetime cannot say how long: the
-//! broadcast waits in its communicator's queue, which outlives the call. So
-//! the loan is checked at each use, under a lock that its end takes too:
-//! once the call is over, the lent memory is never touched again; a use
-//! after it panics rather than reading freed memory, and the end waits for
-//! a use in progress on another thread.
+//! it runs ([`lend`]), or until the request of an `MPI_Ibcast` completes
+//! ([`crate::platform::ompi::UserMessage::lend`]), so that the message lies
+//! in one buffer, not two. A lifetime cannot say how long: the broadcast
+//! waits in its communicator's queue, which outlives the call. So the loan
+//! is checked at each use, under a lock that its end ([`Loan`]) takes too:
+//! once it ended, the lent memory is never touched again; a use after it
+//! panics rather than reading freed memory, and the end waits for a use in
+//! progress on another thread.
 
 use std::ops::Range;
 use std::ptr::NonNull;
@@ -43,10 +44,9 @@ impl Lent for LentBuffer {
 
     fn read(&self, range: Range<usize>, f: &mut dyn FnMut(&[u8])) {
         let _open = self.open();
-        // SAFETY: `ptr` and `len` are those of the `&mut [u8]` that `lend`
-        // holds while the loan is open (held so by the guard), and that
-        // borrow reaches nothing else: only this buffer reads or writes the
-        // memory, and `&self` here excludes a write through `&mut self`.
+        // SAFETY: the memory is valid and reached by nothing else while the
+        // loan is open (`new`'s contract), held so by the guard; `&self`
+        // here excludes a write through `&mut self`.
         let bytes = unsafe { std::slice::from_raw_parts(self.ptr.as_ptr(), self.len) };
         f(&bytes[range]);
     }
@@ -59,8 +59,9 @@ impl Lent for LentBuffer {
     }
 }
 
-/// Ends the loan when `lend` returns, or unwinds.
-struct Loan(Arc<Mutex<bool>>);
+/// A loan of memory, ended when dropped: its [`LentBuffer`] no longer
+/// reaches the memory.
+pub struct Loan(Arc<Mutex<bool>>);
 
 impl Drop for Loan {
     fn drop(&mut self) {
@@ -68,15 +69,25 @@ impl Drop for Loan {
     }
 }
 
+impl LentBuffer {
+    /// The `len` bytes at `ptr` lent until the [`Loan`] is dropped.
+    ///
+    /// # Safety
+    /// The bytes are valid for reads and writes, and nothing else reaches
+    /// them, until the loan is dropped.
+    pub(crate) unsafe fn new(ptr: NonNull<u8>, len: usize) -> (Loan, LentBuffer) {
+        let loan = Loan(Arc::new(Mutex::new(true)));
+        let open = Arc::clone(&loan.0);
+        (loan, LentBuffer { ptr, len, open })
+    }
+}
+
 /// Runs `f` with `buf` lent to it as a [`LentBuffer`], usable until `f`
-/// returns.
+/// returns (or unwinds).
 pub fn lend<R>(buf: &mut [u8], f: impl FnOnce(LentBuffer) -> R) -> R {
-    let loan = Loan(Arc::new(Mutex::new(true)));
-    let lent = LentBuffer {
-        ptr: NonNull::from(&mut *buf).cast(),
-        len: buf.len(),
-        open: Arc::clone(&loan.0),
-    };
+    // SAFETY: `buf` is borrowed, so valid and reached by nothing else, until
+    // this function returns, and `_loan` is dropped then (or on unwinding).
+    let (_loan, lent) = unsafe { LentBuffer::new(NonNull::from(&mut *buf).cast(), buf.len()) };
     f(lent)
 }
 

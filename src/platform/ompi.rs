@@ -9,8 +9,10 @@ use std::ffi::{c_char, c_int, c_void, CStr};
 use std::marker::PhantomData;
 use std::ops::Range;
 use std::ptr;
+use std::ptr::NonNull;
 
 use super::c_line;
+use super::lent::{LentBuffer, Loan};
 use super::sys::{self, ipmc_module, ompi_communicator_t, ompi_datatype_t, ompi_request_t};
 use crate::base::error::OMPI_SUCCESS;
 use crate::base::error::{Error, Result};
@@ -434,6 +436,18 @@ impl UserMessage {
             None => unsafe { self.layout.pack(&mut out) }?,
         }
         Ok(out)
+    }
+
+    /// The user's buffer lent to the broadcast, where the datatype is
+    /// contiguous: the caller drops the [`Loan`] before the request
+    /// completes, as MPI lends the buffer only until then.
+    pub fn lend(&self) -> Option<(Loan, LentBuffer)> {
+        // SAFETY: as in `read`.
+        let start = NonNull::new(unsafe { self.layout.contiguous_start() }?)?;
+        // SAFETY: MPI lends these bytes until the request completes, which
+        // the caller does only after dropping the loan, and only the
+        // broadcast reaches them meanwhile (MPI forbids the user to).
+        Some(unsafe { LentBuffer::new(start, self.bytes) })
     }
 
     /// Writes the packed message into the user's buffer.

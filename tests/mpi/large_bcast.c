@@ -4,7 +4,9 @@
  * broadcasts beyond the buffer the program holds: the memory the broadcast
  * took for the message.
  *
- *   large_bcast MIB
+ *   large_bcast MIB [ibcast]
+ *
+ * With "ibcast", each broadcast is an MPI_Ibcast waited for.
  *
  * Prints "large_bcast: rank=R grew_kib=K" per rank and "large_bcast: PASS"
  * on rank 0 when every rank received exactly the root's bytes.
@@ -40,6 +42,7 @@ int main(int argc, char **argv)
     MPI_Comm_rank(MPI_COMM_WORLD, &rank);
     MPI_Comm_size(MPI_COMM_WORLD, &size);
     size_t n = (size_t)(argc > 1 ? atoi(argv[1]) : 64) << 20;
+    int nonblocking = argc > 2 && !strcmp(argv[2], "ibcast");
     unsigned char *buf = malloc(n);
     if (!buf)
         MPI_Abort(MPI_COMM_WORLD, 2);
@@ -51,14 +54,20 @@ int main(int argc, char **argv)
     for (int root = 0; root < 2 && root < size; root++) {
         for (size_t i = 0; i < n; i++)
             buf[i] = rank == root ? byte_at(i, root) : 0;
-        MPI_Bcast(buf, (int)n, MPI_BYTE, root, MPI_COMM_WORLD);
+        if (nonblocking) {
+            MPI_Request request;
+            MPI_Ibcast(buf, (int)n, MPI_BYTE, root, MPI_COMM_WORLD, &request);
+            MPI_Wait(&request, MPI_STATUS_IGNORE);
+        } else {
+            MPI_Bcast(buf, (int)n, MPI_BYTE, root, MPI_COMM_WORLD);
+        }
         for (size_t i = 0; i < n; i++)
             wrong += buf[i] != byte_at(i, root);
     }
     printf("large_bcast: rank=%d grew_kib=%ld\n", rank, peak_kib() - before);
     fflush(stdout);
     long total;
-    MPI_Reduce(&wrong, &total, 1, MPI_LONG, MPI_SUM, 0, MPI_COMM_WORLD);
+    MPI_Allreduce(&wrong, &total, 1, MPI_LONG, MPI_SUM, MPI_COMM_WORLD);
     if (rank == 0)
         printf("large_bcast: %s (%ld wrong bytes)\n", total ? "FAIL" : "PASS", total);
     free(buf);
