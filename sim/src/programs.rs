@@ -3,7 +3,6 @@
 
 use std::cell::RefCell;
 use std::collections::{HashMap, VecDeque};
-use std::ops::Range;
 use std::rc::Rc;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
@@ -15,7 +14,6 @@ use ipmc::driver::multicast::{Driver, Ranks};
 use ipmc::engine::queue::{NoWork, Queue, Turn};
 use ipmc::group::setup::{self, Agreement, Facts, Joined};
 use ipmc::protocol::datagram::{Auth, Protection};
-use ipmc::protocol::two_stage::Lent;
 
 use crate::engine::HostIo;
 use crate::p2p::{P2pState, SimMessages, Tag, BCAST};
@@ -122,27 +120,11 @@ pub struct IpmcRank {
     stats: Datagrams,
 }
 
-/// A call's buffer: the rank's own, or lent to the broadcast.
+/// A call's buffer: the rank's own, or lent to the broadcast (and read
+/// when the call returns).
 enum Buffer {
     Own(Vec<u8>),
-    Lent(Shared),
-}
-
-/// A buffer lent to a broadcast that the rank reads when the call returns.
-struct Shared(Arc<Mutex<Vec<u8>>>);
-
-impl Lent for Shared {
-    fn len(&self) -> usize {
-        self.0.lock().unwrap().len()
-    }
-
-    fn read(&self, range: Range<usize>, f: &mut dyn FnMut(&[u8])) {
-        f(&self.0.lock().unwrap()[range]);
-    }
-
-    fn write(&mut self, at: usize, src: &[u8]) {
-        self.0.lock().unwrap()[at..at + src.len()].copy_from_slice(src);
-    }
+    Lent(Arc<Mutex<Vec<u8>>>),
 }
 
 impl IpmcRank {
@@ -191,9 +173,9 @@ impl IpmcRank {
         // As the component: a broadcast that finishes before it returns
         // works in the caller's buffer.
         let buf = if self.queue.holds_to_the_end(buf.len()) {
-            let lent = Shared(Arc::new(Mutex::new(buf)));
+            let lent = Arc::new(Mutex::new(buf));
             self.queue
-                .enter_lent_bcast(at, Box::new(Shared(Arc::clone(&lent.0))), msgs);
+                .enter_lent_bcast(at, Box::new(Arc::clone(&lent)), msgs);
             Buffer::Lent(lent)
         } else {
             self.queue.enter_bcast(at, buf.len(), msgs);
@@ -276,7 +258,7 @@ impl IpmcRank {
         }
         let same = match buf {
             Buffer::Own(buf) => buf[..] == call.message[..],
-            Buffer::Lent(lent) => lent.0.lock().unwrap()[..] == call.message[..],
+            Buffer::Lent(lent) => lent.lock().unwrap()[..] == call.message[..],
         };
         if !same {
             return Err("a call returned with other bytes than the root's".into());

@@ -42,6 +42,7 @@
 
 use std::collections::VecDeque;
 use std::ops::Range;
+use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use crate::protocol::datagram::{self, Auth, Header, Protection, Reject};
@@ -174,6 +175,23 @@ pub trait Lent: Send {
     fn read(&self, range: Range<usize>, f: &mut dyn FnMut(&[u8]));
     /// Copies `src` into the message from byte `at` on.
     fn write(&mut self, at: usize, src: &[u8]);
+}
+
+/// Memory its lender shares behind a lock and reads after the broadcast
+/// (the simulator's ranks, the tests).
+impl Lent for Arc<Mutex<Vec<u8>>> {
+    fn len(&self) -> usize {
+        self.lock().unwrap_or_else(|p| p.into_inner()).len()
+    }
+
+    fn read(&self, range: Range<usize>, f: &mut dyn FnMut(&[u8])) {
+        f(&self.lock().unwrap_or_else(|p| p.into_inner())[range]);
+    }
+
+    fn write(&mut self, at: usize, src: &[u8]) {
+        let mut bytes = self.lock().unwrap_or_else(|p| p.into_inner());
+        bytes[at..at + src.len()].copy_from_slice(src);
+    }
 }
 
 /// Where a broadcast's message lies.
@@ -1607,34 +1625,15 @@ mod tests {
         assert_eq!(ranks[1].chain_frames_sent(), 20);
     }
 
-    /// Lent memory of the tests: a buffer shared with the test, which reads
-    /// it after the broadcast.
-    struct Shared(std::sync::Arc<std::sync::Mutex<Vec<u8>>>);
-
-    impl Lent for Shared {
-        fn len(&self) -> usize {
-            self.0.lock().unwrap().len()
-        }
-        fn read(&self, range: Range<usize>, f: &mut dyn FnMut(&[u8])) {
-            f(&self.0.lock().unwrap()[range]);
-        }
-        fn write(&mut self, at: usize, src: &[u8]) {
-            self.0.lock().unwrap()[at..at + src.len()].copy_from_slice(src);
-        }
-    }
-
     #[test]
     fn a_message_in_lent_memory_is_read_and_written_where_it_lies() {
         let bufs: Vec<_> = (0..4u8)
-            .map(|v| std::sync::Arc::new(std::sync::Mutex::new(vec![v; 5000])))
+            .map(|v| Arc::new(Mutex::new(vec![v; 5000])))
             .collect();
         let root: Vec<u8> = (0..5000).map(|i| (i * 7 % 251) as u8).collect();
         bufs[0].lock().unwrap().copy_from_slice(&root);
         let mut ranks: Vec<Broadcast> = (0..4)
-            .map(|v| {
-                let lent = Box::new(Shared(std::sync::Arc::clone(&bufs[v])));
-                Broadcast::in_lent(params(v, 4, 5000, 256), lent)
-            })
+            .map(|v| Broadcast::in_lent(params(v, 4, 5000, 256), Box::new(Arc::clone(&bufs[v]))))
             .collect();
         assert!(ranks.iter().all(Broadcast::is_lent));
         ranks[0].start_root(Duration::ZERO);
