@@ -14,7 +14,7 @@ use std::sync::{Arc, Mutex, MutexGuard};
 
 use crate::protocol::two_stage::Lent;
 
-/// Memory lent by [`lend`].
+/// Memory lent by [`lend`] or [`LentBuffer::new`].
 pub struct LentBuffer {
     ptr: NonNull<u8>,
     len: usize,
@@ -28,11 +28,24 @@ pub struct LentBuffer {
 unsafe impl Send for LentBuffer {}
 
 impl LentBuffer {
+    /// The `len` bytes at `ptr` lent until the [`Loan`] is dropped.
+    ///
+    /// # Safety
+    /// The bytes are valid for reads and writes, and nothing else reaches
+    /// them, until the loan is dropped.
+    pub(crate) unsafe fn new(ptr: NonNull<u8>, len: usize) -> (Loan, LentBuffer) {
+        let loan = Loan(Arc::new(Mutex::new(true)));
+        let open = Arc::clone(&loan.0);
+        (loan, LentBuffer { ptr, len, open })
+    }
+
+    /// The loan's lock, held while the memory is used; panics if the loan
+    /// ended.
     fn open(&self) -> MutexGuard<'_, bool> {
-        // A panic in a use (the user's callback cannot be one) would poison
-        // the lock; its flag stays right.
+        // A panic while it was held (in a reader's `f`) poisons the lock;
+        // the flag it guards stays right.
         let open = self.open.lock().unwrap_or_else(|p| p.into_inner());
-        assert!(*open, "lent memory used after its call returned");
+        assert!(*open, "lent memory used after its loan ended");
         open
     }
 }
@@ -69,19 +82,6 @@ impl Drop for Loan {
     }
 }
 
-impl LentBuffer {
-    /// The `len` bytes at `ptr` lent until the [`Loan`] is dropped.
-    ///
-    /// # Safety
-    /// The bytes are valid for reads and writes, and nothing else reaches
-    /// them, until the loan is dropped.
-    pub(crate) unsafe fn new(ptr: NonNull<u8>, len: usize) -> (Loan, LentBuffer) {
-        let loan = Loan(Arc::new(Mutex::new(true)));
-        let open = Arc::clone(&loan.0);
-        (loan, LentBuffer { ptr, len, open })
-    }
-}
-
 /// Runs `f` with `buf` lent to it as a [`LentBuffer`], usable until `f`
 /// returns (or unwinds).
 pub fn lend<R>(buf: &mut [u8], f: impl FnOnce(LentBuffer) -> R) -> R {
@@ -108,7 +108,7 @@ mod tests {
     }
 
     #[test]
-    #[should_panic(expected = "lent memory used after its call returned")]
+    #[should_panic(expected = "lent memory used after its loan ended")]
     fn a_use_after_the_loan_panics() {
         let mut buf = vec![0u8; 4];
         let kept = lend(&mut buf, |lent| lent);
