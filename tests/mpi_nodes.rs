@@ -655,11 +655,15 @@ fn a_late_rank_that_does_not_lead_is_handed_the_message_over() {
 /// ranks of a node leave each broadcast at different times (a leader
 /// returns from its node's fan-out before the ranks it fed) and then wait
 /// for each other in the barrier: some stay outside the broadcasts longer
-/// than others, none enters them late. No lead moves (it did on 4 runs in
-/// 4 when lateness was the time outside). With 12 processes on 2 cores the
-/// scheduler can still make a rank that does not lead late at one look
-/// (once 30 handovers on one rank in a CI run), which a handover then
-/// serves right: none on most calls.
+/// than others, none enters them late. A lead moves only where its leader
+/// was late at two looks in a row, so over the 5 looks of about 1,040
+/// broadcasts a leader late by the way the ranks take turns (entering or
+/// staying outside later at every look) moves its node's lead at least
+/// twice. With 12 processes on 2 cores the scheduler can still make a
+/// leader late at two looks (once one move in a CI run), or a rank that
+/// does not lead late at one (once 30 handovers on one rank), which a move
+/// or a handover then serves right: at most one move, and handovers on
+/// few calls.
 #[test]
 fn a_leader_that_returns_first_keeps_its_lead() {
     let cluster = Cluster {
@@ -667,7 +671,7 @@ fn a_leader_that_returns_first_keeps_its_lead() {
         ..Cluster::hosts(3)
     };
     let mca = [("coll_ipmc_print_statistics", "1")];
-    let args = ["--sizes", "4194304", "--warmup", "250", "--rounds", "1"];
+    let args = ["--sizes", "4194304", "--warmup", "1030", "--rounds", "1"];
     let run = cluster.mpirun(&mca, "bcast_bench", &args);
     assert!(run.ok, "bcast_bench failed:\n{}", run.output);
     let mut world: Vec<_> = common::stats_lines(&run.output)
@@ -677,8 +681,9 @@ fn a_leader_that_returns_first_keeps_its_lead() {
     world.sort_by_key(|s| num(s, "rank"));
     assert_eq!(world.len(), cluster.ranks(), "{}", run.output);
     for s in &world {
+        assert!(num(s, "bcasts") >= 1024, "{s:?}");
         assert!(levels_tally(s).0 > 0, "{s:?}");
-        assert_eq!(num(s, "leader_moves"), 0, "{s:?}");
+        assert!(num(s, "leader_moves") <= 1, "{s:?}");
         assert!(num(s, "handovers") * 4 < num(s, "bcasts"), "{s:?}");
     }
 }
