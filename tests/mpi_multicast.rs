@@ -414,9 +414,9 @@ fn a_taken_port_is_drawn_again() {
     }
 }
 
-/// A multicast broadcast beyond `coll_ipmc_background_limit` (16 MiB)
+/// A multicast broadcast beyond `coll_ipmc_background_limit` (1 MiB)
 /// finishes before it returns, so its message lies in the user's buffer:
-/// the process holds it once, not twice. 3 ranks, 64 MiB from two roots,
+/// the process holds it once, not twice. 3 ranks, 8 MiB from two roots,
 /// every byte checked.
 #[test]
 fn a_large_broadcast_takes_no_second_buffer_of_its_size() {
@@ -435,7 +435,7 @@ fn assert_no_second_buffer(how: &[&str]) {
         ("coll_ipmc_print_statistics", "1"),
         ("coll_ipmc_bcast_algorithm", "3"),
     ];
-    let args: Vec<&str> = ["64"].iter().chain(how).copied().collect();
+    let args: Vec<&str> = ["8"].iter().chain(how).copied().collect();
     let run = mpirun(3, &mca, "large_bcast", &args);
     assert!(
         run.ok && run.output.contains("large_bcast: PASS"),
@@ -457,17 +457,23 @@ fn assert_no_second_buffer(how: &[&str]) {
         );
         assert!(num(s, calls) >= 2, "{calls}: {s:?}");
     }
-    let grew: Vec<u64> = run
+    // The peak is read from counters that the kernel syncs lazily, so a
+    // rank that took nothing may show a few hundred KiB less.
+    let grew: Vec<i64> = run
         .output
         .lines()
         .filter_map(|l| l.split("grew_kib=").nth(1))
-        .map(|k| k.trim().parse().unwrap())
+        .map(|k| {
+            k.trim()
+                .parse()
+                .unwrap_or_else(|e| panic!("{e}: {k:?}\n{}", run.output))
+        })
         .collect();
     println!("peak memory grew by (KiB): {grew:?}");
     assert_eq!(grew.len(), 3, "{}", run.output);
     assert!(
-        grew.iter().all(|&k| k < 16 << 10),
-        "a rank took memory for a copy of its 64 MiB message: {grew:?} KiB"
+        grew.iter().all(|&k| k < 4 << 10),
+        "a rank took memory for a copy of its 8 MiB message: {grew:?} KiB"
     );
 }
 
