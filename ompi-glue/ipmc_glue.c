@@ -34,17 +34,24 @@ uint32_t ipmc_comm_cid(struct ompi_communicator_t *comm) { return IPMC_COMM_CID(
 const char *ipmc_comm_name(struct ompi_communicator_t *comm) { return comm->c_name; }
 int ipmc_world_rank(void) { return ompi_comm_rank(&ompi_mpi_comm_world.comm); }
 
-int ipmc_isend_bytes(const void *buf, size_t len, int dst, struct ompi_communicator_t *comm,
-                     struct ompi_request_t **req)
+int ipmc_bcast_tag(void) { return MCA_COLL_BASE_TAG_BCAST; }
+
+/* The one tag of the collective range that no component of Open MPI 4.1 or
+   5.0 sends with: libnbc and adapt reserve tags above it
+   (ompi_coll_base_nbc_reserve_tags never hands it out), the neighbourhood
+   collectives use those below it. */
+int ipmc_queue_tag(void) { return MCA_COLL_BASE_TAG_NONBLOCKING_END; }
+
+int ipmc_isend_bytes(const void *buf, size_t len, int dst, int tag,
+                     struct ompi_communicator_t *comm, struct ompi_request_t **req)
 {
-    return MCA_PML_CALL(isend(buf, len, MPI_BYTE, dst, MCA_COLL_BASE_TAG_BCAST,
-                              MCA_PML_BASE_SEND_STANDARD, comm, req));
+    return MCA_PML_CALL(isend(buf, len, MPI_BYTE, dst, tag, MCA_PML_BASE_SEND_STANDARD, comm, req));
 }
 
-int ipmc_irecv_bytes(void *buf, size_t len, int src, struct ompi_communicator_t *comm,
+int ipmc_irecv_bytes(void *buf, size_t len, int src, int tag, struct ompi_communicator_t *comm,
                      struct ompi_request_t **req)
 {
-    return MCA_PML_CALL(irecv(buf, len, MPI_BYTE, src, MCA_COLL_BASE_TAG_BCAST, comm, req));
+    return MCA_PML_CALL(irecv(buf, len, MPI_BYTE, src, tag, comm, req));
 }
 
 int ipmc_answer_root(int root, struct ompi_communicator_t *comm)

@@ -41,14 +41,19 @@ const char *ipmc_comm_name(struct ompi_communicator_t *comm);
 /* This process's rank in MPI_COMM_WORLD. */
 int ipmc_world_rank(void);
 
-/* Point-to-point on the communicator, bytes only, with the bcast tag. */
-int ipmc_isend_bytes(const void *buf, size_t len, int dst, struct ompi_communicator_t *comm,
+/* The tag of Open MPI's broadcasts, which ipmc's blocking broadcasts use
+   too, and the tag of ipmc's work that outlives a call (chains, votes,
+   nonblocking broadcasts), so that a blocking broadcast by another
+   algorithm may run while that work still goes on. */
+int ipmc_bcast_tag(void);
+int ipmc_queue_tag(void);
+/* Point-to-point on the communicator, bytes only. */
+int ipmc_isend_bytes(const void *buf, size_t len, int dst, int tag,
+                     struct ompi_communicator_t *comm, struct ompi_request_t **req);
+int ipmc_irecv_bytes(void *buf, size_t len, int src, int tag, struct ompi_communicator_t *comm,
                      struct ompi_request_t **req);
-int ipmc_irecv_bytes(void *buf, size_t len, int src, struct ompi_communicator_t *comm,
-                     struct ompi_request_t **req);
-/* Empty messages with the barrier tag, not the bcast tag that every
-   broadcast and ipmc's background messages share, so that they never meet
-   those: a measured broadcast's answers, which time it at its root (every
+/* Empty messages with the barrier tag, not the bcast or queue tag, so that
+   they never meet those: a measured broadcast's answers, which time it at its root (every
    other rank sends the root one after its part of the call; the root waits
    for them in the call for a bounded time only, then receives the rest while
    it goes on, since a rank may depend on what the root does after the call),

@@ -186,6 +186,50 @@ fn every_byte_across_5_emulated_hosts() {
     );
 }
 
+/// A root that runs broadcasts ahead of rank 1 on 3 emulated hosts, as Open
+/// MPI's eager broadcast allows (`tests/mpi/ahead.c`), while the automatic
+/// choice measures the classes and agrees on them: 1 and 6 ahead of 1 KiB,
+/// and 3 and 6 ahead of sizes in three classes, served by multicast and by
+/// point-to-point algorithms in turn. The job hung, even 1 ahead: waiting
+/// for the answers to its measured calls, the root finished its work in the
+/// background, and before a point-to-point algorithm it finished the
+/// chains of its multicast broadcasts, both of which need the broadcasts
+/// rank 1 has not entered. Without `han`, which Open MPI 5.0 selects across
+/// nodes and whose own broadcast hangs in this program, as ipmc's
+/// replaced component is then tuned, as in 4.1.
+#[test]
+fn a_root_ahead_of_a_rank_is_not_held_by_its_earlier_broadcasts() {
+    let cluster = common::Cluster::hosts(3);
+    for (sizes, k) in [
+        ("1024", "1"),
+        ("1024", "6"),
+        ("100,4000,32768", "3"),
+        ("100,4000,32768", "6"),
+    ] {
+        let mca = [
+            ("coll_ipmc_print_statistics", "1"),
+            ("coll_han_priority", "0"),
+        ];
+        let run = cluster.mpirun(&mca, "ahead", &[sizes, k]);
+        assert!(
+            run.ok && run.output.contains("ahead: PASS"),
+            "{k} ahead of {sizes}:\n{}",
+            run.output
+        );
+        let world: Vec<_> = stats_lines(&run.output)
+            .into_iter()
+            .filter(|s| s["comm"] == "MPI_COMM_WORLD")
+            .collect();
+        assert_eq!(world.len(), 3, "{}", run.output);
+        for s in &world {
+            assert!(tally(s, "multicast").0 > 0, "{s:?}");
+            if sizes.contains(',') {
+                assert!(tally(s, "previous").0 > 0, "{s:?}");
+            }
+        }
+    }
+}
+
 #[test]
 fn linear_and_chain_cross_over_where_the_parameters_say() {
     let mca = [

@@ -313,10 +313,10 @@ fn multicast_completes_ranks_broadcasts_ahead() {
 /// measure Open MPI's broadcast, its binomial and binary trees and
 /// multicast, and whose ranks then vote on them in the background while the
 /// class multicasts: no rank waits through all of it (12 calls ahead, the
-/// root's and then rank 2's: 25 calls of a class, within its 4 × 8 measured calls and its
-/// 16 voting calls; once a class has gone to Open MPI's broadcast, its
-/// first call waits for the chains of the multicast calls before, which
-/// share its tag).
+/// root's and then rank 2's: 25 calls of a class, within its 4 × 8 measured
+/// calls and its 16 voting calls; a call by Open MPI's broadcast goes
+/// alongside the chains of the multicast calls before it, whose messages
+/// have a tag of their own).
 #[test]
 fn the_automatic_choice_completes_ranks_broadcasts_ahead() {
     ahead(&[], "12", |s| {

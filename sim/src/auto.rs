@@ -114,6 +114,8 @@ enum Doing {
     Ask,
     /// It waits for the queue's work to finish.
     FinishQueue,
+    /// It waits for the queue's votes to finish.
+    FinishVotes,
     /// It waits for every answer to its measured calls as a root.
     AwaitAnswers,
     Serving(Serving),
@@ -144,7 +146,7 @@ struct SimBallots<'a> {
 
 impl Ballots for SimBallots<'_> {
     fn vote(&mut self, k: usize, mine: Vec<u32>) {
-        let msgs = SimMessages(self.msgs.clone());
+        let msgs = SimMessages::queued(self.msgs);
         self.queue.push_vote(msgs, self.rank, self.size, k, mine);
     }
 
@@ -265,7 +267,7 @@ impl AutoRank {
         let (len, root) = (call.message.len(), call.root);
         let root_data = (self.rank == root).then(|| call.message.to_vec());
         let at = (self.rank, self.size, root);
-        let msgs = SimMessages(self.io.p2p.clone());
+        let msgs = SimMessages::bcast(&self.io.p2p);
         Ok(match alg {
             Algorithm::Multicast => {
                 let ranks = Ranks {
@@ -273,7 +275,8 @@ impl AutoRank {
                     size: self.size,
                     root,
                 };
-                self.queue.enter_bcast(ranks, len, msgs);
+                self.queue
+                    .enter_bcast(ranks, len, SimMessages::queued(&self.io.p2p));
                 Serving::Multicast(root_data.unwrap_or_else(|| vec![0; len]))
             }
             Algorithm::Linear => Serving::Steps(Box::new(Steps::new(
@@ -336,7 +339,7 @@ impl AutoRank {
             size: self.size,
             root,
         };
-        let msgs = SimMessages(self.io.p2p.clone());
+        let msgs = SimMessages::queued(&self.io.p2p);
         self.queue.enter_bcast(ranks, block.len(), msgs);
         Serving::Allgather { root, buf }
     }
@@ -362,6 +365,12 @@ impl AutoRank {
             .expect("a call in progress")
             .message
             .clone();
+        if matches!(serving, Serving::Steps(_) | Serving::Model(_)) {
+            // The queue's work goes on alongside, as from Open MPI's
+            // progress engine in the component.
+            let t = Duration::from_nanos(now);
+            self.queue.turn(t, Wait::Look).map_err(e)?;
+        }
         match serving {
             Serving::Multicast(buf) => {
                 if !self.multicast_turn(buf, now)? {
@@ -479,6 +488,7 @@ impl Program for AutoRank {
                     match call.next(choice, &mut io).map_err(e)? {
                         Action::Decided(_) => Doing::Ask,
                         Action::FinishQueue => Doing::FinishQueue,
+                        Action::FinishVotes => Doing::FinishVotes,
                         Action::AwaitAnswers => Doing::AwaitAnswers,
                         Action::Run(alg) => Doing::Serving(self.serve(alg)?),
                         Action::AnswerRoot => {
@@ -509,6 +519,14 @@ impl Program for AutoRank {
                     self.queue.turn(t, Wait::Progress).map_err(e)?;
                     if self.queue.is_busy() {
                         self.state = Some((call, Doing::FinishQueue));
+                        break;
+                    }
+                    Doing::Ask
+                }
+                Doing::FinishVotes => {
+                    self.queue.turn(t, Wait::Progress).map_err(e)?;
+                    if self.queue.holds_votes() {
+                        self.state = Some((call, Doing::FinishVotes));
                         break;
                     }
                     Doing::Ask

@@ -15,7 +15,8 @@ pub type NetMsg = u32;
 
 /// A message's tag: messages match per sender and tag, as in MPI.
 pub type Tag = u8;
-/// The broadcasts' messages (chains, votes, the models' sends).
+/// The broadcasts' messages (the agreement, the point-to-point algorithms,
+/// the models' sends).
 pub const BCAST: Tag = 0;
 /// The answers that time a measured call at its root.
 pub const ANSWERS: Tag = 1;
@@ -23,6 +24,9 @@ pub const ANSWERS: Tag = 1;
 pub const BARRIER: Tag = 2;
 /// The allgathers' messages (Open MPI's allgather tag).
 pub const ALLGATHER: Tag = 3;
+/// The messages of a communicator's queued work: chains and votes (the
+/// component's queue tag).
+pub const QUEUE: Tag = 4;
 
 /// What a rank asked of the network during a step.
 pub enum Out {
@@ -205,19 +209,31 @@ impl P2pState {
     }
 }
 
-/// The [`MessageIo`] of a simulated ipmc rank.
-pub struct SimMessages(pub Rc<RefCell<P2pState>>);
+/// The [`MessageIo`] of a simulated ipmc rank, with one tag.
+pub struct SimMessages(Rc<RefCell<P2pState>>, Tag);
+
+impl SimMessages {
+    /// Messages with the broadcast tag.
+    pub fn bcast(p2p: &Rc<RefCell<P2pState>>) -> Self {
+        SimMessages(p2p.clone(), BCAST)
+    }
+
+    /// Messages of queued work, with the queue's tag.
+    pub fn queued(p2p: &Rc<RefCell<P2pState>>) -> Self {
+        SimMessages(p2p.clone(), QUEUE)
+    }
+}
 
 impl MessageIo for SimMessages {
     type Id = usize;
 
     fn send(&mut self, peer: usize, data: Vec<u8>) -> Result<usize> {
         let len = data.len();
-        Ok(self.0.borrow_mut().send(peer, len, data))
+        Ok(self.0.borrow_mut().send_tagged(peer, self.1, len, data))
     }
 
     fn recv(&mut self, peer: usize, _capacity: usize) -> Result<usize> {
-        Ok(self.0.borrow_mut().recv(peer))
+        Ok(self.0.borrow_mut().recv_tagged(peer, self.1))
     }
 
     fn test(&mut self, id: usize, _wait: Wait) -> Result<Option<Vec<u8>>> {

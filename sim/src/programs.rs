@@ -169,7 +169,7 @@ impl IpmcRank {
         } else {
             vec![0; call.message.len()]
         };
-        let msgs = SimMessages(self.msgs.clone());
+        let msgs = SimMessages::queued(&self.msgs);
         // As the component: a broadcast that finishes before it returns
         // works in the caller's buffer.
         let buf = if self.queue.holds_to_the_end(buf.len()) {
@@ -722,7 +722,7 @@ pub struct FirstBroadcast {
 impl FirstBroadcast {
     pub fn new(io: &HostIo, rank: usize, size: usize, start: Start) -> Self {
         FirstBroadcast {
-            msgs: SimMessages(io.p2p.clone()),
+            msgs: SimMessages::bcast(&io.p2p),
             rank,
             size,
             setup: None,

@@ -9,7 +9,7 @@
 //!   the linear or chain algorithm or over two levels, whose requests
 //!   complete once the rank owns the message;
 //! - the votes of the automatic choice of algorithm ([`crate::group::vote`]),
-//!   which use the broadcast tag too;
+//!   which use the chains' tag too;
 //! - the answers that time its measured calls of short messages at their
 //!   root and came after the root's call returned (their tag is another,
 //!   and no other work waits for them).
@@ -198,7 +198,7 @@ impl Work<McastSocket> for Ibcast {
                             d.begin(at, message.bytes(), data.as_deref(), now, stats)
                         }
                     };
-                    let run = Run::new(b, Messages::new(*comm), at.rank, at.size)?;
+                    let run = Run::new(b, Messages::queued(*comm), at.rank, at.size)?;
                     *state = Some(Box::new(run));
                 }
                 let run = state.as_mut().expect("begun above");
@@ -227,7 +227,7 @@ impl Work<McastSocket> for Ibcast {
                 if state.is_none() {
                     let data = root_data(message, at)?;
                     let rank = (at.rank, at.size, at.root);
-                    let msgs = Messages::new(*comm);
+                    let msgs = Messages::queued(*comm);
                     let steps = Steps::new(msgs, *shape, rank, message.bytes(), data);
                     *state = Some(Box::new(steps));
                 }
@@ -389,9 +389,14 @@ impl Slot {
     /// Notes the measured calls whose answers all arrived, with the time;
     /// their communicators go to `ended`.
     fn look_answers(&mut self, ended: &mut Vec<Comm>) -> Result<()> {
+        self.test_answers(Wait::Look, ended)
+    }
+
+    /// [`Slot::look_answers`], testing the answers as `wait` says.
+    fn test_answers(&mut self, wait: Wait, ended: &mut Vec<Comm>) -> Result<()> {
         let mut i = 0;
         while i < self.awaited.len() {
-            if self.awaited[i].answers.arrived()? {
+            if self.awaited[i].answers.all_done(wait)? {
                 let a = self.awaited.swap_remove(i);
                 if let Some(ticket) = a.ticket {
                     self.answered.push((ticket, a.started.elapsed()));
@@ -404,8 +409,22 @@ impl Slot {
         Ok(())
     }
 
-    /// Waits for every answer this rank expects.
+    /// Waits for every answer this rank expects. Its queued work moves on
+    /// meanwhile (a rank may owe the chain frames that another rank needs
+    /// before it can answer) but need not end: a broadcast that some rank
+    /// has not entered yet could not. Once no work is queued, the answers
+    /// are waited for in Open MPI's progress engine.
     fn await_answers(&mut self, ended: &mut Vec<Comm>) -> Result<()> {
+        if let Some(e) = self.broken.take() {
+            return Err(e);
+        }
+        while self.busy() && !self.awaited.is_empty() {
+            if let Err(e) = self.turn(Wait::Progress, ended) {
+                self.abandon(e, ended);
+                return Err(e);
+            }
+            self.test_answers(Wait::Progress, ended)?;
+        }
         self.look_answers(ended)?;
         while let Some(mut a) = self.awaited.pop() {
             let waited = a.answers.wait();
@@ -434,7 +453,7 @@ impl Slot {
         if let Some(e) = self.broken.take() {
             return Err(e);
         }
-        let msgs = Messages::new(comm);
+        let msgs = Messages::queued(comm);
         // A broadcast that finishes before it returns has its message in
         // the caller's buffer: one copy and one message's memory less.
         let result = if self.queue.holds_to_the_end(data.len()) {
@@ -495,10 +514,26 @@ impl Slot {
 
     /// Runs every job to its end, waiting as long as it takes.
     fn finish_jobs(&mut self, ended: &mut Vec<Comm>) -> Result<()> {
+        self.finish_while(|q| q.is_busy(), ended)
+    }
+
+    /// Runs the jobs up to the last vote to their end, waiting as long as it
+    /// takes.
+    fn finish_votes(&mut self, ended: &mut Vec<Comm>) -> Result<()> {
+        self.finish_while(|q| q.holds_votes(), ended)
+    }
+
+    /// Turns the work, waiting as long as it takes, while `busy` says so of
+    /// the queue; a failure gives it all up.
+    fn finish_while(
+        &mut self,
+        busy: impl Fn(&OmpiQueue) -> bool,
+        ended: &mut Vec<Comm>,
+    ) -> Result<()> {
         if let Some(e) = self.broken.take() {
             return Err(e);
         }
-        while self.queue.is_busy() {
+        while busy(&self.queue) {
             if let Err(e) = self.turn(Wait::Progress, ended) {
                 self.abandon(e, ended);
                 return Err(e);
@@ -639,6 +674,15 @@ impl Background {
         self.with_slot(Slot::finish_jobs)
     }
 
+    /// Finishes the communicator's queued votes (and the work before them),
+    /// waiting as long as it takes; the work after them goes on.
+    pub fn finish_votes(&mut self) -> Result<()> {
+        if self.slot.is_none() {
+            return Ok(());
+        }
+        self.with_slot(Slot::finish_votes)
+    }
+
     /// One blocking two-stage broadcast of `data` (the root's message; filled
     /// in on the other ranks), by the rules of [`crate::engine::queue`]: the
     /// caller finished all work before it but multicast broadcasts' chains
@@ -713,7 +757,7 @@ impl Background {
     /// `mine`) to the background, after the work before it.
     pub fn vote(&mut self, comm: Comm, class: usize, mine: Vec<u32>) {
         let (rank, size) = (comm.rank(), comm.size());
-        let msgs = Messages::new(comm);
+        let msgs = Messages::queued(comm);
         self.with_slot(|slot, ended| {
             slot.start(comm, |q| q.push_vote(msgs, rank, size, class, mine), ended)
         });
@@ -760,15 +804,17 @@ impl Background {
     }
 
     /// Waits until every answer to this rank's measured calls as a root
-    /// arrived. Before that wait, the work in the background finishes: a
-    /// rank may owe the chain frames that another rank needs before it can
-    /// answer, and while this rank waits it holds its work's lock, which the
-    /// progress engine then passes by.
+    /// arrived, moving the work in the background on meanwhile: a rank may
+    /// owe the chain frames that another rank needs before it can answer,
+    /// and while this rank waits it holds its work's lock, which the
+    /// progress engine then passes by. That work need not end first: a
+    /// broadcast that some rank has not entered yet (it waits for a message
+    /// this rank sends after it, as Open MPI's eager broadcasts allow) could
+    /// not, while the answers of calls that every rank made can come.
     pub fn await_answers(&mut self) -> Result<()> {
         if self.slot.is_none() {
             return Ok(());
         }
-        self.finish()?;
         self.with_slot(Slot::await_answers)
     }
 

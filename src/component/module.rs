@@ -679,6 +679,7 @@ impl Module {
             match call.next(choice, &mut io)? {
                 Action::Decided(decided) => self.tell(comm, decided),
                 Action::FinishQueue => self.background.finish()?,
+                Action::FinishVotes => self.background.finish_votes()?,
                 Action::AwaitAnswers => self.background.await_answers()?,
                 Action::Run(alg) => {
                     self.moved = true;

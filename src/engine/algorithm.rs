@@ -61,11 +61,12 @@ impl Algorithm {
         Algorithm::TwoLevelPipelinedFromLeader,
     ];
 
-    /// Whether a call of it may begin while the communicator's queued
-    /// multicast work (chains, votes) still runs: multicast's (its chain
-    /// follows theirs) and the two levels' (they run on communicators of
-    /// their own). Every other algorithm uses the broadcast tag on this
-    /// communicator and waits for that work to finish.
+    /// Whether a call of it goes with the communicator's queued multicast
+    /// work (chains, votes): multicast's (its chain follows theirs) and the
+    /// two levels' (they run on communicators of their own). Since the
+    /// queue's messages have a tag of their own, a broadcast of any
+    /// algorithm may begin alongside that work too
+    /// ([`crate::engine::call::Collective::Bcast`]).
     pub fn goes_alongside(self) -> bool {
         self == Algorithm::Multicast || self.over_levels()
     }

@@ -4,7 +4,7 @@
 //! with the measured choice (waiting, at most once each, for a vote whose
 //! decision the call takes or for the answers this rank's part in a vote
 //! needs), finish the queue's work where the algorithm cannot run alongside
-//! it, run, time the call (short broadcasts at their root), and send this
+//! it (a vote's wait finishes only the votes), run, time the call (short broadcasts at their root), and send this
 //! rank's part of a vote when it is due. A nonblocking broadcast is neither
 //! measured nor counted: it takes its class's decision (after the vote, if
 //! the class's next blocking call would wait for it), and its work joins
@@ -25,9 +25,9 @@ use crate::engine::tuning::{Decision, Sample};
 /// Which collective a call serves: what its algorithms may run alongside.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Collective {
-    /// A broadcast from `root`: every algorithm but multicast's and the two
-    /// levels' uses the broadcast tag, as the queue's work does
-    /// ([`Algorithm::goes_alongside`]).
+    /// A broadcast from `root`: every algorithm may begin alongside the
+    /// queue's multicast broadcasts and votes, whose messages have a tag of
+    /// their own; the queue's nonblocking broadcasts go first.
     Bcast { root: usize },
     /// A barrier: its multicast form may begin alongside the queue's
     /// multicast broadcasts (its arrivals have a tag of their own; the
@@ -52,6 +52,11 @@ pub enum Action {
     /// Finish the queue's work, waiting as long as it takes (the votes in it
     /// end with it).
     FinishQueue,
+    /// Finish the queue's votes, waiting as long as it takes: the work
+    /// before them ends with them, the work after them may go on (a root
+    /// that runs ahead needs the chains of broadcasts that another rank
+    /// has not entered yet).
+    FinishVotes,
     /// Wait until every answer to this rank's measured calls as a root has
     /// arrived.
     AwaitAnswers,
@@ -175,14 +180,14 @@ impl Call {
                         return Ok(Action::AwaitAnswers);
                     }
                     self.stage = Stage::Settle;
-                    return Ok(Action::FinishQueue);
+                    return Ok(Action::FinishVotes);
                 }
                 Stage::Plan => match choice.plan(self.class, self.fixed, io)? {
                     Next::Run(alg, sample) => self.stage = Stage::Chosen(alg, sample),
                     Next::AwaitVote if !self.waited_vote => {
                         self.waited_vote = true;
                         self.stage = Stage::Settle;
-                        return Ok(Action::FinishQueue);
+                        return Ok(Action::FinishVotes);
                     }
                     Next::AwaitAnswers if !self.waited_answers => {
                         self.waited_answers = true;
@@ -311,15 +316,16 @@ impl Call {
         match self.what {
             // Over two levels too: the queue's nonblocking broadcasts over
             // them use the same parts, and go first.
-            Collective::Bcast { .. } => !alg.goes_alongside() || !io.only_multicast_queued(),
+            Collective::Bcast { .. } => !io.only_multicast_queued(),
             Collective::Barrier => alg.goes_alongside() && !io.only_multicast_queued(),
             // The replaced allgather may broadcast on the communicator (Open
             // MPI's basic ones gather, then broadcast), and a collective that
             // Open MPI starts from inside ipmc's call goes to the replaced
-            // component (the glue's `in_call`), with the broadcast tag.
+            // component (the glue's `in_call`): after the queue's
+            // nonblocking broadcasts, as a broadcast.
             Collective::Allgather => match alg {
                 alg if alg.goes_alongside() => !io.only_multicast_queued(),
-                Algorithm::Previous => true,
+                Algorithm::Previous => !io.only_multicast_queued(),
                 _ => false,
             },
             Collective::Ibcast => false,
@@ -352,44 +358,43 @@ mod tests {
     }
 
     #[test]
-    fn a_broadcast_that_does_not_go_alongside_finishes_the_queue_first() {
+    fn every_algorithm_goes_alongside_multicast_work_and_after_other_work() {
         let mut choice = Choice::new(Tuner::new(1, 0, false));
-        let mut io = Urn::default();
-        let bcast = Collective::Bcast { root: 0 };
-        let mut call = Call::new(bcast, 0, (0, Algorithm::Linear), false, true, US(0));
-        let actions = run(&mut call, &mut choice, &mut io, 10);
-        assert_eq!(
-            actions,
-            [Action::FinishQueue, Action::Run(Algorithm::Linear)]
-        );
-        let mut call = Call::new(bcast, 0, (0, Algorithm::Multicast), false, true, US(0));
-        let actions = run(&mut call, &mut choice, &mut io, 10);
-        assert_eq!(actions, [Action::Run(Algorithm::Multicast)]);
-        // No group: the replaced component's broadcast, after the queue.
-        let mut call = Call::new(bcast, 0, (0, Algorithm::Multicast), false, false, US(0));
-        let actions = run(&mut call, &mut choice, &mut io, 10);
-        assert_eq!(
-            actions,
-            [Action::FinishQueue, Action::Run(Algorithm::Previous)]
-        );
-        // A barrier's replaced form has a tag of its own, an allgather's may
-        // broadcast; their multicast forms go alongside multicast broadcasts.
-        let mut other = |what, alg| {
-            let mut call = Call::new(what, 0, (0, alg), false, true, US(0));
-            run(&mut call, &mut choice, &mut io, 10)
-        };
         let (previous, multicast) = (Algorithm::Previous, Algorithm::Multicast);
-        let barrier = Collective::Barrier;
-        assert_eq!(other(barrier, previous), [Action::Run(previous)]);
-        assert_eq!(other(barrier, multicast), [Action::Run(multicast)]);
-        let allgather = Collective::Allgather;
-        assert_eq!(other(allgather, multicast), [Action::Run(multicast)]);
-        assert_eq!(
-            other(allgather, previous),
-            [Action::FinishQueue, Action::Run(previous)]
-        );
-        let ring = Algorithm::Chain;
-        assert_eq!(other(allgather, ring), [Action::Run(ring)]);
+        let (linear, ring) = (Algorithm::Linear, Algorithm::Chain);
+        let bcast = Collective::Bcast { root: 0 };
+        let (barrier, allgather) = (Collective::Barrier, Collective::Allgather);
+        for other_work in [false, true] {
+            let mut io = Urn {
+                other_work,
+                ..Urn::default()
+            };
+            // `ready`: whether a group is agreed (else multicast's plan
+            // takes the replaced component's broadcast).
+            let mut call = |what, alg, ready| {
+                let mut call = Call::new(what, 0, (0, alg), false, ready, US(0));
+                run(&mut call, &mut choice, &mut io, 10)
+            };
+            let after = |alg| {
+                if other_work {
+                    vec![Action::FinishQueue, Action::Run(alg)]
+                } else {
+                    vec![Action::Run(alg)]
+                }
+            };
+            // The queue's chains and votes have a tag of their own: a root
+            // that runs ahead is never held by them in a broadcast.
+            assert_eq!(call(bcast, linear, true), after(linear));
+            assert_eq!(call(bcast, multicast, true), after(multicast));
+            assert_eq!(call(bcast, multicast, false), after(previous));
+            // A barrier's replaced form has a tag of its own; an allgather's
+            // may broadcast, after the queue's nonblocking broadcasts.
+            assert_eq!(call(barrier, previous, true), [Action::Run(previous)]);
+            assert_eq!(call(barrier, multicast, true), after(multicast));
+            assert_eq!(call(allgather, multicast, true), after(multicast));
+            assert_eq!(call(allgather, previous, true), after(previous));
+            assert_eq!(call(allgather, ring, true), [Action::Run(ring)]);
+        }
     }
 
     #[test]
@@ -462,7 +467,7 @@ mod tests {
             let mut call = Call::new(bcast, 0, (k, Algorithm::Chain), true, true, US(0));
             let actions = run(&mut call, &mut choice, &mut io, 50);
             calls += 1;
-            if actions.contains(&Action::FinishQueue)
+            if actions.contains(&Action::FinishVotes)
                 && actions.last() == Some(&Action::Run(Algorithm::Chain))
             {
                 // The vote never ended: after one wait, the fixed one.
@@ -518,12 +523,12 @@ mod tests {
             run(&mut call, &mut choice, &mut io, 50);
         }
         // The next blocking call would need the decision: so does this one,
-        // which finishes the queue, where the vote ends.
+        // which finishes the queue's votes.
         let mut call = ibcast_call();
         let next = |call: &mut Call, choice: &mut Choice, io: &mut Urn| call.next(choice, io);
         assert_eq!(
             next(&mut call, &mut choice, &mut io),
-            Ok(Action::FinishQueue)
+            Ok(Action::FinishVotes)
         );
         io.ended.push((k, io.sent[0].1.clone()));
         let Ok(Action::Decided(decided)) = next(&mut call, &mut choice, &mut io) else {

@@ -58,8 +58,7 @@ pub enum Next {
     /// Run this algorithm, and measure the call if there is a sample.
     Run(Algorithm, Option<Sample>),
     /// The call takes the decision of a vote that has not ended here:
-    /// finish the queued work (the vote is in it), [`Choice::settle`], and
-    /// ask again.
+    /// finish the queued votes, [`Choice::settle`], and ask again.
     AwaitVote,
     /// This rank's part in a vote needs the times of its measured calls as
     /// a root: wait for their answers, take them in
@@ -234,11 +233,11 @@ pub(crate) mod tests {
         let mut io = Urn::default();
         let us = Duration::from_micros;
         // One call of each candidate, measured here (too long for a closer
-        // look).
+        // look); multicast's last.
         let turns = [
             (Algorithm::Previous, 10_000),
-            (Algorithm::Multicast, 5_000),
             (Algorithm::SplitBinary, 8_000),
+            (Algorithm::Multicast, 5_000),
         ];
         for (alg, took) in turns {
             let Next::Run(a, Some(sample)) = choice.plan(k, Algorithm::Chain, &mut io).unwrap()

@@ -22,8 +22,13 @@
 //!   follow theirs (up to [`AHEAD_LIMIT`] bytes of such broadcasts), so that
 //!   no rank waits for one that has not entered an earlier broadcast. Other
 //!   work before it (a nonblocking broadcast) finishes first.
-//! - Votes of the automatic choice use the broadcast tag too: they take
+//! - Votes of the automatic choice use the chains' tag too: they take
 //!   their turn in the queue.
+//! - The queue's messages have a tag of their own, not the broadcast tag of
+//!   Open MPI's broadcasts and ipmc's point-to-point ones: a blocking
+//!   broadcast by those may run while multicast broadcasts' chains and votes
+//!   still go on, so that a root that runs ahead of a rank is not held by
+//!   them ([`crate::engine::call`]).
 
 use std::collections::VecDeque;
 use std::time::Duration;
@@ -205,6 +210,11 @@ impl<S: DatagramIo, M: MessageIo, W: Work<S>> Queue<S, M, W> {
     /// Whether work is queued (a blocking call in progress not counted).
     pub fn is_busy(&self) -> bool {
         !self.jobs.is_empty()
+    }
+
+    /// Whether a vote is queued.
+    pub fn holds_votes(&self) -> bool {
+        self.jobs.iter().any(|j| matches!(j, Job::Vote(_)))
     }
 
     /// Whether the queued work is blocking multicast broadcasts' chains and

@@ -388,6 +388,14 @@ pub fn candidates(k: usize) -> &'static [Algorithm] {
     }
 }
 
+/// The indices of `cands` in the order their calls are measured: those
+/// that go alongside the queued multicast work last.
+fn measured_order(cands: &[Algorithm]) -> impl Iterator<Item = usize> + '_ {
+    let alongside = |i: &usize| cands[*i].goes_alongside();
+    let (first, last): (Vec<usize>, Vec<usize>) = (0..cands.len()).partition(|i| !alongside(i));
+    first.into_iter().chain(last)
+}
+
 /// The candidates of a communicator over two levels in class `k`: the
 /// levels (whatever the leaders' communicator chose at that size) against
 /// the replaced broadcast on the whole communicator, which may know the
@@ -612,11 +620,13 @@ impl Tuner {
                 ended: ended @ None,
                 ..
             } => {
-                // Each candidate's calls in a row, not in turns: a call of
-                // another algorithm first finishes the multicast calls
-                // before it, which would tie a rank that runs ahead to the
-                // others at every turn.
-                let candidate = *taken / samples;
+                // Each candidate's calls in a row, not in turns, and those
+                // that go with the queued multicast work last: another
+                // candidate's calls would run alongside their chains, and
+                // pay for them.
+                let candidate = measured_order(cands)
+                    .nth(*taken / samples)
+                    .expect("taken below samples × candidates");
                 *taken += 1;
                 if *taken == samples * cands.len() {
                     // Meanwhile: the last decision if the class is measured
@@ -1440,9 +1450,12 @@ mod tests {
         let each = 2 * LARGE_FACTOR;
         let cands = over_two_levels(k, false);
         assert_eq!(seen.len(), each * cands.len());
+        let order: Vec<usize> = measured_order(cands).collect();
         for (i, alg) in seen.iter().enumerate() {
-            assert_eq!(*alg, cands[i / each], "call {i}");
+            assert_eq!(*alg, cands[order[i / each]], "call {i}");
         }
+        // The levels, which go alongside the queued multicast work, last.
+        assert!(seen[seen.len() - 1].over_levels());
         // Below, and on one level, as many as `tune_calls`.
         let mut t = Tuner::over_two_levels(2, 0, false);
         let mut n = 0;
@@ -1481,10 +1494,10 @@ mod tests {
             [
                 Previous,
                 Previous,
-                Multicast,
-                Multicast,
                 SplitBinary,
-                SplitBinary
+                SplitBinary,
+                Multicast,
+                Multicast
             ]
         );
         assert!(t.voting(65536) && t.awaits_votes());

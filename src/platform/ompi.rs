@@ -599,8 +599,16 @@ impl Transport for PmlTransport<'_> {
         // SAFETY: `data..data+range.len()` lies inside the borrowed buffer
         // (checked by `part`), which outlives the request (waited for at the
         // latest in `drop`); `req` is a valid out-pointer.
-        let rc =
-            unsafe { sys::ipmc_isend_bytes(data.cast(), range.len(), peer, self.comm.0, &mut req) };
+        let rc = unsafe {
+            sys::ipmc_isend_bytes(
+                data.cast(),
+                range.len(),
+                peer,
+                bcast_tag(),
+                self.comm.0,
+                &mut req,
+            )
+        };
         self.started(rc, req, None)
     }
 
@@ -609,8 +617,16 @@ impl Transport for PmlTransport<'_> {
         let mut req = ptr::null_mut();
         // SAFETY: as in `isend`; the buffer is borrowed mutably, so nothing
         // else reads it while the receive writes.
-        let rc =
-            unsafe { sys::ipmc_irecv_bytes(data.cast(), range.len(), peer, self.comm.0, &mut req) };
+        let rc = unsafe {
+            sys::ipmc_irecv_bytes(
+                data.cast(),
+                range.len(),
+                peer,
+                bcast_tag(),
+                self.comm.0,
+                &mut req,
+            )
+        };
         self.started(rc, req, Some(range.len()))
     }
 
@@ -771,7 +787,7 @@ impl Answers {
     }
 
     /// Whether every answer arrived, tested as `wait` says.
-    fn all_done(&mut self, wait: Wait) -> Result<bool> {
+    pub fn all_done(&mut self, wait: Wait) -> Result<bool> {
         for req in self.reqs.iter_mut().filter(|r| !r.is_null()) {
             // SAFETY: `req` is a live request of these answers (complete
             // ones are null).
@@ -819,6 +835,12 @@ impl Drop for Answers {
     }
 }
 
+/// The tag of Open MPI's broadcasts.
+fn bcast_tag() -> c_int {
+    // SAFETY: returns a constant.
+    unsafe { sys::ipmc_bcast_tag() }
+}
+
 /// A point-to-point message started by [`Messages`].
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct MsgId(usize);
@@ -834,14 +856,31 @@ struct Slot {
 /// caller does. The multicast algorithm's chain and its setup use it.
 pub struct Messages {
     comm: Comm,
+    tag: c_int,
     slots: Vec<Slot>,
     free: Vec<usize>,
 }
 
 impl Messages {
+    /// Messages with the broadcast tag: the agreement on the group, which
+    /// every call on the communicator finishes first.
     pub fn new(comm: Comm) -> Self {
+        Self::tagged(comm, bcast_tag())
+    }
+
+    /// Messages of work in the communicator's queue
+    /// ([`crate::engine::queue`]), with a tag of their own: Open MPI's
+    /// broadcasts and ipmc's point-to-point ones, which use the broadcast
+    /// tag, may run while that work goes on.
+    pub fn queued(comm: Comm) -> Self {
+        // SAFETY: returns a constant.
+        Self::tagged(comm, unsafe { sys::ipmc_queue_tag() })
+    }
+
+    fn tagged(comm: Comm, tag: c_int) -> Self {
         Messages {
             comm,
+            tag,
             slots: Vec::new(),
             free: Vec::new(),
         }
@@ -863,6 +902,7 @@ impl Messages {
                     slot.buf.as_mut_ptr().cast(),
                     slot.buf.len(),
                     peer,
+                    self.tag,
                     self.comm.0,
                     &mut slot.req,
                 )
@@ -871,6 +911,7 @@ impl Messages {
                     slot.buf.as_ptr().cast(),
                     slot.buf.len(),
                     peer,
+                    self.tag,
                     self.comm.0,
                     &mut slot.req,
                 )
@@ -1161,6 +1202,7 @@ impl Comm {
                     fanout.data.as_ptr().cast(),
                     fanout.data.len(),
                     peer,
+                    bcast_tag(),
                     self.0,
                     &mut req,
                 )
