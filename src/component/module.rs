@@ -50,6 +50,13 @@ pub fn decline_reason(cfg: &Config, is_inter: bool, size: usize) -> Option<&'sta
     }
 }
 
+/// Whether a communicator of one level measures point-to-point broadcasts
+/// only: the automatic choice never multicasts on its nodes (two), each of
+/// one rank.
+fn measures_point_to_point(cfg: &Config, nodes: &Nodes) -> bool {
+    cfg.tunes() && nodes.max_ranks == 1 && nodes.count > 1 && !cfg.may_multicast(nodes.count)
+}
+
 /// Why ipmc declines a communicator whose ranks all share one node: Open
 /// MPI's own broadcast moves node-local data through shared memory, and no
 /// datagram should leave a node for node-local work. A forced algorithm of
@@ -245,9 +252,13 @@ impl Module {
 
     fn with(cfg: Config, rank: usize, size: usize, cid: u32, nodes: Nodes) -> Self {
         let limit = cfg.background_limit;
+        let mut tuner = Tuner::new(cfg.tune_calls, rank, cfg.inject_timing).of_ranks(size);
+        if measures_point_to_point(&cfg, &nodes) {
+            tuner = tuner.without_multicast();
+        }
         Module {
             levels: TwoLevels::No,
-            choice: Choice::new(Tuner::new(cfg.tune_calls, rank, cfg.inject_timing).of_ranks(size)),
+            choice: Choice::new(tuner),
             cfg,
             rank,
             size,
@@ -786,7 +797,7 @@ impl Module {
 
     /// The measured choice, and its view of this communicator's background.
     fn ballots(&mut self, comm: Comm) -> (&mut Choice, OmpiBallots<'_>) {
-        let votes = self.votes_here();
+        let votes = self.votes_on_bcasts();
         let io = OmpiBallots {
             background: &mut self.background,
             comm,
@@ -795,16 +806,25 @@ impl Module {
         (&mut self.choice, io)
     }
 
-    /// Whether the automatic choice measures its candidates here: where
-    /// multicast is one of them, or two levels.
+    /// Whether the automatic choice measures its broadcasts here: where
+    /// multicast is one of them, over two levels, or among point-to-point
+    /// algorithms where no call multicasts.
     fn tunes(&self) -> bool {
-        !self.broken && self.cfg.tunes() && self.votes_here()
+        !self.broken && self.cfg.tunes() && self.votes_on_bcasts()
     }
 
-    /// Whether this communicator's ranks may agree on measurements: where
-    /// the group is agreed, or the broadcasts run over two levels.
+    /// Whether this communicator's ranks may agree on measurements of
+    /// their barriers and allgathers: where the group is agreed, or the
+    /// broadcasts run over two levels.
     fn votes_here(&self) -> bool {
         self.multicast_ready() || self.over_levels()
+    }
+
+    /// As [`Module::votes_here`], for their broadcasts.
+    fn votes_on_bcasts(&self) -> bool {
+        self.votes_here()
+            || (matches!(self.levels, TwoLevels::No)
+                && measures_point_to_point(&self.cfg, &self.nodes))
     }
 
     fn over_levels(&self) -> bool {

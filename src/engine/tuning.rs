@@ -350,6 +350,9 @@ pub struct Tuner {
     inject: bool,
     /// The communicator broadcasts over two levels ([`over_two_levels`]).
     two_levels: bool,
+    /// The communicator has no multicast group: its candidates are
+    /// point-to-point only ([`point_to_point`]).
+    point_to_point: bool,
     /// Over two levels: some node's ranks may copy either way, and the
     /// levels are measured both ways ([`Tuner::offer_from_leader`]).
     from_leader: bool,
@@ -394,6 +397,36 @@ fn measured_order(cands: &[Algorithm]) -> impl Iterator<Item = usize> + '_ {
     let alongside = |i: &usize| cands[*i].goes_alongside();
     let (first, last): (Vec<usize>, Vec<usize>) = (0..cands.len()).partition(|i| !alongside(i));
     first.into_iter().chain(last)
+}
+
+/// The candidates of a communicator that never multicasts (two nodes of
+/// one rank each) in class `k`: where one message is all a broadcast is,
+/// Open MPI's algorithms still differ in how they cut it (between 2
+/// emulated hosts at 10 Gbit/s its split binary tree took 50 µs at 64 KiB
+/// against 73 for its own choice, but 44 against 33 at 32 KiB and 168
+/// against 101 at 128 KiB). One candidate is no measurement. The barrier
+/// and allgather: the replaced component's and Open MPI's linear barrier
+/// and ring.
+pub fn point_to_point(k: usize) -> &'static [Algorithm] {
+    use Algorithm::{Binary, Binomial, Chain, Linear, Previous, SplitBinary};
+    if k == BARRIER {
+        return &[Previous, Linear];
+    }
+    if is_allgather(k) {
+        return &[Previous, Chain];
+    }
+    let max = class_max(k);
+    if max <= TREES_UP_TO {
+        &[Previous, Binomial, Binary]
+    } else if max > SPLIT_UP_TO {
+        &[Previous, Chain]
+    } else if max > CHAIN_FROM {
+        &[Previous, Chain, SplitBinary]
+    } else if max > SHORT_UP_TO {
+        &[Previous, SplitBinary]
+    } else {
+        &[Previous]
+    }
 }
 
 /// The candidates of a communicator over two levels in class `k`: the
@@ -520,6 +553,7 @@ impl Tuner {
             rank,
             inject,
             two_levels,
+            point_to_point: false,
             from_leader: false,
             classes: Vec::new(),
             voting: 0,
@@ -537,6 +571,17 @@ impl Tuner {
             })
             .collect();
         t
+    }
+
+    /// The measured choice of a communicator of one level that never
+    /// multicasts (two nodes): Open MPI's fixed algorithms and ipmc's
+    /// point-to-point ones only ([`point_to_point`]).
+    pub fn without_multicast(mut self) -> Self {
+        self.point_to_point = !self.two_levels;
+        for k in 0..self.classes.len() {
+            self.classes[k].phase = Phase::explore(self.candidates(k).len());
+        }
+        self
     }
 
     /// Over two levels, before any call: measures the levels both ways
@@ -570,12 +615,14 @@ impl Tuner {
 
     /// The candidates of class `k` on this communicator.
     pub fn candidates(&self, k: usize) -> &'static [Algorithm] {
-        if k == BARRIER {
+        if k == BARRIER && !self.point_to_point {
             barrier_candidates(self.two_levels)
-        } else if is_allgather(k) {
+        } else if is_allgather(k) && !self.point_to_point {
             allgather_candidates(self.two_levels)
         } else if self.two_levels {
             over_two_levels(k, self.from_leader)
+        } else if self.point_to_point {
+            point_to_point(k)
         } else {
             candidates(k)
         }
@@ -597,7 +644,14 @@ impl Tuner {
         let cands = self.candidates(k);
         let first_measured = self.first_measured(k);
         let at_root = self.timed_at_root(k);
+        // Without multicast the replaced broadcast serves while the ranks
+        // agree (alongside the vote, as every broadcast goes).
+        let meanwhile = self.point_to_point.then_some(Algorithm::Previous);
         let c = &mut self.classes[k];
+        if let [only] = cands {
+            c.calls += 1;
+            return Some((*only, None));
+        }
         if c.again {
             c.restart(cands.len());
         }
@@ -632,8 +686,9 @@ impl Tuner {
                     // Meanwhile: the last decision if the class is measured
                     // again, else a candidate whose calls need not wait for
                     // the vote.
-                    let interim =
-                        last.or_else(|| cands.iter().copied().find(|a| a.goes_alongside()));
+                    let interim = last
+                        .or_else(|| cands.iter().copied().find(|a| a.goes_alongside()))
+                        .or(meanwhile);
                     *ended = Some(Ended { at: call, interim });
                 }
                 Some((
@@ -1016,6 +1071,47 @@ mod tests {
         assert!(candidates(class_of(1 << 30)).contains(&Algorithm::Multicast));
         assert!(candidates(class_of(TREES_UP_TO)).contains(&Algorithm::Binomial));
         assert!(!candidates(class_of(TREES_UP_TO + 1)).contains(&Algorithm::Binomial));
+    }
+
+    /// Two nodes of one rank: no multicast among the candidates; a class
+    /// of one candidate is not measured; and the replaced broadcast serves
+    /// while the ranks agree, so that the calls go on and the vote comes
+    /// (on a root-timed class, `ANSWER_CALLS` after the last measured
+    /// call).
+    #[test]
+    fn two_nodes_measure_point_to_point_algorithms_only() {
+        let mut t = Tuner::new(1, 0, false).of_ranks(2).without_multicast();
+        for k in 0..=allgather_class(usize::MAX) {
+            assert!(!t.candidates(k).contains(&Algorithm::Multicast), "{k}");
+            assert_eq!(t.candidates(k)[0], Algorithm::Previous, "{k}");
+        }
+        assert_eq!(
+            t.candidates(class_of(65536)),
+            [Algorithm::Previous, Algorithm::SplitBinary]
+        );
+        for _ in 0..3 {
+            assert_eq!(t.plan(4096), Some((Algorithm::Previous, None)));
+            assert_eq!(t.due(4096), Due::No);
+        }
+        // Slow enough that no closer look pays.
+        let v = measure(&mut t, 65536, |a| match a {
+            Algorithm::SplitBinary => 5000,
+            _ => 7300,
+        });
+        assert_eq!(v, [7300, 5000, 0]);
+        assert_eq!(t.settle(class_of(65536), &v).alg, Algorithm::SplitBinary);
+        // Timed at the root, the vote came `ANSWER_CALLS` into the calls
+        // that may take the interim.
+        for _ in 0..VOTE_CALLS - ANSWER_CALLS {
+            assert_eq!(t.plan(65536), Some((Algorithm::Previous, None)));
+        }
+        assert_eq!(t.plan(65536), Some((Algorithm::SplitBinary, None)));
+        // Over two levels the flag changes nothing.
+        let levels = Tuner::over_two_levels(1, 0, false).without_multicast();
+        assert_eq!(
+            levels.candidates(class_of(65536)),
+            over_two_levels(class_of(65536), false)
+        );
     }
 
     #[test]
