@@ -515,18 +515,14 @@ impl Program for AutoRank {
                         }
                     }
                 }
-                Doing::FinishQueue => {
+                finish @ (Doing::FinishQueue | Doing::FinishVotes) => {
                     self.queue.turn(t, Wait::Progress).map_err(e)?;
-                    if self.queue.is_busy() {
-                        self.state = Some((call, Doing::FinishQueue));
-                        break;
-                    }
-                    Doing::Ask
-                }
-                Doing::FinishVotes => {
-                    self.queue.turn(t, Wait::Progress).map_err(e)?;
-                    if self.queue.holds_votes() {
-                        self.state = Some((call, Doing::FinishVotes));
+                    let left = match finish {
+                        Doing::FinishQueue => self.queue.is_busy(),
+                        _ => self.queue.holds_votes(),
+                    };
+                    if left {
+                        self.state = Some((call, finish));
                         break;
                     }
                     Doing::Ask

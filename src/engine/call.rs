@@ -4,8 +4,9 @@
 //! with the measured choice (waiting, at most once each, for a vote whose
 //! decision the call takes or for the answers this rank's part in a vote
 //! needs), finish the queue's work where the algorithm cannot run alongside
-//! it (a vote's wait finishes only the votes), run, time the call (short broadcasts at their root), and send this
-//! rank's part of a vote when it is due. A nonblocking broadcast is neither
+//! it (a vote's wait finishes only the votes), run, time the call (short
+//! broadcasts at their root), and send this rank's part of a vote when it is
+//! due. A nonblocking broadcast is neither
 //! measured nor counted: it takes its class's decision (after the vote, if
 //! the class's next blocking call would wait for it), and its work joins
 //! the queue.
@@ -323,11 +324,9 @@ impl Call {
             // Open MPI starts from inside ipmc's call goes to the replaced
             // component (the glue's `in_call`): after the queue's
             // nonblocking broadcasts, as a broadcast.
-            Collective::Allgather => match alg {
-                alg if alg.goes_alongside() => !io.only_multicast_queued(),
-                Algorithm::Previous => !io.only_multicast_queued(),
-                _ => false,
-            },
+            Collective::Allgather => {
+                (alg.goes_alongside() || alg == Algorithm::Previous) && !io.only_multicast_queued()
+            }
             Collective::Ibcast => false,
         }
     }

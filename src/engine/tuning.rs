@@ -395,8 +395,8 @@ pub fn candidates(k: usize) -> &'static [Algorithm] {
 /// that go alongside the queued multicast work last.
 fn measured_order(cands: &[Algorithm]) -> impl Iterator<Item = usize> + '_ {
     let alongside = |i: &usize| cands[*i].goes_alongside();
-    let (first, last): (Vec<usize>, Vec<usize>) = (0..cands.len()).partition(|i| !alongside(i));
-    first.into_iter().chain(last)
+    let first = (0..cands.len()).filter(move |i| !alongside(i));
+    first.chain((0..cands.len()).filter(alongside))
 }
 
 /// The candidates of a communicator that never multicasts (two nodes of
