@@ -54,4 +54,31 @@ typedef mca_coll_base_component_2_0_0_t ipmc_coll_component_t;
 #define IPMC_MODULE_DECLSPEC OMPI_DECLSPEC
 #endif
 
+/* Whether `buf` lies in an accelerator's memory (a GPU's), which the host
+   must not touch: 5.0 asks its accelerator framework (whose null component
+   says no), 4.1 CUDA where it was built with it. Open MPI's point-to-point
+   and its convertor handle such memory; ipmc leaves it to them. */
+#if OMPI_MAJOR_VERSION == 5
+#include "opal/mca/accelerator/accelerator.h"
+static inline bool ipmc_on_device(const void *buf)
+{
+    int dev_id;
+    uint64_t flags;
+    return NULL != buf && opal_accelerator.check_addr(buf, &dev_id, &flags) > 0;
+}
+#elif OPAL_CUDA_SUPPORT
+#include "opal/datatype/opal_convertor.h"
+#include "opal/datatype/opal_datatype_cuda.h"
+static inline bool ipmc_on_device(const void *buf)
+{
+    return NULL != buf && opal_cuda_check_bufs((char *) buf, NULL);
+}
+#else
+static inline bool ipmc_on_device(const void *buf)
+{
+    (void) buf;
+    return false;
+}
+#endif
+
 #endif /* IPMC_COMPAT_H */

@@ -322,9 +322,11 @@ size_t ipmc_dt_size(struct ompi_datatype_t *dt)
     return size;
 }
 
-int ipmc_dt_is_contiguous(struct ompi_datatype_t *dt, int count)
+int ipmc_dt_in_place(const void *buf, struct ompi_datatype_t *dt, int count)
 {
-    return ompi_datatype_is_contiguous_memory_layout(dt, count) ? 1 : 0;
+    /* A GPU's memory is copied by Open MPI's convertor (ipmc_pack,
+       ipmc_unpack), which calls the GPU's own copy. */
+    return ompi_datatype_is_contiguous_memory_layout(dt, count) && !ipmc_on_device(buf) ? 1 : 0;
 }
 
 ptrdiff_t ipmc_dt_true_lb(struct ompi_datatype_t *dt)

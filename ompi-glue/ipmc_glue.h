@@ -108,7 +108,9 @@ void ipmc_comm_free(struct ompi_communicator_t **comm);
 
 /* Datatypes. */
 size_t ipmc_dt_size(struct ompi_datatype_t *dt);
-int ipmc_dt_is_contiguous(struct ompi_datatype_t *dt, int count);
+/* Whether `count` elements of `dt` at `buf` can be read and written where
+   they lie: laid out contiguously, in the host's memory (not a GPU's). */
+int ipmc_dt_in_place(const void *buf, struct ompi_datatype_t *dt, int count);
 ptrdiff_t ipmc_dt_true_lb(struct ompi_datatype_t *dt);
 /* MPI_BYTE: Open MPI's algorithms that ipmc calls itself get a message as
    its packed bytes, so that every rank passes the same count and datatype. */

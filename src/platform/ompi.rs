@@ -377,12 +377,13 @@ impl Layout {
     }
 
     /// Where the message's bytes start in the user's buffer, when the
-    /// datatype lays them out contiguously.
+    /// datatype lays them out contiguously in the host's memory (a GPU's
+    /// is packed and unpacked by Open MPI's convertor instead).
     ///
     /// # Safety
     /// As for [`Self::bytes`].
     unsafe fn contiguous_start(self) -> Option<*mut u8> {
-        if sys::ipmc_dt_is_contiguous(self.dt, self.count) == 0 {
+        if sys::ipmc_dt_in_place(self.buf, self.dt, self.count) == 0 {
             return None;
         }
         let lb = sys::ipmc_dt_true_lb(self.dt);
