@@ -55,11 +55,13 @@ struct Row {
     level: String,
     scope: String,
     help: String,
+    /// The names of its values from `min` on (an `IPMC_NAMES` row).
+    names: Vec<String>,
 }
 
 /// The rows of the parameter table; a malformed row fails the build.
 fn rows(table: &str) -> Vec<Row> {
-    table
+    let mut rows: Vec<Row> = table
         .lines()
         .filter_map(|l| l.strip_prefix("IPMC_PARAM("))
         .map(|row| {
@@ -92,9 +94,40 @@ fn rows(table: &str) -> Vec<Row> {
                 level: f[5].into(),
                 scope: f[6].into(),
                 help: help.into(),
+                names: Vec::new(),
             }
         })
-        .collect()
+        .collect();
+    for line in table.lines() {
+        let Some(names) = line.strip_prefix("IPMC_NAMES(") else {
+            continue;
+        };
+        let f: Vec<&str> = names
+            .strip_suffix(')')
+            .unwrap_or_else(|| panic!("malformed names row: {line}"))
+            .split(',')
+            .map(str::trim)
+            .collect();
+        let row = rows
+            .iter_mut()
+            .find(|r| r.name == f[0])
+            .unwrap_or_else(|| panic!("names of an unknown parameter: {line}"));
+        let range = row.max.parse::<i64>().ok().zip(row.min.parse::<i64>().ok());
+        assert!(
+            row.ty == "INT" && range.map(|(max, min)| max - min + 1) == Some(f.len() as i64 - 1),
+            "{}: names for every value from min to max, of an INT: {line}",
+            row.name
+        );
+        row.names = f[1..]
+            .iter()
+            .map(|n| {
+                let n = n.strip_prefix('"').and_then(|n| n.strip_suffix('"'));
+                n.unwrap_or_else(|| panic!("a name is a \"string\": {line}"))
+                    .to_string()
+            })
+            .collect();
+    }
+    rows
 }
 
 impl Row {
@@ -153,8 +186,8 @@ fn generate_params(rows: &[Row], out: &Path) {
     s += "/// Every row of the table, in its order.\npub const PARAMS: &[Param] = &[\n";
     for r in rows {
         s += &format!(
-            "    Param {{ name: {:?}, ty: {:?}, default: {:?}, min: {:?}, max: {:?}, level: {}, shared: {}, help: {:?} }},\n",
-            r.name, r.ty, r.default, r.min, r.max, r.level, r.scope == "ALL_EQ", r.help
+            "    Param {{ name: {:?}, ty: {:?}, default: {:?}, min: {:?}, max: {:?}, level: {}, shared: {}, help: {:?}, names: &{:?} }},\n",
+            r.name, r.ty, r.default, r.min, r.max, r.level, r.scope == "ALL_EQ", r.help, r.names
         );
     }
     s += "];\n\nimpl Config {\n    /// `name=value` of every parameter that all ranks must share (scope\n    \

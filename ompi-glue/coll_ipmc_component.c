@@ -96,21 +96,71 @@ static bool ipmc_series_matches(void)
     return false;
 }
 
+/* The names of the enumerated parameters' values (IPMC_NAMES rows), from
+   the parameter's min on, NULL-terminated. */
+#define IPMC_PARAM(name, type, def, min, max, level, scope, help)
+#define IPMC_NAMES(name, ...) static const char *const ipmc_names_##name[] = {__VA_ARGS__, NULL};
+#include "../mca-params/ipmc_params.def"
+#undef IPMC_NAMES
+#undef IPMC_PARAM
+
+/* An enumerator of `name`'s values from `min` on (NULL where the table
+   names none, or on failure: the parameter then takes numbers only). The
+   caller releases it once registered (the variable keeps a reference). */
+static mca_base_var_enum_t *ipmc_enumerator(const char *name, int min)
+{
+    static const struct {
+        const char *param;
+        const char *const *names;
+    } tables[] = {
+#define IPMC_PARAM(name, type, def, min, max, level, scope, help)
+#define IPMC_NAMES(name, ...) {#name, ipmc_names_##name},
+#include "../mca-params/ipmc_params.def"
+#undef IPMC_NAMES
+#undef IPMC_PARAM
+    };
+    mca_base_var_enum_value_t values[16];
+    mca_base_var_enum_t *enumerator = NULL;
+    char enum_name[64];
+
+    for (size_t t = 0; t < sizeof(tables) / sizeof(tables[0]); t++) {
+        if (0 != strcmp(tables[t].param, name)) {
+            continue;
+        }
+        int n = 0;
+        for (; NULL != tables[t].names[n] && n < 15; n++) {
+            values[n] = (mca_base_var_enum_value_t){min + n, tables[t].names[n]};
+        }
+        values[n] = (mca_base_var_enum_value_t){0, NULL};
+        snprintf(enum_name, sizeof(enum_name), "coll_ipmc_%s_values", name);
+        if (OPAL_SUCCESS != mca_base_var_enum_create(enum_name, values, &enumerator)) {
+            enumerator = NULL;
+        }
+    }
+    return enumerator;
+}
+
 static int ipmc_register(void)
 {
+    mca_base_var_enum_t *values;
+
     if (!ipmc_series_matches()) {
         /* Open MPI's cue to leave the component out silently: no parameter,
            no open, no query. */
         return OMPI_ERR_NOT_AVAILABLE;
     }
 #define IPMC_PARAM(name, type, def, min, max, level, scope, help)                              \
-    mca_coll_ipmc_params.name = IPMC_INIT_##type(def);                                                   \
+    mca_coll_ipmc_params.name = IPMC_INIT_##type(def);                                         \
+    values = ipmc_enumerator(#name, (int) (min));                                              \
     (void) mca_base_component_var_register(&mca_coll_ipmc_component.collm_version, #name,        \
                                            IPMC_HELP_##type(help, min, max)                    \
                                                IPMC_SCOPE_NOTE_##scope,                        \
-                                           IPMC_VAR_TYPE_##type, NULL, 0, 0,                   \
+                                           IPMC_VAR_TYPE_##type, values, 0, 0,                 \
                                            OPAL_INFO_LVL_##level, MCA_BASE_VAR_SCOPE_##scope,  \
-                                           &mca_coll_ipmc_params.name);
+                                           &mca_coll_ipmc_params.name);                        \
+    if (NULL != values) {                                                                      \
+        OBJ_RELEASE(values);                                                                   \
+    }
 #include "../mca-params/ipmc_params.def"
 #undef IPMC_PARAM
     mca_coll_ipmc_register_pvars();

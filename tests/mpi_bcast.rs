@@ -7,7 +7,8 @@ mod common;
 use std::collections::HashMap;
 
 use common::{
-    check_lines, cluster_mpirun, mpirun, mpirun_wrapped, num, stats_lines, tally, Run, ALGORITHMS,
+    check_lines, cluster_mpirun, mpirun, mpirun_wrapped, num, stats_lines, tally, world_stats, Run,
+    ALGORITHMS,
 };
 
 /// How ipmc is expected to have split one communicator's broadcasts.
@@ -404,6 +405,53 @@ fn out_of_range_parameter_is_refused_once_and_the_job_runs() {
         "{}",
         run.output
     );
+}
+
+/// The choice parameters take their values' names, as tuned's do
+/// (`ompi_info` lists them); a name or number they lack is refused by Open
+/// MPI, told once per job, and the default serves, where before a name was
+/// read as 0 without a word.
+#[test]
+fn algorithms_go_by_name_and_a_wrong_one_is_told_once() {
+    let args = ["--max-bytes", "70000"];
+    let mca = [
+        ("coll_ipmc_print_statistics", "1"),
+        ("coll_ipmc_bcast_algorithm", "linear"),
+    ];
+    let world = world_stats(&mpirun(4, &mca, "bcast_check", &args), 4);
+    for s in &world {
+        assert!(tally(s, "linear").0 > 0, "{s:?}");
+        for other in ["multicast", "previous", "chain", "binomial"] {
+            assert_eq!(tally(s, other).0, 0, "{other}: {s:?}");
+        }
+    }
+    for wrong in ["multicst", "9"] {
+        let mca = [
+            ("coll_ipmc_print_statistics", "1"),
+            ("coll_ipmc_bcast_algorithm", wrong),
+        ];
+        let run = mpirun(4, &mca, "bcast_check", &args);
+        let world = world_stats(&run, 4);
+        let told = run
+            .output
+            .matches("An invalid value was supplied for an enum variable")
+            .count();
+        assert_eq!(told, 1, "told once, not per rank:\n{}", run.output);
+        assert!(
+            run.output.contains(&format!("Value        : {wrong}"))
+                && run
+                    .output
+                    .lines()
+                    .any(|l| l.contains("Valid values") && l.contains("multicast")),
+            "{}",
+            run.output
+        );
+        // The default: the automatic choice, which measures multicast.
+        assert!(
+            world.iter().all(|s| tally(s, "multicast").0 > 0),
+            "{world:?}"
+        );
+    }
 }
 
 #[test]

@@ -7,16 +7,22 @@
 
 mod common;
 
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
+use std::sync::OnceLock;
 
 use common::{
     built, job_line, levels_tally, openmpi5, run_ok, stats_with_collectives, tally, Cluster, Line,
 };
 
 /// Builds the test GPU's component (in a directory of its own, so that no
-/// other test sees it) and `gpu_bcast` (with the other test programs);
-/// returns the component's directory.
-fn fake_gpu() -> PathBuf {
+/// other test sees it) and `gpu_bcast` (with the other test programs), once
+/// for the tests of this file; returns the component's directory.
+fn fake_gpu() -> &'static Path {
+    static BUILT: OnceLock<PathBuf> = OnceLock::new();
+    BUILT.get_or_init(build_fake_gpu)
+}
+
+fn build_fake_gpu() -> PathBuf {
     let dir = built().programs.with_file_name("fakegpu");
     std::fs::create_dir_all(&dir).unwrap();
     let src = common::repo().join("tests/fakegpu");

@@ -50,6 +50,21 @@ fn ompi_info_shows_every_parameter_of_the_table() {
             p.name,
             p.shared
         );
+        // Open MPI takes the names of an enumerated parameter's values (and
+        // lists its own for a bool).
+        let names: Vec<String> = out
+            .lines()
+            .filter_map(|l| l.strip_prefix(&format!("{key}:enumerator:value:")))
+            .map(String::from)
+            .collect();
+        let min: i64 = p.min.parse().unwrap_or(0);
+        let want: Vec<String> = (min..)
+            .zip(p.names)
+            .map(|(v, n)| format!("{v}:{n}"))
+            .collect();
+        if p.ty != "BOOL" {
+            assert_eq!(names, want, "values of {}", p.name);
+        }
         if p.ty != "BOOL" && p.ty != "STRING" {
             let range = format!("(allowed: {} to {})", p.min, p.max);
             assert!(

@@ -22,6 +22,9 @@ pub struct Param {
     /// Scope `ALL_EQ`: every rank must see the same value.
     pub shared: bool,
     pub help: &'static str,
+    /// The names its values also take, from `min` on (`IPMC_NAMES`); empty
+    /// where it takes numbers only.
+    pub names: &'static [&'static str],
 }
 
 /// How multicast datagrams pass between ipmc and the kernel

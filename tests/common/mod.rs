@@ -25,9 +25,15 @@ pub fn params() -> &'static [Param] {
     rows
 }
 
-/// The value of a table default as `ompi_info --parsable` prints it.
+/// The value of a table default as `ompi_info --parsable` prints it: the
+/// name of an enumerated parameter's value.
 pub fn shown_default(p: &Param) -> String {
-    p.default.trim_matches('"').to_string()
+    let value = p.default.trim_matches('"');
+    let index = value.parse::<i64>().ok().zip(p.min.parse::<i64>().ok());
+    match index.and_then(|(v, min)| p.names.get(usize::try_from(v - min).ok()?)) {
+        Some(name) => name.to_string(),
+        None => value.to_string(),
+    }
 }
 
 /// The Open MPI the tests run against: the installed prefix named by
