@@ -32,7 +32,7 @@ int ipmc_comm_size(struct ompi_communicator_t *comm) { return ompi_comm_size(com
 int ipmc_comm_is_inter(struct ompi_communicator_t *comm) { return OMPI_COMM_IS_INTER(comm) ? 1 : 0; }
 uint32_t ipmc_comm_cid(struct ompi_communicator_t *comm) { return IPMC_COMM_CID(comm); }
 const char *ipmc_comm_name(struct ompi_communicator_t *comm) { return comm->c_name; }
-int ipmc_world_rank(void) { return ompi_comm_rank(&ompi_mpi_comm_world.comm); }
+int ipmc_world_rank(void) { return (int) opal_proc_local_get()->proc_name.vpid; }
 
 int ipmc_bcast_tag(void) { return MCA_COLL_BASE_TAG_BCAST; }
 

@@ -38,7 +38,8 @@ int ipmc_comm_size(struct ompi_communicator_t *comm);
 int ipmc_comm_is_inter(struct ompi_communicator_t *comm);
 uint32_t ipmc_comm_cid(struct ompi_communicator_t *comm);
 const char *ipmc_comm_name(struct ompi_communicator_t *comm);
-/* This process's rank in MPI_COMM_WORLD. */
+/* This process's rank in its job: MPI_COMM_WORLD's, and valid also in a
+   program of MPI sessions that never made MPI_COMM_WORLD. */
 int ipmc_world_rank(void);
 
 /* The tag of Open MPI's broadcasts, which ipmc's blocking broadcasts use

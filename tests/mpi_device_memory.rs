@@ -1,52 +1,22 @@
 //! Messages in a GPU's memory: ipmc must not touch them from the host (a
 //! segmentation fault on a real GPU), but have Open MPI's convertor copy
 //! them, as its own broadcast does. Open MPI 5.0 only: the GPU is the test
-//! component `tests/fakegpu/accelerator_fakegpu.c`, whose memory faults on
+//! component `tests/mpi5/accelerator_fakegpu.c`, whose memory faults on
 //! any direct access, plugged into 5.0's accelerator framework; 4.1 has no
 //! such framework, and Debian's is built without CUDA.
 
 mod common;
 
-use std::path::{Path, PathBuf};
-use std::sync::OnceLock;
-
 use common::{
-    built, job_line, levels_tally, openmpi5, run_ok, stats_with_collectives, tally, Cluster, Line,
+    built_for_openmpi5, job_line, levels_tally, openmpi5, stats_with_collectives, tally, Cluster,
+    Line,
 };
-
-/// Builds the test GPU's component (in a directory of its own, so that no
-/// other test sees it) and `gpu_bcast` (with the other test programs), once
-/// for the tests of this file; returns the component's directory.
-fn fake_gpu() -> &'static Path {
-    static BUILT: OnceLock<PathBuf> = OnceLock::new();
-    BUILT.get_or_init(build_fake_gpu)
-}
-
-fn build_fake_gpu() -> PathBuf {
-    let dir = built().programs.with_file_name("fakegpu");
-    std::fs::create_dir_all(&dir).unwrap();
-    let src = common::repo().join("tests/fakegpu");
-    run_ok(
-        common::openmpi_command("mpicc")
-            .args(["-O2", "-Wall", "-Werror", "-shared", "-fPIC", "-o"])
-            .arg(dir.join("mca_accelerator_fakegpu.so"))
-            .arg(src.join("accelerator_fakegpu.c")),
-    );
-    run_ok(
-        common::openmpi_command("mpicc")
-            .args(["-O2", "-Wall", "-Werror", "-o"])
-            .arg(built().programs.join("gpu_bcast"))
-            .arg(src.join("gpu_bcast.c"))
-            .arg("-lopen-pal"),
-    );
-    dir
-}
 
 /// `gpu_bcast` of 1 B to 1 MiB on `cluster` with `mca`, the test GPU
 /// loaded: every rank's statistics of `MPI_COMM_WORLD`, after asserting
 /// that every byte arrived.
 fn gpu_bcast(cluster: &Cluster, mca: &[(&str, &str)]) -> Vec<Line> {
-    let gpu = fake_gpu();
+    let gpu = built_for_openmpi5();
     let mut mca = mca.to_vec();
     mca.push(("coll_ipmc_print_statistics", "1"));
     let job = job_line(&mca, "gpu_bcast", &["1,1000,65536,1048576"]);

@@ -26,15 +26,16 @@ pub fn log_line(level: i32, line: &str) {
     unsafe { sys::ipmc_log(level, line.as_ptr()) }
 }
 
-/// A line that is always shown (Open MPI's stream 0, standard error).
-/// This process's rank in `MPI_COMM_WORLD`: who speaks once for the job.
+/// This process's rank in its job (in `MPI_COMM_WORLD`, where the program
+/// made one): who speaks once for the job.
 pub fn world_rank() -> usize {
-    // SAFETY: MPI_COMM_WORLD exists from MPI_Init to MPI_Finalize, which is
-    // when Rust is called.
+    // SAFETY: Open MPI knows its process from before any component is
+    // opened, with or without MPI_COMM_WORLD.
     let r = unsafe { sys::ipmc_world_rank() };
     usize::try_from(r).unwrap_or(usize::MAX)
 }
 
+/// A line that is always shown (Open MPI's stream 0, standard error).
 pub fn print_line(line: &str) {
     let line = c_line(line);
     // SAFETY: `line` is a valid NUL-terminated string for the duration of the call.

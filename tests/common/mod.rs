@@ -145,6 +145,37 @@ pub fn build_for(prefix: Option<&Path>) -> Built {
     }
 }
 
+/// Builds, once per test binary, what only Open MPI 5.0 runs (`tests/mpi5`):
+/// its MPI programs beside the others (`built().programs`), and the test GPU
+/// (`accelerator_fakegpu.c`) in a directory of its own, which it returns, so
+/// that no job loads it unless asked.
+pub fn built_for_openmpi5() -> &'static Path {
+    static BUILT: OnceLock<PathBuf> = OnceLock::new();
+    BUILT.get_or_init(|| {
+        assert!(openmpi5(), "tests/mpi5 is for Open MPI 5.0");
+        let gpu = built().programs.with_file_name("fakegpu");
+        std::fs::create_dir_all(&gpu).unwrap();
+        let src = repo().join("tests/mpi5");
+        run_ok(
+            openmpi_command("mpicc")
+                .args(["-O2", "-Wall", "-Werror", "-shared", "-fPIC", "-o"])
+                .arg(gpu.join("mca_accelerator_fakegpu.so"))
+                .arg(src.join("accelerator_fakegpu.c")),
+        );
+        for program in ["gpu_bcast", "sessions"] {
+            run_ok(
+                openmpi_command("mpicc")
+                    .args(["-O2", "-Wall", "-Werror", "-o"])
+                    .arg(built().programs.join(program))
+                    .arg(src.join(format!("{program}.c")))
+                    // The programs call Open MPI's accelerator framework.
+                    .arg("-lopen-pal"),
+            );
+        }
+        gpu
+    })
+}
+
 /// The simulator's output for `args` (`sim/`, built here if need be).
 pub fn simulate(args: &[&str]) -> String {
     let out = Command::new(env!("CARGO"))

@@ -100,24 +100,7 @@ static int fakegpu_query_event(int dev_id, opal_accelerator_event_t *event)
     return OPAL_SUCCESS;
 }
 
-static int fakegpu_memcpy(int dest_dev_id, int src_dev_id, void *dest, const void *src,
-                          size_t size, opal_accelerator_transfer_type_t type)
-{
-    char *d = reach(dest, size), *s = reach(src, size);
-    if (NULL == d || NULL == s) {
-        return OPAL_ERR_BAD_PARAM;
-    }
-    memcpy(d, s, size);
-    return OPAL_SUCCESS;
-}
-
-static int fakegpu_memcpy_async(int dest_dev_id, int src_dev_id, void *dest, const void *src,
-                                size_t size, opal_accelerator_stream_t *stream,
-                                opal_accelerator_transfer_type_t type)
-{
-    return fakegpu_memcpy(dest_dev_id, src_dev_id, dest, src, size, type);
-}
-
+/* Every copy, overlapping or not, synchronous (a stream's too). */
 static int fakegpu_memmove(int dest_dev_id, int src_dev_id, void *dest, const void *src,
                            size_t size, opal_accelerator_transfer_type_t type)
 {
@@ -127,6 +110,13 @@ static int fakegpu_memmove(int dest_dev_id, int src_dev_id, void *dest, const vo
     }
     memmove(d, s, size);
     return OPAL_SUCCESS;
+}
+
+static int fakegpu_memcpy_async(int dest_dev_id, int src_dev_id, void *dest, const void *src,
+                                size_t size, opal_accelerator_stream_t *stream,
+                                opal_accelerator_transfer_type_t type)
+{
+    return fakegpu_memmove(dest_dev_id, src_dev_id, dest, src, size, type);
 }
 
 static int fakegpu_mem_alloc(int dev_id, void **ptr, size_t size)
@@ -245,7 +235,7 @@ static opal_accelerator_base_module_t fakegpu_module = {
     .record_event = fakegpu_record_event,
     .query_event = fakegpu_query_event,
     .mem_copy_async = fakegpu_memcpy_async,
-    .mem_copy = fakegpu_memcpy,
+    .mem_copy = fakegpu_memmove,
     .mem_move = fakegpu_memmove,
     .mem_alloc = fakegpu_mem_alloc,
     .mem_release = fakegpu_mem_release,
