@@ -615,14 +615,14 @@ impl Tuner {
 
     /// The candidates of class `k` on this communicator.
     pub fn candidates(&self, k: usize) -> &'static [Algorithm] {
-        if k == BARRIER && !self.point_to_point {
+        if self.point_to_point {
+            point_to_point(k)
+        } else if k == BARRIER {
             barrier_candidates(self.two_levels)
-        } else if is_allgather(k) && !self.point_to_point {
+        } else if is_allgather(k) {
             allgather_candidates(self.two_levels)
         } else if self.two_levels {
             over_two_levels(k, self.from_leader)
-        } else if self.point_to_point {
-            point_to_point(k)
         } else {
             candidates(k)
         }
