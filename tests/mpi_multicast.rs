@@ -496,6 +496,55 @@ fn a_rank_without_file_descriptors_is_named_with_its_reason() {
     assert!(run.output.contains("Too many open files"), "{}", run.output);
 }
 
+/// A program that keeps 150 communicators and then opens 250 files of its
+/// own, under `ulimit -n` 512 (a cluster's default is 1,024): ipmc's sockets
+/// take no more than a quarter of the limit, the groups of 64 communicators;
+/// the rest leave their broadcasts to Open MPI, the program opens every file
+/// it needs (with a socket pair per communicator, ipmc took them all), and
+/// the job is told once why.
+#[test]
+fn many_communicators_leave_the_program_its_files() {
+    let wrapper = ["sh", "-c", "ulimit -n 512; exec \"$@\"", "limit"];
+    let mca = [
+        ("coll_ipmc_print_statistics", "1"),
+        ("coll_ipmc_bcast_algorithm", "multicast"),
+    ];
+    let run = mpirun_wrapped(4, &mca, &wrapper, "many_comms", &["150", "4000", "250"]);
+    assert!(
+        run.ok && run.output.contains("many_comms: PASS"),
+        "{}",
+        run.output
+    );
+    assert_eq!(setup_failures_told(&run), 1, "{}", run.output);
+    assert!(
+        run.output
+            .contains("ipmc holds 128 of the 512 files this process may open (ulimit -n)"),
+        "{}",
+        run.output
+    );
+    // Rank 0's statistics (lines of several ranks may interleave).
+    let dups: Vec<Line> = stats_lines(&run.output)
+        .into_iter()
+        .filter(|s| s.get("rank").map(String::as_str) == Some("0"))
+        .filter(|s| s.get("comm").is_some_and(|c| c.contains(" DUP FROM 0")))
+        .collect();
+    let multicast = |setup: &str| {
+        dups.iter()
+            .filter(|s| s.get("setup").map(String::as_str) == Some(setup))
+            .filter(|s| s.get("multicast").is_some_and(|m| m.starts_with("2:")))
+            .count()
+    };
+    let served = multicast("ok");
+    let declined = dups
+        .iter()
+        .filter(|s| s.get("setup").map(String::as_str) == Some("failed"))
+        .count();
+    println!("rank 0: {served} communicators multicast, {declined} without a group");
+    assert!((40..=64).contains(&served), "{served}:\n{}", run.output);
+    assert!(declined >= 60, "{declined}:\n{}", run.output);
+    assert_eq!(multicast("failed"), 0, "{}", run.output);
+}
+
 /// How many times the job was told that multicast could not be set up.
 fn setup_failures_told(run: &common::Run) -> usize {
     run.output

@@ -16,6 +16,7 @@
 use std::io;
 use std::net::{IpAddr, SocketAddr, SocketAddrV6, UdpSocket};
 use std::os::fd::AsRawFd;
+use std::sync::atomic::{AtomicU64, Ordering};
 
 use socket2::{Domain, InterfaceIndexOrAddress, Protocol, Socket, Type};
 
@@ -32,6 +33,46 @@ const MAX_SEND: usize = 65507;
 /// Bytes of send buffer requested. The kernel allows twice that, counting
 /// each frame with its overhead: fewer than 700 frames of 1,500 bytes.
 const SEND_BUFFER: usize = 512 << 10;
+
+/// The part of the process's file descriptors (`ulimit -n`) that ipmc's
+/// sockets may hold: a quarter. A program that keeps hundreds of
+/// communicators must not run out of files because each of them joined a
+/// group; communicators beyond the share leave their broadcasts to Open MPI.
+const FD_SHARE_DIVISOR: u64 = 4;
+
+/// The sockets of every group this process holds.
+static SOCKETS_HELD: AtomicU64 = AtomicU64::new(0);
+
+/// The two file descriptors of one group, counted in [`SOCKETS_HELD`] from
+/// before they are opened until they are closed.
+#[derive(Debug)]
+struct FdShare;
+
+impl FdShare {
+    /// Counts two more sockets, if they stay within the process's share.
+    fn take(limit: Option<u64>) -> Result<FdShare, OpenError> {
+        let held = SOCKETS_HELD.fetch_add(2, Ordering::Relaxed);
+        match limit {
+            Some(limit) if held + 2 > limit / FD_SHARE_DIVISOR => {
+                SOCKETS_HELD.fetch_sub(2, Ordering::Relaxed);
+                Err(format!(
+                    "ipmc holds {held} of the {limit} files this process may open \
+                     (ulimit -n) for the groups of {} other communicators, and takes no \
+                     more than a quarter; a higher limit lets more communicators multicast",
+                    held / 2
+                )
+                .into())
+            }
+            _ => Ok(FdShare),
+        }
+    }
+}
+
+impl Drop for FdShare {
+    fn drop(&mut self) {
+        SOCKETS_HELD.fetch_sub(2, Ordering::Relaxed);
+    }
+}
 
 /// How the sockets are set up, beyond group and interface.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -70,6 +111,8 @@ pub struct McastSocket {
     loopback: bool,
     /// The segment size of a batch (see [`Options::datagram_len`]).
     datagram_len: usize,
+    /// Released after both sockets close (fields drop in order).
+    _share: FdShare,
 }
 
 /// Why a socket could not be opened, for the user's message; `taken` when
@@ -105,6 +148,7 @@ impl McastSocket {
         if !group.ip().is_multicast() {
             return Err(format!("{} is not a multicast address", group.ip()).into());
         }
+        let share = FdShare::take(os::open_file_limit())?;
         let domain = Domain::for_address(group);
         let recv = doing(
             "creating the receive socket",
@@ -227,6 +271,7 @@ impl McastSocket {
             slots: Vec::new(),
             loopback: opts.loopback,
             datagram_len: opts.datagram_len,
+            _share: share,
         })
     }
 
@@ -461,4 +506,25 @@ pub fn receive_buffer(requested: usize) -> Option<usize> {
         probe.set_recv_buffer_size(requested).ok()?;
     }
     probe.recv_buffer_size().ok()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn groups_stay_within_a_quarter_of_the_open_file_limit() {
+        let first = FdShare::take(Some(16)).unwrap();
+        let second = FdShare::take(Some(16)).unwrap();
+        let why = FdShare::take(Some(16)).unwrap_err().why;
+        assert!(
+            why.contains("holds 4 of the 16 files") && why.contains("of 2 other communicators"),
+            "{why}"
+        );
+        assert!(FdShare::take(None).is_ok(), "no limit, no share");
+        drop(first);
+        let third = FdShare::take(Some(16)).unwrap();
+        drop((second, third));
+        assert_eq!(SOCKETS_HELD.load(Ordering::Relaxed), 0);
+    }
 }

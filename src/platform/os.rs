@@ -143,6 +143,19 @@ pub fn thread_cpu_time() -> std::time::Duration {
     std::time::Duration::new(ts.tv_sec as u64, ts.tv_nsec as u32)
 }
 
+/// The file descriptors this process may have open (`RLIMIT_NOFILE`'s soft
+/// limit, `ulimit -n`); `None` where it is unlimited or cannot be read.
+pub fn open_file_limit() -> Option<u64> {
+    let mut limit = libc::rlimit {
+        rlim_cur: 0,
+        rlim_max: 0,
+    };
+    // SAFETY: `limit` is a valid out-pointer for the call.
+    let rc = unsafe { libc::getrlimit(libc::RLIMIT_NOFILE, &mut limit) };
+    #[allow(clippy::unnecessary_cast)] // `rlim_t` is 32 bits on some targets
+    (rc == 0 && limit.rlim_cur != libc::RLIM_INFINITY).then_some(limit.rlim_cur as u64)
+}
+
 /// `UDP_SEGMENT` and `UDP_GRO` of `linux/udp.h` (Linux 4.18 and 5.0).
 const UDP_SEGMENT: c_int = 103;
 const UDP_GRO: c_int = 104;
