@@ -40,37 +40,44 @@ const SEND_BUFFER: usize = 512 << 10;
 /// group; communicators beyond the share leave their broadcasts to Open MPI.
 const FD_SHARE_DIVISOR: u64 = 4;
 
+/// The sockets of one group: the receive socket bound to it and the send
+/// socket connected to it.
+const SOCKETS_PER_GROUP: u64 = 2;
+
 /// The sockets of every group this process holds.
 static SOCKETS_HELD: AtomicU64 = AtomicU64::new(0);
 
-/// The two file descriptors of one group, counted in [`SOCKETS_HELD`] from
-/// before they are opened until they are closed.
+/// The file descriptors of one group, counted in a process-wide count
+/// ([`SOCKETS_HELD`]) from before they are opened until they are closed.
 #[derive(Debug)]
-struct FdShare;
+struct FdShare {
+    held: &'static AtomicU64,
+}
 
 impl FdShare {
-    /// Counts two more sockets, if they stay within the process's share.
-    fn take(limit: Option<u64>) -> Result<FdShare, OpenError> {
-        let held = SOCKETS_HELD.fetch_add(2, Ordering::Relaxed);
+    /// Counts one group's sockets more in `held`, if they stay within the
+    /// process's share of `limit`.
+    fn take(held: &'static AtomicU64, limit: Option<u64>) -> Result<FdShare, OpenError> {
+        let before = held.fetch_add(SOCKETS_PER_GROUP, Ordering::Relaxed);
         match limit {
-            Some(limit) if held + 2 > limit / FD_SHARE_DIVISOR => {
-                SOCKETS_HELD.fetch_sub(2, Ordering::Relaxed);
+            Some(limit) if before + SOCKETS_PER_GROUP > limit / FD_SHARE_DIVISOR => {
+                held.fetch_sub(SOCKETS_PER_GROUP, Ordering::Relaxed);
                 Err(format!(
-                    "ipmc holds {held} of the {limit} files this process may open \
+                    "ipmc holds {before} of the {limit} files this process may open \
                      (ulimit -n) for the groups of {} other communicators, and takes no \
                      more than a quarter; a higher limit lets more communicators multicast",
-                    held / 2
+                    before / SOCKETS_PER_GROUP
                 )
                 .into())
             }
-            _ => Ok(FdShare),
+            _ => Ok(FdShare { held }),
         }
     }
 }
 
 impl Drop for FdShare {
     fn drop(&mut self) {
-        SOCKETS_HELD.fetch_sub(2, Ordering::Relaxed);
+        self.held.fetch_sub(SOCKETS_PER_GROUP, Ordering::Relaxed);
     }
 }
 
@@ -148,7 +155,7 @@ impl McastSocket {
         if !group.ip().is_multicast() {
             return Err(format!("{} is not a multicast address", group.ip()).into());
         }
-        let share = FdShare::take(os::open_file_limit())?;
+        let share = FdShare::take(&SOCKETS_HELD, os::open_file_limit())?;
         let domain = Domain::for_address(group);
         let recv = doing(
             "creating the receive socket",
@@ -514,17 +521,20 @@ mod tests {
 
     #[test]
     fn groups_stay_within_a_quarter_of_the_open_file_limit() {
-        let first = FdShare::take(Some(16)).unwrap();
-        let second = FdShare::take(Some(16)).unwrap();
-        let why = FdShare::take(Some(16)).unwrap_err().why;
+        // A count of its own: the process-wide one is shared with any test
+        // that opens a group.
+        static HELD: AtomicU64 = AtomicU64::new(0);
+        let first = FdShare::take(&HELD, Some(16)).unwrap();
+        let second = FdShare::take(&HELD, Some(16)).unwrap();
+        let why = FdShare::take(&HELD, Some(16)).unwrap_err().why;
         assert!(
             why.contains("holds 4 of the 16 files") && why.contains("of 2 other communicators"),
             "{why}"
         );
-        assert!(FdShare::take(None).is_ok(), "no limit, no share");
+        assert!(FdShare::take(&HELD, None).is_ok(), "no limit, no share");
         drop(first);
-        let third = FdShare::take(Some(16)).unwrap();
+        let third = FdShare::take(&HELD, Some(16)).unwrap();
         drop((second, third));
-        assert_eq!(SOCKETS_HELD.load(Ordering::Relaxed), 0);
+        assert_eq!(HELD.load(Ordering::Relaxed), 0);
     }
 }
