@@ -122,9 +122,12 @@ static void apply_skew(int rank, int root)
 /*
  * One checked broadcast of `count` elements of `type` from `root`. The expected
  * buffer is a sentinel-filled buffer into which the pattern was unpacked, so the
- * holes of a derived datatype must keep the sentinel as well.
+ * holes of a derived datatype must keep the sentinel as well. With `bottom` the
+ * message is described from MPI_BOTTOM: an hindexed type at the buffer's
+ * absolute address (as Fortran's common blocks and messages of several arrays are).
  */
-static void check_bcast(MPI_Comm comm, tally_t *t, int root, int count, MPI_Datatype type)
+static void check_bcast_at(MPI_Comm comm, tally_t *t, int root, int count, MPI_Datatype type,
+                           int bottom)
 {
     int rank, psize, pos = 0;
     MPI_Aint lb, extent, tlb, textent;
@@ -156,7 +159,17 @@ static void check_bcast(MPI_Comm comm, tally_t *t, int root, int count, MPI_Data
         memset(buf, SENTINEL, span);
     }
     apply_skew(rank, root);
-    MPI_Bcast(buf, count, type, root, comm);
+    if (bottom) {
+        MPI_Aint at;
+        MPI_Datatype absolute;
+        MPI_Get_address(buf, &at);
+        MPI_Type_create_hindexed(1, &count, &at, type, &absolute);
+        MPI_Type_commit(&absolute);
+        MPI_Bcast(MPI_BOTTOM, 1, absolute, root, comm);
+        MPI_Type_free(&absolute);
+    } else {
+        MPI_Bcast(buf, count, type, root, comm);
+    }
     for (size_t i = 0; i < span; i++) {
         if (buf[i] != expect[i]) {
             fail(comm, rank == root ? "root's buffer changed" : "wrong byte", call, i);
@@ -173,6 +186,11 @@ static void check_bcast(MPI_Comm comm, tally_t *t, int root, int count, MPI_Data
     free(packed);
     free(expect);
     free(buf);
+}
+
+static void check_bcast(MPI_Comm comm, tally_t *t, int root, int count, MPI_Datatype type)
+{
+    check_bcast_at(comm, t, root, count, type, 0);
 }
 
 /* Derived datatypes whose element size divides sizes in a useful way. */
@@ -223,6 +241,17 @@ static void run_comm(MPI_Comm comm, const char *name)
             for (size_t n = 1; n * tsize <= max_bytes; n = n * 16 + 1) {
                 check_bcast(comm, &t, root, (int) n, types[k]);
             }
+        }
+    }
+    /* From MPI_BOTTOM: a short, the longest and a derived datatype's message,
+       none longer than the sweep's. */
+    MPI_Type_size(types[3], &tsize);
+    for (int root = 0; root < size; root++) {
+        check_bcast_at(comm, &t, root, (int) (max_bytes < 1000 ? max_bytes : 1000), MPI_BYTE, 1);
+        check_bcast_at(comm, &t, root, (int) max_bytes, MPI_BYTE, 1);
+        if (max_bytes >= (size_t) tsize) {
+            check_bcast_at(comm, &t, root, (int) (max_bytes / tsize < 1000 ? max_bytes / tsize : 1000),
+                           types[3], 1);
         }
     }
     /* Back to back, root changing every call, no checks of timing in between. */
