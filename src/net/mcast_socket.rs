@@ -47,8 +47,9 @@ const SOCKETS_PER_GROUP: u64 = 2;
 /// The sockets of every group this process holds.
 static SOCKETS_HELD: AtomicU64 = AtomicU64::new(0);
 
-/// The file descriptors of one group, counted in a process-wide count
-/// ([`SOCKETS_HELD`]) from before they are opened until they are closed.
+/// The file descriptors of one group, counted in `held` (the process's
+/// [`SOCKETS_HELD`], or a test's own) from before they are opened until they
+/// are closed.
 #[derive(Debug)]
 struct FdShare {
     held: &'static AtomicU64,
