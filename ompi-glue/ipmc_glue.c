@@ -701,6 +701,15 @@ int ipmc_modex_member(struct ompi_communicator_t *comm, int rank, uint64_t *dige
     return 1;
 }
 
+uint64_t ipmc_comm_member_id(struct ompi_communicator_t *comm, int rank)
+{
+    ompi_proc_t *proc = ompi_comm_peer_lookup(comm, rank);
+    if (NULL == proc) {
+        return UINT64_MAX;
+    }
+    return ((uint64_t) proc->super.proc_name.jobid << 32) | proc->super.proc_name.vpid;
+}
+
 const char *ipmc_comm_member_host(struct ompi_communicator_t *comm, int rank)
 {
     ompi_proc_t *proc = ompi_comm_peer_lookup(comm, rank);

@@ -236,6 +236,11 @@ void ipmc_finish_at_finalize(void);
 int ipmc_modex_publish(uint64_t digest);
 int ipmc_modex_member(struct ompi_communicator_t *comm, int rank, uint64_t *digest, char *node,
                       size_t len);
+/* Who a member of the communicator is in the whole run (its job and its rank
+   there, as one number), the same on every communicator it belongs to: the
+   key under which ipmc keeps what it read of the member's modex.
+   UINT64_MAX if Open MPI does not know the member here. */
+uint64_t ipmc_comm_member_id(struct ompi_communicator_t *comm, int rank);
 /* The host name of a member of the communicator ("unknown" if not known). */
 const char *ipmc_comm_member_host(struct ompi_communicator_t *comm, int rank);
 

@@ -5,11 +5,13 @@
 //! the PML ([`PmlTransport`], [`Messages`]), the component's output, and the
 //! registration with the progress engine.
 
+use std::collections::BTreeMap;
 use std::ffi::{c_char, c_int, c_void, CStr};
 use std::marker::PhantomData;
 use std::ops::Range;
 use std::ptr;
 use std::ptr::NonNull;
+use std::sync::{Mutex, MutexGuard};
 
 use super::c_line;
 use super::lent::{LentBuffer, Loan};
@@ -40,6 +42,18 @@ pub fn print_line(line: &str) {
     let line = c_line(line);
     // SAFETY: `line` is a valid NUL-terminated string for the duration of the call.
     unsafe { sys::ipmc_print(line.as_ptr()) }
+}
+
+/// What members published in the modex, by process ([`Comm::member_published`]).
+/// Every communicator's creation asks for each member's values, and each read
+/// of the modex is a call into PMIx (in Open MPI 5.0 a handoff to its thread
+/// and back); the values do not change while their process runs, so each is
+/// read once per process and member. What a member did not publish is not
+/// kept: a later read asks again (and the glue remembers a silent process).
+static PUBLISHED: Mutex<BTreeMap<u64, (u64, String)>> = Mutex::new(BTreeMap::new());
+
+fn published() -> MutexGuard<'static, BTreeMap<u64, (u64, String)>> {
+    PUBLISHED.lock().unwrap_or_else(|p| p.into_inner())
 }
 
 /// A communicator handle, valid for as long as Open MPI's call that handed it
@@ -94,8 +108,31 @@ impl Comm {
 
     /// What member `rank` published in the modex about its ipmc: its
     /// configuration digest and its node (host name and boot id), read alike
-    /// by every member.
+    /// by every member. Read once per process and member (see
+    /// [`PUBLISHED`]), then from what this process kept.
     pub fn member_published(self, rank: usize) -> Option<(u64, String)> {
+        let id = self.member_id(rank);
+        if let Some(kept) = id.and_then(|id| published().get(&id).cloned()) {
+            return Some(kept);
+        }
+        let found = self.read_published(rank)?;
+        if let Some(id) = id {
+            published().insert(id, found.clone());
+        }
+        Some(found)
+    }
+
+    /// Who member `rank` is in the whole run, alike on every communicator
+    /// it belongs to; `None` where Open MPI does not know it here.
+    fn member_id(self, rank: usize) -> Option<u64> {
+        let rank = c_int::try_from(rank).ok()?;
+        // SAFETY: as in `rank`.
+        let id = unsafe { sys::ipmc_comm_member_id(self.0, rank) };
+        (id != u64::MAX).then_some(id)
+    }
+
+    /// [`Comm::member_published`] from the modex itself.
+    fn read_published(self, rank: usize) -> Option<(u64, String)> {
         let rank = c_int::try_from(rank).ok()?;
         let mut digest = 0;
         // A host name (at most 255 bytes) and a boot id fit; anything longer
