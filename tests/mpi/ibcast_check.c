@@ -12,7 +12,10 @@
  *   mixed     an MPI_Ibcast, then an MPI_Bcast on the same communicator
  *             before the MPI_Ibcast is waited for;
  *   freed     an MPI_Ibcast on a new duplicate ("freed"), which is freed
- *             before the request is waited for.
+ *             before the request is waited for;
+ *   bottom    two MPI_Ibcast on the duplicate from MPI_BOTTOM, of up to
+ *             64 KiB each: one hindexed block at the buffer's absolute
+ *             address, and its two halves as two blocks, the second first.
  * With --split-first 1, each communicator has an MPI_Barrier before its
  * first MPI_Ibcast (ipmc splits a communicator whose nodes hold several
  * ranks into its two levels at its first blocking collective).
@@ -171,6 +174,33 @@ int main(int argc, char **argv)
             MPI_Comm_free(&freed);
             MPI_Wait(&req, MPI_STATUS_IGNORE);
             msg_check(&a, "freed");
+        }
+
+        /* bottom */
+        for (int halves = 0; halves < 2; halves++) {
+            struct msg a;
+            MPI_Request req;
+            MPI_Datatype type;
+            int from = (root + 2) % size;
+            size_t n = max_bytes < 65536 ? max_bytes : 65536;
+            MPI_Aint at[2];
+            int len[2];
+            msg_init(&a, ++call, n, 0, rank == from);
+            MPI_Get_address(a.buf + n / 2, &at[0]);
+            MPI_Get_address(a.buf, &at[1]);
+            len[0] = (int) (n - n / 2);
+            len[1] = (int) (n / 2);
+            if (!halves) {
+                at[0] = at[1];
+                len[0] = (int) n;
+            }
+            MPI_Type_create_hindexed(halves ? 2 : 1, len, at, MPI_BYTE, &type);
+            MPI_Type_commit(&type);
+            MPI_Ibcast(MPI_BOTTOM, 1, type, from, dup, &req);
+            compute(&req, 1);
+            MPI_Wait(&req, MPI_STATUS_IGNORE);
+            MPI_Type_free(&type);
+            msg_check(&a, "bottom");
         }
     }
     MPI_Comm_free(&dup);
