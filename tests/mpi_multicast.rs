@@ -558,8 +558,9 @@ fn setup_failures_told(run: &common::Run) -> usize {
 /// `rounds` rounds: several `MPI_Ibcast`s outstanding at once on two
 /// communicators, 1 B … 4 MiB, a strided datatype, an `MPI_Bcast` while one
 /// is outstanding, a communicator freed before its request is waited for,
-/// and two described from `MPI_BOTTOM`; every byte checked on every rank. The statistics of the world and
-/// dup communicators (every rank) and of the freed ones, and the output.
+/// and two described from `MPI_BOTTOM`; every byte checked on every rank.
+/// The statistics of the world and dup communicators (every rank) and of the
+/// freed ones, and the output.
 fn ibcast_check(crossover_nodes: &str, rounds: u64) -> (Vec<Line>, Vec<Line>, String) {
     let mca = [
         ("coll_ipmc_print_statistics", "1"),

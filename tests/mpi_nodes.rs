@@ -489,11 +489,10 @@ fn two_levels_are_measured_against_open_mpis_broadcast() {
 
 /// `MPI_Ibcast` over two levels: `ibcast_check` (several outstanding at
 /// once on two communicators, 1 B … 4 MiB, a strided datatype, roots on
-/// every rank in turn, leaders or not, an `MPI_Bcast` while one is outstanding, a
-/// communicator freed before its request is waited for, two described from
-/// `MPI_BOTTOM`) on hosts of 3, 1
-/// and 2 ranks, at `loss` percent of multicast datagrams lost, every byte
-/// checked on every rank. A barrier on each communicator first splits its
+/// every rank in turn, leaders or not, an `MPI_Bcast` while one is
+/// outstanding, a communicator freed before its request is waited for, two
+/// described from `MPI_BOTTOM`) on hosts of 3, 1 and 2 ranks, at `loss`
+/// percent of multicast datagrams lost, every byte checked on every rank. A barrier on each communicator first splits its
 /// levels; under the thesis's rule every broadcast then takes them, and the
 /// leaders multicast their part of the nonblocking ones.
 fn nonblocking_broadcasts_over_two_levels(loss: &str) {

@@ -183,17 +183,12 @@ int main(int argc, char **argv)
             MPI_Datatype type;
             int from = (root + 2) % size;
             size_t n = max_bytes < 65536 ? max_bytes : 65536;
-            MPI_Aint at[2];
-            int len[2];
+            MPI_Aint base;
             msg_init(&a, ++call, n, 0, rank == from);
-            MPI_Get_address(a.buf + n / 2, &at[0]);
-            MPI_Get_address(a.buf, &at[1]);
-            len[0] = (int) (n - n / 2);
-            len[1] = (int) (n / 2);
-            if (!halves) {
-                at[0] = at[1];
-                len[0] = (int) n;
-            }
+            MPI_Get_address(a.buf, &base);
+            /* One block, or the two halves with the second first. */
+            MPI_Aint at[2] = {halves ? MPI_Aint_add(base, (MPI_Aint) (n / 2)) : base, base};
+            int len[2] = {(int) (halves ? n - n / 2 : n), (int) (n / 2)};
             MPI_Type_create_hindexed(halves ? 2 : 1, len, at, MPI_BYTE, &type);
             MPI_Type_commit(&type);
             MPI_Ibcast(MPI_BOTTOM, 1, type, from, dup, &req);
