@@ -29,7 +29,7 @@ RUST_NATIVE_LIBS = -lgcc_s -lutil -lrt -lpthread -lm -ldl -lc
 
 CFLAGS  ?= -O2 -g
 CFLAGS  += -std=gnu99 -fPIC -Wall -Wextra -Wno-unused-parameter
-GLUE     = coll_ipmc_component coll_ipmc_module coll_ipmc_pvars ipmc_glue
+GLUE     = coll_ipmc_component coll_ipmc_module coll_ipmc_persistent coll_ipmc_pvars ipmc_glue
 GLUE_OBJ = $(GLUE:%=$(BUILD)/%.o)
 # Cargo's own variable, so that a build elsewhere can share a target directory.
 CARGO_TARGET_DIR ?= target

@@ -5,6 +5,7 @@
  *   bcast_bench [--sizes S1,S2,...] [--rounds R] [--big-rounds R2]
  *               [--big-from BYTES] [--root-delay US] [--warmup W]
  *               [--late-rank L --late-us U] [--root R]
+ *               [--call bcast|ibcast|persistent]
  *
  * Sizes of BYTES or more are measured in R2 rounds (default: R), so that the
  * largest messages, whose every round is long, can use fewer.
@@ -25,6 +26,11 @@
  *
  * With --root R, rank R is the root (default 0) and the targets are the
  * others, in turn from R + 1; the root prints.
+ *
+ * --call says how each broadcast is made: MPI_Bcast (default); MPI_Ibcast
+ * and MPI_Wait; or MPI_Start and MPI_Wait of a persistent broadcast
+ * (MPI_Bcast_init; MPIX_Bcast_init in Open MPI 4.1), made at the first
+ * broadcast of each size and started by every broadcast of it.
  *
  * With --late-rank L, rank L (not the root) enters every broadcast U µs
  * after the barrier (--late-us, default 2000; the root enters after
@@ -75,6 +81,13 @@
 
 #include "ipmc_counters.h"
 
+#if defined(OMPI_MAJOR_VERSION) && OMPI_MAJOR_VERSION < 5
+#include <mpi-ext.h>
+#define BCAST_INIT MPIX_Bcast_init
+#else
+#define BCAST_INIT MPI_Bcast_init
+#endif
+
 #define TAG_REPLY 7001
 #define TAG_PING 7002
 #define MAX_SIZES 64
@@ -94,6 +107,38 @@ static int late_us = 2000;
 
 /* The rank every broadcast comes from. */
 static int root = 0;
+
+/* How each broadcast is made (--call). */
+static enum { CALL_BCAST, CALL_IBCAST, CALL_PERSISTENT } call = CALL_BCAST;
+
+/* One broadcast of `n` bytes of `buf` from the root, made as --call says. */
+static void bcast(unsigned char *buf, int n, MPI_Comm comm)
+{
+    static MPI_Request persistent = MPI_REQUEST_NULL;
+    static unsigned char *persistent_buf;
+    static int persistent_n = -1;
+    MPI_Request req;
+    switch (call) {
+    case CALL_IBCAST:
+        MPI_Ibcast(buf, n, MPI_BYTE, root, comm, &req);
+        MPI_Wait(&req, MPI_STATUS_IGNORE);
+        break;
+    case CALL_PERSISTENT:
+        if (buf != persistent_buf || n != persistent_n) {
+            if (MPI_REQUEST_NULL != persistent) {
+                MPI_Request_free(&persistent);
+            }
+            BCAST_INIT(buf, n, MPI_BYTE, root, comm, MPI_INFO_NULL, &persistent);
+            persistent_buf = buf;
+            persistent_n = n;
+        }
+        MPI_Start(&persistent);
+        MPI_Wait(&persistent, MPI_STATUS_IGNORE);
+        break;
+    default:
+        MPI_Bcast(buf, n, MPI_BYTE, root, comm);
+    }
+}
 
 static void die(const char *what)
 {
@@ -201,7 +246,7 @@ static double one_round(MPI_Comm comm, int rank, int target, unsigned char *buf,
             usleep((useconds_t) root_delay_us);
         }
         t_bcast = -MPI_Wtime();
-        MPI_Bcast(buf, n, MPI_BYTE, root, comm);
+        bcast(buf, n, comm);
         MPI_Wait(&req, MPI_STATUS_IGNORE);
         t_bcast += MPI_Wtime();
         if (reply.sum != sent_sum) {
@@ -215,7 +260,7 @@ static double one_round(MPI_Comm comm, int rank, int target, unsigned char *buf,
         if (rank == late_rank) {
             usleep((useconds_t) late_us);
         }
-        MPI_Bcast(buf, n, MPI_BYTE, root, comm);
+        bcast(buf, n, comm);
         if (rank == target) {
             t_sum = -MPI_Wtime();
             reply.sum = checksum(buf, len);
@@ -235,7 +280,7 @@ static double simple_max(MPI_Comm comm, unsigned char *buf, size_t len, int roun
     MPI_Barrier(comm);
     t = -MPI_Wtime();
     for (int i = 0; i < rounds; i++) {
-        MPI_Bcast(buf, (int) len, MPI_BYTE, root, comm);
+        bcast(buf, (int) len, comm);
     }
     t += MPI_Wtime();
     MPI_Reduce(&t, &tmax, 1, MPI_DOUBLE, MPI_MAX, root, comm);
@@ -295,6 +340,16 @@ int main(int argc, char **argv)
             late_us = (int) number(v, 10000000, "--late-us must be 0 .. 10000000 µs");
         } else if (!strcmp(argv[i], "--root")) {
             root = (int) number(v, 1000000, "--root must be a rank");
+        } else if (!strcmp(argv[i], "--call")) {
+            if (!strcmp(v, "bcast")) {
+                call = CALL_BCAST;
+            } else if (!strcmp(v, "ibcast")) {
+                call = CALL_IBCAST;
+            } else if (!strcmp(v, "persistent")) {
+                call = CALL_PERSISTENT;
+            } else {
+                die("--call must be bcast, ibcast or persistent");
+            }
         } else {
             die("unknown option (see the comment at the top of bench/bcast_bench.c)");
         }

@@ -56,6 +56,20 @@ OBJ_CLASS_DECLARATION(mca_coll_ipmc_module_t);
 mca_coll_base_module_t *mca_coll_ipmc_comm_query(struct ompi_communicator_t *comm, int *priority);
 /* Rust's state on a communicator whose broadcast ipmc serves, else NULL. */
 struct ipmc_rs_module *mca_coll_ipmc_comm_state(struct ompi_communicator_t *comm);
+/* MPI_Ibcast: ipmc's, or the replaced component's where ipmc does not serve the call. */
+int mca_coll_ipmc_ibcast(void *buf, int count, struct ompi_datatype_t *dt, int root,
+                         struct ompi_communicator_t *comm, ompi_request_t **request,
+                         mca_coll_base_module_t *module);
+/* Sets up `req` as a collective request of ipmc's on `comm` (ipmc_glue.c). */
+void mca_coll_ipmc_request_init(ompi_request_t *req, struct ompi_communicator_t *comm,
+                                bool persistent);
+/* MPI_Bcast_init, whose starts are ipmc's MPI_Ibcast (coll_ipmc_persistent.c). */
+int mca_coll_ipmc_bcast_init(void *buf, int count, struct ompi_datatype_t *dt, int root,
+                             struct ompi_communicator_t *comm, struct ompi_info_t *info,
+                             ompi_request_t **request, mca_coll_base_module_t *module);
+/* Completes the persistent broadcasts whose started broadcast completed; the
+   number completed. */
+int mca_coll_ipmc_persistent_progress(void);
 /* Registers the MPI_T performance variables (coll_ipmc_pvars.c). */
 void mca_coll_ipmc_register_pvars(void);
 

@@ -67,6 +67,10 @@ static int ipmc_module_enable(mca_coll_base_module_t *module, struct ompi_commun
     }
     IPMC_KEPT(IPMC_KEEP)
 #undef IPMC_KEEP
+    /* A persistent broadcast's starts are nonblocking broadcasts. */
+    if (NULL == m->super.coll_ibcast) {
+        m->super.coll_bcast_init = NULL;
+    }
     return ipmc_rs_module_enable(m->rs, (struct ipmc_module *) m, comm);
 }
 
@@ -136,9 +140,9 @@ static int ipmc_allgatherv(const void *sbuf, int scount, struct ompi_datatype_t 
 
 /* ipmc serves the call and completes the request it made (Rust holds one
    reference, the user the other), or hands the call to the replaced component. */
-static int ipmc_ibcast(void *buf, int count, struct ompi_datatype_t *dt, int root,
-                       struct ompi_communicator_t *comm, ompi_request_t **request,
-                       mca_coll_base_module_t *module)
+int mca_coll_ipmc_ibcast(void *buf, int count, struct ompi_datatype_t *dt, int root,
+                         struct ompi_communicator_t *comm, ompi_request_t **request,
+                         mca_coll_base_module_t *module)
 {
     mca_coll_ipmc_module_t *m = (mca_coll_ipmc_module_t *) module;
     ompi_request_t *req = ipmc_request_new(comm);
@@ -181,7 +185,8 @@ mca_coll_base_module_t *mca_coll_ipmc_comm_query(struct ompi_communicator_t *com
     m->super.coll_module_enable = ipmc_module_enable;
     m->super.coll_module_disable = ipmc_module_disable;
     m->super.coll_bcast = ipmc_bcast;
-    m->super.coll_ibcast = ipmc_ibcast;
+    m->super.coll_ibcast = mca_coll_ipmc_ibcast;
+    m->super.coll_bcast_init = mca_coll_ipmc_bcast_init;
     /* barrier_algorithm 1 leaves MPI_Barrier to the component ipmc replaces. */
     if (1 != mca_coll_ipmc_params.barrier_algorithm) {
         m->super.coll_barrier = ipmc_barrier;

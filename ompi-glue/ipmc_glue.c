@@ -141,7 +141,7 @@ void ipmc_progress_once(void) { (void) opal_progress(); }
 
 static bool ipmc_progress_registered = false;
 
-static int ipmc_progress(void) { return ipmc_rs_progress(); }
+static int ipmc_progress(void) { return ipmc_rs_progress() + mca_coll_ipmc_persistent_progress(); }
 
 void ipmc_progress_register(void)
 {
@@ -488,6 +488,19 @@ static void ipmc_request_destruct(ipmc_request_t *r) { OMPI_REQUEST_FINI(&r->sup
 
 OBJ_CLASS_INSTANCE(ipmc_request_t, ompi_coll_base_nbc_request_t, NULL, ipmc_request_destruct);
 
+void mca_coll_ipmc_request_init(ompi_request_t *req, struct ompi_communicator_t *comm,
+                                 bool persistent)
+{
+    OMPI_REQUEST_INIT(req, persistent);
+    req->req_type = OMPI_REQUEST_COLL;
+    req->req_mpi_object.comm = comm;
+    req->req_status.MPI_SOURCE = MPI_ANY_SOURCE;
+    req->req_status.MPI_TAG = MPI_ANY_TAG;
+    req->req_status.MPI_ERROR = MPI_SUCCESS;
+    req->req_status._cancelled = 0;
+    req->req_status._ucount = 0;
+}
+
 struct ompi_request_t *ipmc_request_new(struct ompi_communicator_t *comm)
 {
     ipmc_request_t *r = OBJ_NEW(ipmc_request_t);
@@ -496,16 +509,9 @@ struct ompi_request_t *ipmc_request_new(struct ompi_communicator_t *comm)
         return NULL;
     }
     req = &r->super.super;
-    OMPI_REQUEST_INIT(req, false);
-    req->req_type = OMPI_REQUEST_COLL;
+    mca_coll_ipmc_request_init(req, comm, false);
     req->req_state = OMPI_REQUEST_ACTIVE;
     req->req_free = ipmc_request_free;
-    req->req_mpi_object.comm = comm;
-    req->req_status.MPI_SOURCE = MPI_ANY_SOURCE;
-    req->req_status.MPI_TAG = MPI_ANY_TAG;
-    req->req_status.MPI_ERROR = MPI_SUCCESS;
-    req->req_status._cancelled = 0;
-    req->req_status._ucount = 0;
     r->freed = false;
     OBJ_RETAIN(r);
     return req;

@@ -697,6 +697,108 @@ fn nonblocking_broadcasts_take_the_measured_choice() {
     }
 }
 
+/// `persistent_check` on 4 ranks for `rounds` rounds under
+/// `coll_ipmc_bcast_algorithm` `algorithm`: persistent broadcasts made once
+/// and started every round (one among an `MPI_Bcast` and an `MPI_Ibcast`, a
+/// strided one whose datatype was freed and one whose communicator was
+/// freed begun together by `MPI_Startall`, an empty one); every byte checked
+/// on every rank. The statistics of world and dup, every rank's.
+fn persistent_check(algorithm: &str, rounds: u64) -> (Vec<Line>, Vec<Line>, String) {
+    let mca = [
+        ("coll_ipmc_print_statistics", "1"),
+        ("coll_ipmc_bcast_algorithm", algorithm),
+    ];
+    persistent_run(&mca, &["--rounds", &rounds.to_string()], rounds)
+}
+
+/// Runs `persistent_check args` (of `rounds` rounds) on 4 ranks with `mca`
+/// as [`persistent_check`] does.
+fn persistent_run(
+    mca: &[(&str, &str)],
+    args: &[&str],
+    rounds: u64,
+) -> (Vec<Line>, Vec<Line>, String) {
+    let run = mpirun(4, mca, "persistent_check", args);
+    assert!(
+        run.ok && run.output.contains("persistent_check: PASS"),
+        "run failed:\n{}",
+        run.output
+    );
+    let stats = stats_lines(&run.output);
+    let of = |comm: &str| -> Vec<Line> {
+        stats
+            .iter()
+            .filter(|s| s["comm"] == comm)
+            .cloned()
+            .collect()
+    };
+    let (world, dup) = (of("world"), of("dup"));
+    assert_eq!((world.len(), dup.len()), (4, 4), "{}", run.output);
+    // Every start is ipmc's nonblocking broadcast: on world, two persistent
+    // ones and an MPI_Ibcast per round (the empty one is counted apart), on
+    // dup one persistent one.
+    for (lines, ibcasts, empty) in [(&world, 3, 1), (&dup, 1, 0)] {
+        for s in lines {
+            assert_eq!(num(s, "ibcasts"), ibcasts * rounds, "{s:?}");
+            assert_eq!(num(s, "empty"), empty * rounds, "{s:?}");
+        }
+    }
+    (world, dup, run.output)
+}
+
+/// Persistent broadcasts (`MPI_Bcast_init`; `MPIX_Bcast_init` in Open MPI
+/// 4.1) go by multicast where `MPI_Ibcast` does: each `MPI_Start` is ipmc's
+/// nonblocking broadcast, in its place among the communicator's other
+/// collectives, whose request completes the persistent one.
+#[test]
+fn persistent_broadcasts_multicast() {
+    let rounds = 3;
+    let (world, dup, output) = persistent_check("3", rounds);
+    for (lines, calls) in [(&world, 4 * rounds), (&dup, rounds)] {
+        for s in lines {
+            assert_eq!(tally(s, "multicast").0, calls, "{s:?}");
+            assert_eq!(tally(s, "previous").0, 0, "{s:?}");
+        }
+    }
+    // Each rank roots one of world's broadcasts at most: the others reach
+    // it by multicast.
+    for s in &world {
+        assert!(num(s, "mcast_bytes") > 0, "{s:?}\n{output}");
+    }
+}
+
+/// Where ipmc hands a nonblocking broadcast to the replaced component, a
+/// persistent one's starts go there too, and its request completes when
+/// that component's does.
+#[test]
+fn persistent_broadcasts_fall_back_with_the_nonblocking_ones() {
+    let rounds = 3;
+    let (world, dup, _) = persistent_check("4", rounds);
+    for (lines, calls) in [(&world, 4 * rounds), (&dup, rounds)] {
+        for s in lines {
+            assert_eq!(tally(s, "previous").0, calls, "{s:?}");
+            assert_eq!(num(s, "sent") + num(s, "recv"), 0, "{s:?}");
+        }
+    }
+}
+
+/// The same program in the form Open MPI's own persistent broadcasts serve
+/// (`--keep 1`: its datatype and communicator outlive the requests) passes
+/// with ipmc at its defaults, every start ipmc's; and with Open MPI alone,
+/// which makes it the reference.
+#[test]
+fn persistent_broadcasts_serve_what_open_mpi_serves() {
+    let rounds = 3;
+    let args = ["--rounds", "3", "--keep", "1"];
+    persistent_run(&[("coll_ipmc_print_statistics", "1")], &args, rounds);
+    let alone = mpirun(4, &[("coll", "^ipmc")], "persistent_check", &args);
+    assert!(
+        alone.ok && alone.output.contains("persistent_check: PASS"),
+        "{}",
+        alone.output
+    );
+}
+
 /// The automatic choice: every rank times its own calls, and the ranks
 /// agree in the background. Here every rank is fed made-up times
 /// (`coll_ipmc_inject_timing`) by which each rank alone would choose another

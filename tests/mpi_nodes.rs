@@ -4,7 +4,7 @@
 
 mod common;
 
-use common::{check_lines, levels_tally, mpirun, num, stats_lines, tally, Cluster, Run};
+use common::{check_lines, levels_tally, mpirun, num, stats_lines, tally, Cluster, Line, Run};
 
 /// Messages small enough that none takes the chain above `crossover_size`.
 const MAX_BYTES: &str = "70000";
@@ -496,10 +496,7 @@ fn two_levels_are_measured_against_open_mpis_broadcast() {
 /// levels; under the thesis's rule every broadcast then takes them, and the
 /// leaders multicast their part of the nonblocking ones.
 fn nonblocking_broadcasts_over_two_levels(loss: &str) {
-    let cluster = Cluster {
-        slots_host: vec![(1, 3), (2, 1), (3, 2)],
-        ..Cluster::hosts(3)
-    };
+    let cluster = uneven_hosts();
     let mca = [
         ("coll_ipmc_print_statistics", "1"),
         ("coll_ipmc_crossover_nodes", "3"),
@@ -515,13 +512,7 @@ fn nonblocking_broadcasts_over_two_levels(loss: &str) {
         "--split-first",
         "1",
     ];
-    let run = cluster.mpirun(&mca, "ibcast_check", &args);
-    assert!(
-        run.ok && run.output.contains("ibcast_check: PASS"),
-        "run failed:\n{}",
-        run.output
-    );
-    let stats = stats_lines(&run.output);
+    let (stats, output) = passed(&cluster, &mca, "ibcast_check", &args);
     let of = |comm: &str| -> Vec<_> { stats.iter().filter(|s| s["comm"] == comm).collect() };
     // Each round: 8 outstanding on world and 8 on dup, one more on world
     // before a blocking one, one on a communicator freed meanwhile, and two
@@ -534,7 +525,7 @@ fn nonblocking_broadcasts_over_two_levels(loss: &str) {
         ("ipmc leaders of dup", 3, 10 * rounds, 0),
     ] {
         let lines = of(comm);
-        assert_eq!(lines.len() as u64, ranks, "{comm}:\n{}", run.output);
+        assert_eq!(lines.len() as u64, ranks, "{comm}:\n{}", output);
         for s in lines {
             assert_eq!(num(s, "ibcasts"), ibcasts, "{s:?}");
             assert_eq!(tally(s, "previous").0, 0, "{s:?}");
@@ -567,15 +558,49 @@ fn nonblocking_broadcasts_over_two_levels_survive_losing_every_datagram() {
     nonblocking_broadcasts_over_two_levels("100");
 }
 
+/// Persistent broadcasts over two levels: on 3 hosts of 3, 1 and 2 ranks,
+/// every start of `persistent_check`'s (each a nonblocking broadcast) goes
+/// over the levels, multicast among the leaders, none to the replaced
+/// component; every byte arrives.
+#[test]
+fn persistent_broadcasts_go_over_two_levels() {
+    let cluster = uneven_hosts();
+    let mca = [
+        ("coll_ipmc_print_statistics", "1"),
+        ("coll_ipmc_crossover_nodes", "3"),
+    ];
+    let rounds = 3;
+    let args = ["--rounds", "3", "--split-first", "1"];
+    let (stats, output) = passed(&cluster, &mca, "persistent_check", &args);
+    let of = |comm: &str| -> Vec<_> { stats.iter().filter(|s| s["comm"] == comm).collect() };
+    // Each round on world: two persistent ones, an MPI_Ibcast and an
+    // MPI_Bcast (and an empty one, counted apart); on dup one persistent one.
+    for (comm, ranks, ibcasts, blocking) in [
+        ("world", 6, 3 * rounds, rounds),
+        ("dup", 6, rounds, 0),
+        ("ipmc leaders of world", 3, 3 * rounds, rounds),
+        ("ipmc leaders of dup", 3, rounds, 0),
+    ] {
+        let lines = of(comm);
+        assert_eq!(lines.len() as u64, ranks, "{comm}:\n{}", output);
+        for s in lines {
+            assert_eq!(num(s, "ibcasts"), ibcasts, "{s:?}");
+            assert_eq!(tally(s, "previous").0, 0, "{s:?}");
+            if comm.starts_with("ipmc leaders") {
+                assert_eq!(tally(s, "multicast").0, ibcasts + blocking, "{s:?}");
+            } else {
+                assert_eq!(levels_tally(s).0, ibcasts + blocking, "{s:?}");
+            }
+        }
+    }
+}
+
 /// A rank killed while nonblocking broadcasts run over two levels, host 3's
 /// leader (rank 4) or the rank it leads (5), ends the job instead of
 /// leaving the others waiting.
 #[test]
 fn a_killed_rank_ends_a_job_of_nonblocking_broadcasts_over_two_levels() {
-    let cluster = Cluster {
-        slots_host: vec![(1, 3), (2, 1), (3, 2)],
-        ..Cluster::hosts(3)
-    };
+    let cluster = uneven_hosts();
     let mca = [("coll_ipmc_crossover_nodes", "3")];
     let args = [
         "--max-bytes",
@@ -750,6 +775,31 @@ fn ranks_describing_a_message_with_different_datatypes_get_every_int_over_two_le
         assert!(levels_tally(s).0 > 0, "the levels served: {s:?}");
         assert_eq!(num(s, "segment_bytes"), 0, "{s:?}");
     }
+}
+
+/// Hosts of 3, 1 and 2 ranks.
+fn uneven_hosts() -> Cluster {
+    Cluster {
+        slots_host: vec![(1, 3), (2, 1), (3, 2)],
+        ..Cluster::hosts(3)
+    }
+}
+
+/// Runs the check `program args` on `cluster` with `mca` and asserts that it
+/// passed; its statistics lines and output.
+fn passed(
+    cluster: &Cluster,
+    mca: &[(&str, &str)],
+    program: &str,
+    args: &[&str],
+) -> (Vec<Line>, String) {
+    let run = cluster.mpirun(mca, program, args);
+    assert!(
+        run.ok && run.output.contains(&format!("{program}: PASS")),
+        "run failed:\n{}",
+        run.output
+    );
+    (stats_lines(&run.output), run.output)
 }
 
 fn two_hosts_of_three() -> Cluster {

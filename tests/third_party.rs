@@ -116,6 +116,10 @@ enum Serves {
     /// splitting the communicator would block (`docs/two-levels.md`), but
     /// counted by ipmc (`ibcasts`).
     FirstIbcast,
+    /// Persistent broadcasts (`MPI_Bcast_init`, MPI 4.0, which Open MPI 4.1
+    /// lacks: run on 5.0 only), every start ipmc's nonblocking broadcast
+    /// (`ibcasts`).
+    Persistent,
     /// Only Open MPI's collectives, intercommunicators (which ipmc leaves to
     /// coll/inter) or collectives beside ipmc's: ipmc must not break them.
     Others,
@@ -134,8 +138,8 @@ const DTP_BCAST_2: &str = "-type=MPI_INT:4+MPI_DOUBLE:8 -count=512 -seed=6 -test
 /// of its testlist. Left out: `nonblocking2` and `nonblocking3`, whose
 /// `MPI_Ialltoallw` crashes Open MPI 4.1.4 without ipmc too; `idup_nb`,
 /// which hangs without ipmc too; and the persistent collectives (`p_*`,
-/// MPI 4.0), which Open MPI 4.1 lacks.
-const MPICH_TESTS: [(&str, &str, usize, Serves); 43] = [
+/// MPI 4.0, which Open MPI 4.1 lacks) but the broadcast's, which run on 5.0.
+const MPICH_TESTS: [(&str, &str, usize, Serves); 45] = [
     ("coll/bcast", DTP_BCAST_1, 4, Serves::Bcast),
     ("coll/bcast", DTP_BCAST_2, 4, Serves::Bcast),
     ("coll/bcasttest", "", 4, Serves::Bcast),
@@ -146,6 +150,8 @@ const MPICH_TESTS: [(&str, &str, usize, Serves); 43] = [
     ("coll/coll9", "", 4, Serves::Bcast),
     ("coll/coll10", "", 4, Serves::Bcast),
     ("coll/coll12", "", 4, Serves::Bcast),
+    ("coll/p_bcast", "", 4, Serves::Persistent),
+    ("coll/p_bcast2", "", 8, Serves::Persistent),
     ("coll/nonblocking", "", 4, Serves::FirstIbcast),
     ("coll/nonblocking", "", 10, Serves::FirstIbcast),
     ("coll/allgatherv4", "", 4, Serves::Barrier),
@@ -248,8 +254,9 @@ fn mpich_tests_on(mca: &[(&str, &str)], form: &str) {
         ("coll_ipmc_print_statistics", "1"),
     ];
     all_mca.extend_from_slice(mca);
+    let tests = mpich_tests();
     let mut script = String::new();
-    for (name, args, np, _) in MPICH_TESTS {
+    for (name, args, np, _) in &tests {
         let args: Vec<&str> = args.split_whitespace().collect();
         script.push_str(&format!(
             "echo \"mpich-test: begin {name} {np}\"; \
@@ -260,9 +267,9 @@ fn mpich_tests_on(mca: &[(&str, &str)], form: &str) {
     }
     let run = cluster.run_script(&script);
     let sections: Vec<&str> = run.output.split("mpich-test: begin ").skip(1).collect();
-    assert_eq!(sections.len(), MPICH_TESTS.len(), "{}", run.output);
+    assert_eq!(sections.len(), tests.len(), "{}", run.output);
     let mut failed = Vec::new();
-    for ((name, _, np, serves), out) in MPICH_TESTS.iter().zip(sections) {
+    for ((name, _, np, serves), out) in tests.iter().zip(sections) {
         let passed = out.contains(&format!("mpich-test: end {name} {np} rc=0"))
             && out.contains(" No Errors");
         // Every statistics line of every communicator; one that mpirun
@@ -289,6 +296,7 @@ fn mpich_tests_on(mca: &[(&str, &str)], form: &str) {
             Serves::Allgather => Some(calls(&format!("allgather_{form}"))),
             Serves::FirstIbcast if form == "two_level" => Some(calls("ibcasts")),
             Serves::FirstIbcast => Some(calls(form)),
+            Serves::Persistent => Some(calls("ibcasts")),
             Serves::Others => None,
         };
         println!(
@@ -299,6 +307,15 @@ fn mpich_tests_on(mca: &[(&str, &str)], form: &str) {
         }
     }
     assert!(failed.is_empty(), "{}", failed.join("\n"));
+}
+
+/// The [`MPICH_TESTS`] that the Open MPI under test runs.
+fn mpich_tests() -> Vec<(&'static str, &'static str, usize, Serves)> {
+    let five = common::openmpi5();
+    MPICH_TESTS
+        .into_iter()
+        .filter(|t| five || !matches!(t.3, Serves::Persistent))
+        .collect()
 }
 
 /// Where MPICH's tests run: 4 emulated hosts of 3 ranks.
@@ -313,6 +330,6 @@ fn four_hosts_of_three() -> Cluster {
 /// test.
 fn mpich_tree() -> String {
     let mut cmd = common::openmpi_command(repo().join("scripts/mpich-tests").to_str().unwrap());
-    cmd.args(MPICH_TESTS.iter().map(|t| t.0));
+    cmd.args(mpich_tests().iter().map(|t| t.0));
     common::run_ok(&mut cmd).trim().to_string()
 }

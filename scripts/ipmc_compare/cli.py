@@ -58,6 +58,10 @@ def options(argv):
                          "3kb, two full frames: up to 100 Mbit/s even a small message crosses a link at the "
                          "link's rate, as on a real switch port; 25 kB at 1 Gbit/s, 250 kB at 10 Gbit/s, "
                          "which tbf needs to reach such rates on this testbed)")
+    ap.add_argument("--call", choices=("bcast", "ibcast", "persistent"), default="bcast",
+                    help="how the broadcast benchmark makes each broadcast: MPI_Bcast (default), "
+                         "MPI_Ibcast and MPI_Wait, or MPI_Start and MPI_Wait of a persistent "
+                         "broadcast (MPI_Bcast_init)")
     ap.add_argument("--slots", type=int, default=1,
                     help="ranks on each emulated host (default 1; --hosts 1 --slots 8: one node of 8 ranks)")
     ap.add_argument("--mtu", type=int, default=1500,
@@ -79,6 +83,9 @@ def options(argv):
     args = ap.parse_args(argv)
 
     common.COLLECTIVE = args.collective
+    if args.call != "bcast" and args.collective != "bcast":
+        ap.error("--call is for --collective bcast")
+    common.CALL = args.call
     quick = args.quick
     args.hosts = args.hosts or (QUICK_HOSTS if quick else FULL_HOSTS)
     default_sizes = ALLGATHER_SIZES if common.COLLECTIVE == "allgather" else QUICK_SIZES if quick else FULL_SIZES
@@ -193,6 +200,7 @@ def main(argv):
     metadata = machine_metadata()
     metadata.update({
         "runner": shlex.join(["scripts/compare", *argv]), "collective": common.COLLECTIVE,
+        "call": common.CALL,
         "rate": args.rate, "rate_bits_per_second": args.rate_bps, "burst": args.burst,
         "rounds": args.rounds, "big_rounds": args.big_rounds, "big_from": args.big_from,
         "warmup": args.warmup, "repeat": args.repeat, "confirm": args.confirm,

@@ -26,6 +26,8 @@ BARRIER_PEERS = ["ipmc", "ipmc-multicast", "default", "han", "tuned-*"]
 ALLGATHER_SIZES = [1024, 4096, 65536]
 # The collective measured (--collective): bcast or barrier.
 COLLECTIVE = "bcast"
+# How the broadcast benchmark makes each broadcast (bcast_bench --call).
+CALL = "bcast"
 # ipmc at its defaults within this factor of the fastest peer: never slower.
 NEVER_SLOWER = 1.05
 # Sizes of the per-rank plot (thesis figure 19), when measured.
@@ -41,6 +43,10 @@ HAN_STEPS_ASIDE = ("han was selected on MPI_COMM_WORLD but created no sub-commun
                    "per node han steps aside at its first collective, so tuned's default broadcast served")
 # coll components that do not provide a blocking MPI_Bcast of their own.
 NOT_BCAST = {"libnbc", "sync", "monitoring", "inter", "self"}
+# The components of Open MPI 4.1 and 5.0 that serve MPI_Ibcast, and
+# MPI_Bcast_init (with ipmc, which serves both).
+IBCAST = {"ipmc", "libnbc", "adapt", "hcoll", "portals4", "ucc"}
+BCAST_INIT = {"ipmc", "libnbc"}
 
 
 def fail(message):

@@ -5,7 +5,7 @@ import re
 from pathlib import Path
 
 from . import common
-from .common import NOT_BCAST
+from .common import BCAST_INIT, IBCAST, NOT_BCAST
 
 
 def parse_bench_output(text):
@@ -28,8 +28,12 @@ def parse_bench_output(text):
 def parse_selection(texts):
     """From coll_base_verbose: which coll component serves MPI_Bcast on
     MPI_COMM_WORLD ({component: processes}: the enabled one of highest
-    priority), and how many other communicators were created (the benchmark
-    creates none; han creates its sub-communicators when it really works)."""
+    priority; with --call, the one that serves MPI_Ibcast or
+    MPI_Bcast_init), and how many other communicators were created (the
+    benchmark creates none; han creates its sub-communicators when it really
+    works)."""
+    serves = {"ibcast": IBCAST.__contains__, "persistent": BCAST_INIT.__contains__}.get(
+        common.CALL, lambda name: name not in NOT_BCAST)
     comm, enabled, others = {}, {}, 0
     for line in (line for text in texts for line in text.splitlines()):
         m = re.match(r"\[([^\]]+)\] coll:base:comm_select: (.*)", line)
@@ -42,7 +46,7 @@ def parse_selection(texts):
             others += new.group(1) not in ("MPI_COMM_WORLD", "MPI_COMM_SELF")
             continue
         sel = re.match(r"selecting\s+(\S+), priority\s+(-?\d+), Enabled", what)
-        if sel and comm.get(proc) == "MPI_COMM_WORLD" and sel.group(1) not in NOT_BCAST:
+        if sel and comm.get(proc) == "MPI_COMM_WORLD" and serves(sel.group(1)):
             enabled.setdefault(proc, []).append((int(sel.group(2)), sel.group(1)))
     serving = {}
     for comps in enabled.values():

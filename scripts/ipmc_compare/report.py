@@ -281,7 +281,9 @@ def selection_notes(runs):
 
 
 def collective_name():
-    return {"barrier": "MPI_Barrier", "allgather": "MPI_Allgather"}.get(common.COLLECTIVE, "MPI_Bcast")
+    calls = {"ibcast": "MPI_Ibcast", "persistent": "MPI_Bcast_init and MPI_Start"}
+    return {"barrier": "MPI_Barrier", "allgather": "MPI_Allgather"}.get(
+        common.COLLECTIVE, calls.get(common.CALL, "MPI_Bcast"))
 
 
 def size_heading(res, nbytes):
@@ -296,6 +298,7 @@ def size_heading(res, nbytes):
 def report(out, data, plots=True):
     """Writes results.csv, results.json, table.md and the plots; prints the summary."""
     common.COLLECTIVE = data["metadata"].get("collective", "bcast")
+    common.CALL = data["metadata"].get("call", "bcast")
     plots = plots and common.COLLECTIVE == "bcast"
     res = Results(data)
     targets = evaluate_targets(res)

@@ -2,6 +2,7 @@
 import csv
 from pathlib import Path
 
+from . import common
 from .common import EXPECTED_COMPONENT, HAN_STEPS_ASIDE
 from .parse import error_tail, parse_bench_output, parse_ipmc_algorithms, parse_selection
 from .runner import rank_files
@@ -23,6 +24,10 @@ def collect(records, peers, args):
             # A communicator on one node is Open MPI's unless an algorithm is forced.
             run["expected"] = "tuned"
             run["note"] = "ipmc leaves a communicator on one node to Open MPI's broadcast"
+        if common.CALL != "bcast" and run["expected"] != "ipmc":
+            # Of Open MPI's components only libnbc serves MPI_Ibcast and
+            # MPI_Bcast_init here.
+            run["expected"] = "libnbc"
         if kinds[rec["peer"]] == "han" and run["serving"] and other_comms == 0:
             run["note"] = HAN_STEPS_ASIDE
         if kinds[rec["peer"]] == "ipmc":

@@ -87,8 +87,8 @@ def bench_arguments(args, sizes):
     if common.COLLECTIVE == "allgather":
         return ["--sizes", ",".join(map(str, sizes)), "--rounds", str(args.rounds), *warmup]
     return ["--sizes", ",".join(map(str, sizes)), "--rounds", str(args.rounds),
-            "--big-rounds", str(args.big_rounds), "--big-from", str(args.big_from),
-            *(["--warmup", str(args.warmup)] if args.warmup is not None else [])]
+            "--big-rounds", str(args.big_rounds), "--big-from", str(args.big_from), *warmup,
+            *(["--call", common.CALL] if common.CALL != "bcast" else [])]
 
 
 # MCA arguments that only report: which component each communicator got.

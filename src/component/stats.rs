@@ -274,7 +274,7 @@ impl Stats {
             ),
             counter(
                 "ibcasts",
-                "Nonblocking broadcasts (MPI_Ibcast) ipmc served, also counted by algorithm",
+                "Nonblocking broadcasts (MPI_Ibcast, MPI_Start) ipmc served, also by algorithm",
                 self.nonblocking,
             ),
         ];

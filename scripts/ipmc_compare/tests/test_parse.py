@@ -82,6 +82,19 @@ class Selection(unittest.TestCase):
         self.assertEqual(serving, {"ipmc": 1, "tuned": 1})
         self.assertEqual(others, 1, "han's node communicator")
 
+    def test_a_nonblocking_or_persistent_broadcast_goes_to_a_component_that_has_it(self):
+        # h2's ipmc is disabled: libnbc, below tuned, serves those there.
+        h2_libnbc = "[h2:102] coll:base:comm_select: selecting      libnbc, priority  10, Enabled\n"
+        text = SELECTION.replace("[h2:102] coll:base:comm_select: selecting       tuned",
+                                 h2_libnbc + "[h2:102] coll:base:comm_select: selecting       tuned")
+        try:
+            for call in ("ibcast", "persistent"):
+                common.CALL = call
+                serving, _ = parse_selection([text])
+                self.assertEqual(serving, {"ipmc": 1, "libnbc": 1}, call)
+        finally:
+            common.CALL = "bcast"
+
 
 class IpmcStatistics(unittest.TestCase):
     def tearDown(self):
