@@ -1150,8 +1150,11 @@ impl Module {
     fn start_setup(&mut self, comm: Comm) -> Result<()> {
         let cfg = self.cfg.clone();
         let loopback = comm.has_local_peer();
-        let open: Open = Box::new(move |a: &Announce| open_socket(&cfg, loopback, a));
-        let facts = rank_facts(&self.cfg);
+        // One listing of the interfaces serves the agreement: the facts told
+        // to rank 0 and the sockets opened for its announcements.
+        let addrs = os::interface_addresses();
+        let facts = rank_facts(&self.cfg, addrs.as_deref().ok());
+        let open: Open = Box::new(move |a: &Announce| open_socket(&cfg, loopback, a, &addrs));
         let joining = Joining::start(comm, self.cfg.clone(), facts, open)?;
         self.background.join(joining);
         self.multicast = Multicast::Joining;
@@ -1280,13 +1283,20 @@ impl Ballots for OmpiBallots<'_> {
 
 /// Opens and joins this rank's socket for the announced group.
 /// `loopback`: whether another rank of the communicator runs on this node.
-fn open_socket(cfg: &Config, loopback: bool, a: &Announce) -> Result<McastSocket, OpenError> {
+fn open_socket(
+    cfg: &Config,
+    loopback: bool,
+    a: &Announce,
+    addrs: &std::io::Result<Vec<os::IfAddr>>,
+) -> Result<McastSocket, OpenError> {
     let include = IfList::parse(&cfg.if_include)?;
     let exclude = IfList::parse(&cfg.if_exclude)?;
-    let addrs = os::interface_addresses().map_err(|e| format!("listing interfaces: {e}"))?;
+    let addrs = addrs
+        .as_deref()
+        .map_err(|e| format!("listing interfaces: {e}"))?;
     let v6 = a.group.is_ipv6();
-    let mut iface = interfaces::choose(&addrs, &include, &exclude, v6).map_err(|e| {
-        if v6 || interfaces::choose(&addrs, &include, &exclude, true).is_err() {
+    let mut iface = interfaces::choose(addrs, &include, &exclude, v6).map_err(|e| {
+        if v6 || interfaces::choose(addrs, &include, &exclude, true).is_err() {
             return e;
         }
         // An IPv4 range was set, and this host has only IPv6.
@@ -1314,15 +1324,15 @@ fn open_socket(cfg: &Config, loopback: bool, a: &Announce) -> Result<McastSocket
 /// would choose for IPv4 and for IPv6 groups exists, i.e. has an address of
 /// that family; the smallest MTU of those interfaces (`u32::MAX` when none
 /// tells); the receive buffer its socket will get.
-fn rank_facts(cfg: &Config) -> setup::Facts {
-    let (Ok(include), Ok(exclude), Ok(addrs)) = (
+fn rank_facts(cfg: &Config, addrs: Option<&[os::IfAddr]>) -> setup::Facts {
+    let (Ok(include), Ok(exclude), Some(addrs)) = (
         IfList::parse(&cfg.if_include),
         IfList::parse(&cfg.if_exclude),
-        os::interface_addresses(),
+        addrs,
     ) else {
         return setup::Facts::UNKNOWN; // no say; opening will tell
     };
-    let chosen = |v6| interfaces::choose(&addrs, &include, &exclude, v6).ok();
+    let chosen = |v6| interfaces::choose(addrs, &include, &exclude, v6).ok();
     let (v4, v6) = (chosen(false), chosen(true));
     let mtu = [&v4, &v6]
         .into_iter()

@@ -29,25 +29,32 @@ pub fn interface_addresses() -> std::io::Result<Vec<IfAddr>> {
     if unsafe { libc::getifaddrs(&mut head) } != 0 {
         return Err(std::io::Error::last_os_error());
     }
-    let mut out = Vec::new();
+    let mut out: Vec<IfAddr> = Vec::new();
     let mut cur = head;
     while !cur.is_null() {
         // SAFETY: `cur` is an entry of the list getifaddrs returned, which
         // stays valid until freeifaddrs; its name is NUL-terminated and its
         // address pointers are NULL or point to sockaddrs of their family.
-        let (entry, name, index, addr, mask) = unsafe {
+        let (entry, name, addr, mask) = unsafe {
             let entry = &*cur;
             (
                 entry,
                 CStr::from_ptr(entry.ifa_name),
-                libc::if_nametoindex(entry.ifa_name),
                 ip_of(entry.ifa_addr),
                 ip_of(entry.ifa_netmask),
             )
         };
+        let name = name.to_string_lossy().into_owned();
+        // An interface's index once per listing: each if_nametoindex opens a
+        // socket, and an interface has an entry per address.
+        let index = match out.iter().find(|a| a.name == name) {
+            Some(a) => a.index,
+            // SAFETY: as above, the entry's name is NUL-terminated.
+            None => unsafe { libc::if_nametoindex(entry.ifa_name) },
+        };
         let flags = entry.ifa_flags as libc::c_int;
         out.push(IfAddr {
-            name: name.to_string_lossy().into_owned(),
+            name,
             index,
             up: flags & libc::IFF_UP != 0,
             multicast: flags & libc::IFF_MULTICAST != 0,
