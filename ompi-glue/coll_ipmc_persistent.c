@@ -71,7 +71,8 @@ int mca_coll_ipmc_persistent_progress(void)
     for (at = &ipmc_started; NULL != *at;) {
         ipmc_persistent_t *p = *at;
         if (REQUEST_COMPLETE(p->inner)) {
-            *at = p->next;
+            /* Atomic: `at` may be the head, which the check on entry reads unlocked. */
+            __atomic_store_n(at, p->next, __ATOMIC_RELEASE);
             p->next = done;
             done = p;
         } else {
@@ -102,7 +103,6 @@ static int ipmc_persistent_start(size_t count, ompi_request_t **requests)
                                   p->module);
         if (OMPI_SUCCESS != rc) {
             /* Nothing began: a wait returns the error. */
-            p->inner = NULL;
             req->req_status.MPI_ERROR = rc;
             ompi_request_complete(req, true);
             return rc;

@@ -760,8 +760,8 @@ fn persistent_broadcasts_multicast() {
             assert_eq!(tally(s, "previous").0, 0, "{s:?}");
         }
     }
-    // Each rank roots one of world's broadcasts at most: the others reach
-    // it by multicast.
+    // No rank roots all of world's broadcasts: every rank receives some,
+    // by multicast.
     for s in &world {
         assert!(num(s, "mcast_bytes") > 0, "{s:?}\n{output}");
     }
