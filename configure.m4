@@ -27,16 +27,34 @@ AC_DEFUN([MCA_ompi_coll_ipmc_CONFIG],[
 
     AC_ARG_VAR([CARGO], [Rust's cargo, used to build the ipmc collective component])
     AC_PATH_PROG([CARGO], [cargo], [no], [$PATH$PATH_SEPARATOR$HOME/.cargo/bin])
+    coll_ipmc_dir="$srcdir/ompi/mca/coll/ipmc"
+    # The Rust that Cargo.toml states (rust-version); an older cargo would
+    # fail in make, and take Open MPI's build down with it.
+    coll_ipmc_need=`sed -n 's/^rust-version *= *"\(.*\)"/\1/p' "$coll_ipmc_dir/Cargo.toml"`
     coll_ipmc_happy=yes
     AS_IF([test "$CARGO" = "no"],
-          [AC_MSG_WARN([coll:ipmc needs cargo (Rust 1.74 or later); the component will not be built])
-           coll_ipmc_happy=no])
+          [AC_MSG_WARN([coll:ipmc needs cargo (Rust $coll_ipmc_need or later); the component will not be built])
+           coll_ipmc_happy=no],
+          [AC_MSG_CHECKING([whether $CARGO is Rust $coll_ipmc_need or later])
+           coll_ipmc_have=`"$CARGO" --version 2>/dev/null | cut -d' ' -f2`
+           coll_ipmc_need_major=`echo "$coll_ipmc_need" | cut -d. -f1`
+           coll_ipmc_need_minor=`echo "$coll_ipmc_need" | cut -d. -f2`
+           coll_ipmc_have_major=`echo "$coll_ipmc_have" | cut -d. -f1`
+           coll_ipmc_have_minor=`echo "$coll_ipmc_have" | cut -d. -f2`
+           AS_IF([test "$coll_ipmc_have_major" -gt "$coll_ipmc_need_major" 2>/dev/null ||
+                  { test "$coll_ipmc_have_major" -eq "$coll_ipmc_need_major" 2>/dev/null &&
+                    test "$coll_ipmc_have_minor" -ge "$coll_ipmc_need_minor" 2>/dev/null; }],
+                 [AC_MSG_RESULT([yes ($coll_ipmc_have)])],
+                 [AC_MSG_RESULT([no])
+                  AS_IF([test -n "$coll_ipmc_have"],
+                        [AC_MSG_WARN([coll:ipmc needs Rust $coll_ipmc_need or later; $CARGO is cargo $coll_ipmc_have: the component will not be built])],
+                        [AC_MSG_WARN([coll:ipmc needs Rust $coll_ipmc_need or later; "$CARGO --version" did not run: the component will not be built])])
+                  coll_ipmc_happy=no])])
 
     # Open MPI builds run without network access: the crates must already be
     # in ompi/mca/coll/ipmc/vendor (cargo vendor) or in cargo's cache (cargo fetch).
     AS_IF([test "$coll_ipmc_happy" = "yes"],
           [AC_MSG_CHECKING([whether the crates of coll:ipmc are available offline])
-           coll_ipmc_dir="$srcdir/ompi/mca/coll/ipmc"
            AS_IF([test -d "$coll_ipmc_dir/vendor"],
                  [coll_ipmc_fetch=`cd "$coll_ipmc_dir" && "$CARGO" fetch --offline --locked \
                       --config 'source.crates-io.replace-with="vendored-sources"' \

@@ -1,0 +1,169 @@
+//! `configure.m4`, the check that Open MPI's configure runs for ipmc inside
+//! its source tree, run by autoconf in a configure script of its own (Open
+//! MPI's takes minutes; `scripts/in-tree-build` runs that one): a cargo older
+//! than the `rust-version` of `Cargo.toml`, one that does not run, and none
+//! at all each leave the component out with a warning that says why, so that
+//! Open MPI's build goes on without it rather than failing in `make`.
+
+use std::fs;
+use std::os::unix::fs::PermissionsExt;
+use std::path::{Path, PathBuf};
+use std::process::Command;
+
+/// A scratch tree in which `ompi/mca/coll/ipmc` is this repository and
+/// `configure` calls ipmc's check, printing which way it went.
+struct Tree(PathBuf);
+
+impl Tree {
+    fn new(name: &str) -> Tree {
+        let dir =
+            std::env::temp_dir().join(format!("ipmc-configure-{name}-{}", std::process::id()));
+        let _ = fs::remove_dir_all(&dir);
+        fs::create_dir_all(dir.join("ompi/mca/coll")).unwrap();
+        std::os::unix::fs::symlink(env!("CARGO_MANIFEST_DIR"), dir.join("ompi/mca/coll/ipmc"))
+            .unwrap();
+        fs::write(
+            dir.join("configure.ac"),
+            "AC_INIT([ipmc-configure-check], [1])\n\
+             m4_include([ompi/mca/coll/ipmc/configure.m4])\n\
+             MCA_ompi_coll_ipmc_CONFIG([echo 'coll:ipmc: can compile'], \
+             [echo 'coll:ipmc: can not compile'])\n",
+        )
+        .unwrap();
+        let out = Command::new("autoconf")
+            .current_dir(&dir)
+            .output()
+            .expect("autoconf runs (scripts/deps installs it)");
+        assert!(
+            out.status.success(),
+            "autoconf: {}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        Tree(dir)
+    }
+
+    /// A stand-in for cargo: a script with `body`.
+    fn cargo(&self, body: &str) -> PathBuf {
+        let path = self.0.join("cargo");
+        fs::write(&path, format!("#!/bin/sh\n{body}\n")).unwrap();
+        fs::set_permissions(&path, fs::Permissions::from_mode(0o755)).unwrap();
+        path
+    }
+
+    /// `./configure`'s output, with `CARGO` set (or not, and `PATH` without
+    /// any cargo); it must end well whatever the component's fate.
+    fn configure(&self, cargo: Option<&Path>) -> String {
+        let mut cmd = Command::new("./configure");
+        cmd.current_dir(&self.0);
+        match cargo {
+            Some(c) => cmd.env("CARGO", c),
+            None => cmd
+                .env_remove("CARGO")
+                .env("PATH", "/usr/bin:/bin")
+                .env("HOME", &self.0),
+        };
+        let out = cmd.output().unwrap();
+        let text = format!(
+            "{}{}",
+            String::from_utf8_lossy(&out.stdout),
+            String::from_utf8_lossy(&out.stderr)
+        );
+        assert!(out.status.success(), "configure failed:\n{text}");
+        text
+    }
+}
+
+impl Drop for Tree {
+    fn drop(&mut self) {
+        let _ = fs::remove_dir_all(&self.0);
+    }
+}
+
+/// The Rust that `Cargo.toml` states.
+fn rust_version() -> String {
+    let toml =
+        fs::read_to_string(Path::new(env!("CARGO_MANIFEST_DIR")).join("Cargo.toml")).unwrap();
+    toml.lines()
+        .find_map(|l| l.strip_prefix("rust-version = "))
+        .expect("Cargo.toml states rust-version")
+        .trim_matches('"')
+        .to_string()
+}
+
+fn skipped(out: &str, why: &str) {
+    assert!(
+        out.contains("coll:ipmc: can not compile") && !out.contains("coll:ipmc: can compile"),
+        "not left out:\n{out}"
+    );
+    assert!(out.contains(why), "no warning {why:?}:\n{out}");
+}
+
+#[test]
+fn a_cargo_older_than_the_stated_rust_leaves_the_component_out() {
+    let tree = Tree::new("old");
+    let need = rust_version();
+    let (major, minor) = need.split_once('.').unwrap();
+    let older = format!("{major}.{}.3", minor.parse::<u32>().unwrap() - 1);
+    let cargo = tree.cargo(&format!("echo 'cargo {older} (0123456789 2025-01-01)'"));
+    let out = tree.configure(Some(&cargo));
+    skipped(
+        &out,
+        &format!(
+            "coll:ipmc needs Rust {need} or later; {} is cargo {older}: the component will not be built",
+            cargo.display()
+        ),
+    );
+    // Neither the minor version alone nor the major one decides.
+    let cargo = tree.cargo(&format!(
+        "echo 'cargo 0.{} (0123456789 2025-01-01)'",
+        u32::MAX
+    ));
+    skipped(
+        &tree.configure(Some(&cargo)),
+        "the component will not be built",
+    );
+}
+
+#[test]
+fn a_cargo_that_does_not_run_or_none_leaves_the_component_out() {
+    let tree = Tree::new("none");
+    let need = rust_version();
+    let cargo = tree.cargo("exit 1");
+    skipped(
+        &tree.configure(Some(&cargo)),
+        &format!("\"{} --version\" did not run", cargo.display()),
+    );
+    skipped(
+        &tree.configure(None),
+        &format!("coll:ipmc needs cargo (Rust {need} or later)"),
+    );
+}
+
+#[test]
+fn the_stated_rust_or_a_later_one_passes_the_version_check() {
+    let tree = Tree::new("new");
+    let need = rust_version();
+    for version in [
+        format!("{need}.0"),
+        "1.200.0-nightly".to_string(),
+        "2.0.1".to_string(),
+    ] {
+        let cargo = tree.cargo(&format!("echo 'cargo {version} (0123456789 2025-01-01)'"));
+        let out = tree.configure(Some(&cargo));
+        assert!(
+            out.contains(&format!("is Rust {need} or later... yes ({version})")),
+            "{version} refused:\n{out}"
+        );
+    }
+    // The real one: as far as the version goes (the crates offline are
+    // `scripts/in-tree-build`'s to show).
+    let out = tree.configure(Some(Path::new(
+        &String::from_utf8(Command::new("which").arg("cargo").output().unwrap().stdout)
+            .unwrap()
+            .trim(),
+    )));
+    assert!(
+        out.contains(&format!("is Rust {need} or later... yes (")),
+        "{out}"
+    );
+}
