@@ -70,6 +70,28 @@ AC_DEFUN([MCA_ompi_coll_ipmc_CONFIG],[
                   AC_MSG_WARN([run "cargo vendor --locked vendor" in ompi/mca/coll/ipmc first; the component will not be built])
                   coll_ipmc_happy=no])])
 
+    # bindgen (build.rs) loads libclang at build time from where clang-sys
+    # looks for it: LIBCLANG_PATH, llvm-config's directory, LD_LIBRARY_PATH,
+    # then the system's library directories. Without it make would fail.
+    AS_IF([test "$coll_ipmc_happy" = "yes"],
+          [AC_CACHE_CHECK([for the libclang that bindgen loads to build coll:ipmc],
+               [coll_ipmc_cv_libclang],
+               [coll_ipmc_cv_libclang=no
+                AS_IF([test -f "$LIBCLANG_PATH"], [coll_ipmc_cv_libclang=$LIBCLANG_PATH])
+                coll_ipmc_llvm_libdir=`"${LLVM_CONFIG_PATH:-llvm-config}" --libdir 2>/dev/null`
+                for coll_ipmc_d in `echo "$LIBCLANG_PATH:$coll_ipmc_llvm_libdir:$LD_LIBRARY_PATH" | tr ':' ' '` \
+                        /usr/local/llvm*/lib* /usr/local/lib*/*/* /usr/local/lib*/* /usr/local/lib* \
+                        /usr/lib*/*/* /usr/lib*/* /usr/lib*; do
+                    AS_IF([test "$coll_ipmc_cv_libclang" != "no"], [break])
+                    for coll_ipmc_f in "$coll_ipmc_d"/libclang.so "$coll_ipmc_d"/libclang-*.so \
+                            "$coll_ipmc_d"/libclang.so.* "$coll_ipmc_d"/libclang-*.so.*; do
+                        AS_IF([test -f "$coll_ipmc_f"], [coll_ipmc_cv_libclang=$coll_ipmc_f; break])
+                    done
+                done])
+           AS_IF([test "$coll_ipmc_cv_libclang" = "no"],
+                 [AC_MSG_WARN([coll:ipmc needs libclang to build (Debian: libclang-dev); set LIBCLANG_PATH to its directory if it is elsewhere: the component will not be built])
+                  coll_ipmc_happy=no])])
+
     # What `rustc --print native-static-libs` lists for a staticlib on Linux.
     coll_ipmc_RUST_LIBS="-lgcc_s -lutil -lrt -lpthread -lm -ldl"
     AC_SUBST([coll_ipmc_RUST_LIBS])

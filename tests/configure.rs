@@ -2,8 +2,9 @@
 //! its source tree, run by autoconf in a configure script of its own (Open
 //! MPI's takes minutes; `scripts/in-tree-build` runs that one): a cargo older
 //! than the `rust-version` of `Cargo.toml`, one that does not run, and none
-//! at all each leave the component out with a warning that says why, so that
-//! Open MPI's build goes on without it rather than failing in `make`.
+//! at all, and no libclang for bindgen, each leave the component out with a
+//! warning that says why, so that Open MPI's build goes on without it rather
+//! than failing in `make`.
 
 use std::fs;
 use std::os::unix::fs::PermissionsExt;
@@ -53,7 +54,11 @@ impl Tree {
     /// `./configure`'s output, with `CARGO` set (or not, and `PATH` without
     /// any cargo); it must end well whatever the component's fate.
     fn configure(&self, cargo: Option<&Path>) -> String {
-        let mut cmd = Command::new("./configure");
+        self.configure_with(Command::new("./configure"), cargo)
+    }
+
+    /// As [`Tree::configure`], by `cmd` (which runs `./configure`).
+    fn configure_with(&self, mut cmd: Command, cargo: Option<&Path>) -> String {
         cmd.current_dir(&self.0);
         match cargo {
             Some(c) => cmd.env("CARGO", c),
@@ -88,6 +93,12 @@ fn rust_version() -> String {
         .expect("Cargo.toml states rust-version")
         .trim_matches('"')
         .to_string()
+}
+
+/// The cargo that runs these tests.
+fn real_cargo() -> PathBuf {
+    let out = Command::new("which").arg("cargo").output().unwrap().stdout;
+    PathBuf::from(String::from_utf8(out).unwrap().trim())
 }
 
 fn skipped(out: &str, why: &str) {
@@ -157,13 +168,31 @@ fn the_stated_rust_or_a_later_one_passes_the_version_check() {
     }
     // The real one: as far as the version goes (the crates offline are
     // `scripts/in-tree-build`'s to show).
-    let out = tree.configure(Some(Path::new(
-        &String::from_utf8(Command::new("which").arg("cargo").output().unwrap().stdout)
-            .unwrap()
-            .trim(),
-    )));
+    let out = tree.configure(Some(&real_cargo()));
     assert!(
         out.contains(&format!("is Rust {need} or later... yes (")),
         "{out}"
+    );
+}
+
+#[test]
+fn without_libclang_the_component_is_left_out() {
+    let tree = Tree::new("libclang");
+    let cargo = real_cargo();
+    let out = tree.configure(Some(&cargo));
+    assert!(
+        out.contains("for the libclang that bindgen loads to build coll:ipmc... /"),
+        "libclang not found here:\n{out}"
+    );
+    // Every libclang where bindgen would look, hidden in a mount namespace
+    // of this configure's own (a file that is not a regular one).
+    let mut hide = Command::new("unshare");
+    hide.args(["-m", "sh", "-c"]).arg(
+        "for f in $(find /usr/lib* /usr/local -name 'libclang*.so*' 2>/dev/null); do \
+             mount --bind /dev/null \"$f\" || exit 1; done; exec ./configure",
+    );
+    skipped(
+        &tree.configure_with(hide, Some(&cargo)),
+        "coll:ipmc needs libclang to build (Debian: libclang-dev)",
     );
 }
