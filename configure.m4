@@ -32,7 +32,13 @@ AC_DEFUN([MCA_ompi_coll_ipmc_CONFIG],[
     # fail in make, and take Open MPI's build down with it.
     coll_ipmc_need=`sed -n 's/^rust-version *= *"\(.*\)"/\1/p' "$coll_ipmc_dir/Cargo.toml"`
     coll_ipmc_happy=yes
-    AS_IF([test "$CARGO" = "no"],
+    # ipmc is always a DSO (above); an Open MPI that loads none
+    # (--disable-dlopen; in 4.1 also --disable-mca-dso) would install it and
+    # never load it.
+    AS_IF([test "$enable_dlopen" = "no"],
+          [AC_MSG_WARN([coll:ipmc is always built as a DSO, and this Open MPI cannot load one (--disable-dlopen): the component will not be built])
+           coll_ipmc_happy=no],
+          [test "$CARGO" = "no"],
           [AC_MSG_WARN([coll:ipmc needs cargo (Rust $coll_ipmc_need or later); the component will not be built])
            coll_ipmc_happy=no],
           [AC_MSG_CHECKING([whether $CARGO is Rust $coll_ipmc_need or later])

@@ -2,9 +2,10 @@
 //! its source tree, run by autoconf in a configure script of its own (Open
 //! MPI's takes minutes; `scripts/in-tree-build` runs that one): a cargo older
 //! than the `rust-version` of `Cargo.toml`, one that does not run, and none
-//! at all, and no libclang for bindgen, each leave the component out with a
-//! warning that says why, so that Open MPI's build goes on without it rather
-//! than failing in `make`.
+//! at all, no libclang for bindgen, and an Open MPI that cannot load a DSO
+//! each leave the component out with a warning that says why, so that Open
+//! MPI's build goes on without it rather than failing in `make` (or
+//! installing a component that is never loaded).
 
 use std::fs;
 use std::os::unix::fs::PermissionsExt;
@@ -194,5 +195,17 @@ fn without_libclang_the_component_is_left_out() {
     skipped(
         &tree.configure_with(hide, Some(&cargo)),
         "coll:ipmc needs libclang to build (Debian: libclang-dev)",
+    );
+}
+
+#[test]
+fn an_open_mpi_without_dlopen_leaves_the_component_out() {
+    let tree = Tree::new("dlopen");
+    // What Open MPI's --disable-dlopen sets before its components' checks.
+    let mut cmd = Command::new("./configure");
+    cmd.env("enable_dlopen", "no");
+    skipped(
+        &tree.configure_with(cmd, Some(&real_cargo())),
+        "coll:ipmc is always built as a DSO, and this Open MPI cannot load one (--disable-dlopen)",
     );
 }
