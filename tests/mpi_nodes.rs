@@ -687,9 +687,11 @@ fn a_late_rank_that_does_not_lead_is_handed_the_message_over() {
 /// staying outside later at every look) moves its node's lead at least
 /// twice. With 12 processes on 2 cores the scheduler can still make a
 /// leader late at two looks (once one move in a CI run), or a rank that
-/// does not lead late at one (once 30 handovers on one rank), which a move
-/// or a handover then serves right: at most one move, and handovers on
-/// few calls.
+/// does not lead late at one or two (30 handovers on one rank once, 304 of
+/// 1,042 broadcasts once, on a machine whose system calls cost more), which
+/// a move or a handover then serves right: at most one move, and handovers
+/// on fewer than half the calls (a rank handed the message at every look
+/// after the first would have some 830).
 #[test]
 fn a_leader_that_returns_first_keeps_its_lead() {
     let cluster = Cluster {
@@ -710,7 +712,7 @@ fn a_leader_that_returns_first_keeps_its_lead() {
         assert!(num(s, "bcasts") >= 1024, "{s:?}");
         assert!(levels_tally(s).0 > 0, "{s:?}");
         assert!(num(s, "leader_moves") <= 1, "{s:?}");
-        assert!(num(s, "handovers") * 4 < num(s, "bcasts"), "{s:?}");
+        assert!(num(s, "handovers") * 2 < num(s, "bcasts"), "{s:?}");
     }
 }
 
