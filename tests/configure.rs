@@ -52,6 +52,12 @@ impl Tree {
         path
     }
 
+    /// A stand-in for cargo that says it is `version` and succeeds at
+    /// whatever it is asked (the crates check's `cargo fetch`).
+    fn cargo_of(&self, version: &str) -> PathBuf {
+        self.cargo(&format!("echo 'cargo {version} (0123456789 2025-01-01)'"))
+    }
+
     /// `./configure`'s output, with `CARGO` set (or not, and `PATH` without
     /// any cargo); it must end well whatever the component's fate.
     fn configure(&self, cargo: Option<&Path>) -> String {
@@ -87,19 +93,12 @@ impl Drop for Tree {
 
 /// The Rust that `Cargo.toml` states.
 fn rust_version() -> String {
-    let toml =
-        fs::read_to_string(Path::new(env!("CARGO_MANIFEST_DIR")).join("Cargo.toml")).unwrap();
-    toml.lines()
-        .find_map(|l| l.strip_prefix("rust-version = "))
-        .expect("Cargo.toml states rust-version")
-        .trim_matches('"')
-        .to_string()
+    env!("CARGO_PKG_RUST_VERSION").to_string()
 }
 
-/// The cargo that runs these tests.
+/// The cargo that builds these tests.
 fn real_cargo() -> PathBuf {
-    let out = Command::new("which").arg("cargo").output().unwrap().stdout;
-    PathBuf::from(String::from_utf8(out).unwrap().trim())
+    PathBuf::from(env!("CARGO"))
 }
 
 fn skipped(out: &str, why: &str) {
@@ -116,7 +115,7 @@ fn a_cargo_older_than_the_stated_rust_leaves_the_component_out() {
     let need = rust_version();
     let (major, minor) = need.split_once('.').unwrap();
     let older = format!("{major}.{}.3", minor.parse::<u32>().unwrap() - 1);
-    let cargo = tree.cargo(&format!("echo 'cargo {older} (0123456789 2025-01-01)'"));
+    let cargo = tree.cargo_of(&older);
     let out = tree.configure(Some(&cargo));
     skipped(
         &out,
@@ -126,10 +125,7 @@ fn a_cargo_older_than_the_stated_rust_leaves_the_component_out() {
         ),
     );
     // Neither the minor version alone nor the major one decides.
-    let cargo = tree.cargo(&format!(
-        "echo 'cargo 0.{} (0123456789 2025-01-01)'",
-        u32::MAX
-    ));
+    let cargo = tree.cargo_of(&format!("0.{}", u32::MAX));
     skipped(
         &tree.configure(Some(&cargo)),
         "the component will not be built",
@@ -160,7 +156,7 @@ fn the_stated_rust_or_a_later_one_passes_the_version_check() {
         "1.200.0-nightly".to_string(),
         "2.0.1".to_string(),
     ] {
-        let cargo = tree.cargo(&format!("echo 'cargo {version} (0123456789 2025-01-01)'"));
+        let cargo = tree.cargo_of(&version);
         let out = tree.configure(Some(&cargo));
         assert!(
             out.contains(&format!("is Rust {need} or later... yes ({version})")),
@@ -182,10 +178,7 @@ fn without_libclang_the_component_is_left_out() {
     // A cargo that passes the checks before this one (its version, the
     // crates offline, which a real one's cache need not hold here), so
     // that libclang alone decides.
-    let cargo = tree.cargo(&format!(
-        "echo 'cargo {}.0 (0123456789 2025-01-01)'",
-        rust_version()
-    ));
+    let cargo = tree.cargo_of(&format!("{}.0", rust_version()));
     let out = tree.configure(Some(&cargo));
     assert!(
         out.contains("for the libclang that bindgen loads to build coll:ipmc... /")
