@@ -58,15 +58,20 @@ AC_DEFUN([MCA_ompi_coll_ipmc_CONFIG],[
                   coll_ipmc_happy=no])])
 
     # Open MPI builds run without network access: the crates must already be
-    # in ompi/mca/coll/ipmc/vendor (cargo vendor) or in cargo's cache (cargo fetch).
+    # in ompi/mca/coll/ipmc/vendor (cargo vendor) or in cargo's cache (cargo
+    # fetch, or a cargo build of the component). Only those of the platform
+    # that make builds for: without --target, cargo fetch asks for every
+    # platform's, which a cache filled by a build does not hold.
     AS_IF([test "$coll_ipmc_happy" = "yes"],
           [AC_MSG_CHECKING([whether the crates of coll:ipmc are available offline])
+           coll_ipmc_target=${CARGO_BUILD_TARGET:-`"$CARGO" -vV 2>/dev/null | sed -n 's/^host: //p'`}
+           coll_ipmc_fetch_args="fetch --offline --locked${coll_ipmc_target:+ --target $coll_ipmc_target}"
            AS_IF([test -d "$coll_ipmc_dir/vendor"],
-                 [coll_ipmc_fetch=`cd "$coll_ipmc_dir" && "$CARGO" fetch --offline --locked \
+                 [coll_ipmc_fetch=`cd "$coll_ipmc_dir" && "$CARGO" $coll_ipmc_fetch_args \
                       --config 'source.crates-io.replace-with="vendored-sources"' \
                       --config 'source.vendored-sources.directory="vendor"' 2>&1`
                   coll_ipmc_fetched=$?],
-                 [coll_ipmc_fetch=`cd "$coll_ipmc_dir" && "$CARGO" fetch --offline --locked 2>&1`
+                 [coll_ipmc_fetch=`cd "$coll_ipmc_dir" && "$CARGO" $coll_ipmc_fetch_args 2>&1`
                   coll_ipmc_fetched=$?])
            AS_IF([test "$coll_ipmc_fetched" -eq 0],
                  [AC_MSG_RESULT([yes])],

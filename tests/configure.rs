@@ -203,6 +203,102 @@ fn without_libclang_the_component_is_left_out() {
     );
 }
 
+/// A cargo home holding what a `cargo build` of the component leaves in the
+/// real one's cache: the registry's index and the crates of this platform,
+/// none of those that only others need (`windows-sys` …), nor `without`.
+fn cache_of_a_build(dir: &Path, without: &[&str]) -> PathBuf {
+    let real = std::env::var_os("CARGO_HOME")
+        .map(PathBuf::from)
+        .unwrap_or_else(|| PathBuf::from(std::env::var_os("HOME").unwrap()).join(".cargo"));
+    let home = dir.join("cargo-home");
+    fs::create_dir_all(&home).unwrap();
+    let copied = Command::new("cp")
+        .arg("-a")
+        .arg(real.join("registry"))
+        .arg(&home)
+        .status()
+        .unwrap();
+    assert!(copied.success(), "no registry in {}", real.display());
+    let host = String::from_utf8(
+        Command::new(real_cargo())
+            .arg("-vV")
+            .output()
+            .unwrap()
+            .stdout,
+    )
+    .unwrap()
+    .lines()
+    .find_map(|l| l.strip_prefix("host: ").map(str::to_string))
+    .expect("cargo -vV names its host");
+    // The crates of the lock file for `target`, as `name-X.Y.Z.crate`.
+    let crates = |target: &str| -> Vec<String> {
+        let out = Command::new(real_cargo())
+            .args(["tree", "--offline", "--locked", "--workspace"])
+            .args(["-e", "normal,build,dev", "--target", target])
+            .args(["--prefix", "none", "--format", "{p}"])
+            .current_dir(env!("CARGO_MANIFEST_DIR"))
+            .output()
+            .unwrap();
+        assert!(
+            out.status.success(),
+            "{}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        String::from_utf8_lossy(&out.stdout)
+            .lines()
+            .filter_map(|l| {
+                let mut words = l.split_whitespace();
+                let name = words.next()?;
+                let version = words.next()?.strip_prefix('v')?;
+                Some(format!("{name}-{version}.crate"))
+            })
+            .collect()
+    };
+    let here = crates(&host);
+    let mut left_out: Vec<String> = crates("all")
+        .into_iter()
+        .filter(|c| !here.contains(c))
+        .collect();
+    assert!(
+        !left_out.is_empty(),
+        "the lock file has no crate of another platform only"
+    );
+    left_out.extend(
+        here.iter()
+            .filter(|c| without.iter().any(|w| c.starts_with(&format!("{w}-"))))
+            .cloned(),
+    );
+    for registry in fs::read_dir(home.join("registry/cache")).unwrap() {
+        let registry = registry.unwrap().path();
+        for c in &left_out {
+            let _ = fs::remove_file(registry.join(c));
+        }
+    }
+    home
+}
+
+#[test]
+fn the_crates_that_a_build_of_the_component_fetched_are_enough() {
+    let tree = Tree::new("crates");
+    let home = cache_of_a_build(&tree.0, &[]);
+    let mut cmd = Command::new("./configure");
+    cmd.env("CARGO_HOME", &home);
+    let out = tree.configure_with(cmd, Some(&real_cargo()));
+    assert!(
+        out.contains("crates of coll:ipmc are available offline... yes"),
+        "{out}"
+    );
+    // One of them missing: the check still looks at each.
+    let tree = Tree::new("crates-missing");
+    let home = cache_of_a_build(&tree.0, &["blake3"]);
+    let mut cmd = Command::new("./configure");
+    cmd.env("CARGO_HOME", &home);
+    skipped(
+        &tree.configure_with(cmd, Some(&real_cargo())),
+        "cargo could not find the crates of coll:ipmc offline",
+    );
+}
+
 #[test]
 fn an_open_mpi_without_dlopen_leaves_the_component_out() {
     let tree = Tree::new("dlopen");
