@@ -64,7 +64,7 @@ AC_DEFUN([MCA_ompi_coll_ipmc_CONFIG],[
     # platform's, which a cache filled by a build does not hold.
     AS_IF([test "$coll_ipmc_happy" = "yes"],
           [AC_MSG_CHECKING([whether the crates of coll:ipmc are available offline])
-           coll_ipmc_target=${CARGO_BUILD_TARGET:-`"$CARGO" -vV 2>/dev/null | sed -n 's/^host: //p'`}
+           coll_ipmc_target=`"$CARGO" -vV 2>/dev/null | sed -n 's/^host: //p'`
            coll_ipmc_fetch_args="fetch --offline --locked${coll_ipmc_target:+ --target $coll_ipmc_target}"
            AS_IF([test -d "$coll_ipmc_dir/vendor"],
                  [coll_ipmc_fetch=`cd "$coll_ipmc_dir" && "$CARGO" $coll_ipmc_fetch_args \
