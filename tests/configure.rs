@@ -212,11 +212,12 @@ fn cache_of_a_build(dir: &Path, without: &[&str]) -> PathBuf {
         .map(PathBuf::from)
         .unwrap_or_else(|| PathBuf::from(std::env::var_os("HOME").unwrap()).join(".cargo"));
     let home = dir.join("cargo-home");
-    fs::create_dir_all(&home).unwrap();
+    fs::create_dir_all(home.join("registry")).unwrap();
+    // The index and the downloaded crates; not their unpacked sources.
     let copied = Command::new("cp")
         .arg("-a")
-        .arg(real.join("registry"))
-        .arg(&home)
+        .args(["index", "cache"].map(|d| real.join("registry").join(d)))
+        .arg(home.join("registry"))
         .status()
         .unwrap();
     assert!(copied.success(), "no registry in {}", real.display());
