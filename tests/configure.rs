@@ -204,23 +204,26 @@ fn without_libclang_the_component_is_left_out() {
     );
 }
 
-/// A cargo home holding what a `cargo build` of the component leaves in the
-/// real one's cache: the registry's index and the crates of this platform,
-/// none of those that only others need (`windows-sys` …), nor `without`.
+/// A cargo home holding what a `cargo build` of the component leaves in a
+/// cache: the registry's index and the crates that this platform's build
+/// needs, taken from the real cache one by one as `cargo fetch --offline
+/// --target <host>` names them missing, so that none that only other
+/// platforms need (`windows-sys` …) is there, wherever the real cache was
+/// filled; then `without` (names of crates) removed.
 fn cache_of_a_build(dir: &Path, without: &[&str]) -> PathBuf {
     let real = std::env::var_os("CARGO_HOME")
         .map(PathBuf::from)
-        .unwrap_or_else(|| PathBuf::from(std::env::var_os("HOME").unwrap()).join(".cargo"));
+        .unwrap_or_else(|| PathBuf::from(std::env::var_os("HOME").unwrap()).join(".cargo"))
+        .join("registry");
     let home = dir.join("cargo-home");
     fs::create_dir_all(home.join("registry")).unwrap();
-    // The index and the downloaded crates; not their unpacked sources.
     let copied = Command::new("cp")
         .arg("-a")
-        .args(["index", "cache"].map(|d| real.join("registry").join(d)))
+        .arg(real.join("index"))
         .arg(home.join("registry"))
         .status()
         .unwrap();
-    assert!(copied.success(), "no registry in {}", real.display());
+    assert!(copied.success(), "no registry index in {}", real.display());
     let host = String::from_utf8(
         Command::new(real_cargo())
             .arg("-vV")
@@ -232,48 +235,51 @@ fn cache_of_a_build(dir: &Path, without: &[&str]) -> PathBuf {
     .lines()
     .find_map(|l| l.strip_prefix("host: ").map(str::to_string))
     .expect("cargo -vV names its host");
-    // The crates of the lock file for `target`, as `name-X.Y.Z.crate`.
-    let crates = |target: &str| -> Vec<String> {
+    let registries: Vec<PathBuf> = fs::read_dir(real.join("cache"))
+        .unwrap()
+        .map(|r| r.unwrap().path())
+        .collect();
+    let mut fetched = 0;
+    loop {
         let out = Command::new(real_cargo())
-            .args(["tree", "--offline", "--locked", "--workspace"])
-            .args(["-e", "normal,build,dev", "--target", target])
-            .args(["--prefix", "none", "--format", "{p}"])
+            .args(["fetch", "--offline", "--locked", "--target", &host])
+            .env("CARGO_HOME", &home)
             .current_dir(env!("CARGO_MANIFEST_DIR"))
             .output()
             .unwrap();
-        assert!(
-            out.status.success(),
-            "{}",
-            String::from_utf8_lossy(&out.stderr)
-        );
-        String::from_utf8_lossy(&out.stdout)
-            .lines()
-            .filter_map(|l| {
-                let mut words = l.split_whitespace();
-                let name = words.next()?;
-                let version = words.next()?.strip_prefix('v')?;
-                Some(format!("{name}-{version}.crate"))
-            })
-            .collect()
-    };
-    let here = crates(&host);
-    let mut left_out: Vec<String> = crates("all")
-        .into_iter()
-        .filter(|c| !here.contains(c))
-        .collect();
-    assert!(
-        !left_out.is_empty(),
-        "the lock file has no crate of another platform only"
-    );
-    left_out.extend(
-        here.iter()
-            .filter(|c| without.iter().any(|w| c.starts_with(&format!("{w}-"))))
-            .cloned(),
-    );
+        if out.status.success() {
+            break;
+        }
+        // "error: failed to download `name vX.Y.Z`"
+        let err = String::from_utf8_lossy(&out.stderr);
+        let missing = err
+            .split("failed to download `")
+            .nth(1)
+            .and_then(|rest| rest.split('`').next())
+            .and_then(|p| p.split_once(" v"))
+            .map(|(name, version)| format!("{name}-{version}.crate"))
+            .unwrap_or_else(|| panic!("cargo fetch failed otherwise:\n{err}"));
+        let from = registries
+            .iter()
+            .find(|r| r.join(&missing).exists())
+            .unwrap_or_else(|| panic!("{missing} is not in {}", real.display()));
+        let to = home.join("registry/cache").join(from.file_name().unwrap());
+        fs::create_dir_all(&to).unwrap();
+        fs::copy(from.join(&missing), to.join(&missing)).unwrap();
+        fetched += 1;
+        assert!(fetched < 1000, "cargo fetch asks for crate after crate");
+    }
     for registry in fs::read_dir(home.join("registry/cache")).unwrap() {
-        let registry = registry.unwrap().path();
-        for c in &left_out {
-            let _ = fs::remove_file(registry.join(c));
+        for file in fs::read_dir(registry.unwrap().path()).unwrap() {
+            let file = file.unwrap().path();
+            let name = file.file_name().unwrap().to_string_lossy().into_owned();
+            if without.iter().any(|w| {
+                name.strip_prefix(w)
+                    .and_then(|rest| rest.strip_prefix('-'))
+                    .is_some_and(|v| v.starts_with(|c: char| c.is_ascii_digit()))
+            }) {
+                fs::remove_file(file).unwrap();
+            }
         }
     }
     home
