@@ -72,9 +72,16 @@ fn inside() {
     };
     let group_a: SocketAddr = "239.192.10.1:6001".parse().unwrap();
     let group_b: SocketAddr = "239.192.10.2:6001".parse().unwrap();
+    // One process's groups that send alike share one send socket, so each
+    // group more holds one file more; a socket that sends otherwise (here
+    // with another TTL) has its own send socket, as another process has.
+    let fds = || std::fs::read_dir("/proc/self/fd").unwrap().count();
     let a1 = McastSocket::open(group_a, &lo, opts).unwrap();
-    let a2 = McastSocket::open(group_a, &lo, opts).unwrap();
+    let other = Options { ttl: 2, ..opts };
+    let a2 = McastSocket::open(group_a, &lo, other).unwrap();
+    let before = fds();
     let b = McastSocket::open(group_b, &lo, opts).unwrap();
+    assert_eq!(fds(), before + 1, "a group more, one file more");
     // The kernel doubles the request (socket(7)), capped by rmem_max.
     assert!(a1.granted_rcvbuf() > 0);
 
@@ -102,7 +109,7 @@ fn inside() {
     };
     // Same port, other group: nothing crosses (bound to the group, and
     // IP_MULTICAST_ALL off). Every socket of the group gets its own copy;
-    // only the sender's own copy is flagged as its own.
+    // only the copies of the sender's send socket are flagged as its own.
     assert_eq!(got(&a1), [(b"to group a".to_vec(), true)]);
     assert_eq!(got(&a2), [(b"to group a".to_vec(), false)]);
     assert_eq!(got(&b), [(b"to group b".to_vec(), true)]);
@@ -153,7 +160,8 @@ fn batches_cut_into_datagrams(lo: &ipmc::net::interfaces::Chosen, opts: Options)
         path: DatagramPath::Offload,
         ..opts
     };
-    let mut tx = McastSocket::open(group, lo, offload).unwrap();
+    // The sender's send socket is its own, as another process's would be.
+    let mut tx = McastSocket::open(group, lo, Options { ttl: 2, ..offload }).unwrap();
     let mut rx = McastSocket::open(group, lo, offload).unwrap();
     let mut single = McastSocket::open(group, lo, opts).unwrap();
     let batched = Options {

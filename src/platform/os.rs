@@ -187,12 +187,12 @@ fn set_udp_option(fd: RawFd, option: c_int, value: c_int) -> std::io::Result<()>
     }
 }
 
-/// Makes the kernel cut every send on UDP socket `fd` that is longer than
-/// `segment` bytes into datagrams of `segment` bytes, the last one shorter
-/// (UDP generic segmentation offload): many datagrams per system call.
-pub fn set_udp_segment(fd: RawFd, segment: usize) -> std::io::Result<()> {
-    let segment = c_int::try_from(segment).map_err(|_| std::io::ErrorKind::InvalidInput)?;
-    set_udp_option(fd, UDP_SEGMENT, segment)
+/// Whether this kernel offers UDP generic segmentation offload on UDP
+/// socket `fd` (Linux 4.18): an error where it does not. Each send gives its
+/// own segment size ([`send_segments`]), so sockets shared by groups of
+/// different datagram sizes need none set here.
+pub fn check_udp_segment(fd: RawFd) -> std::io::Result<()> {
+    set_udp_option(fd, UDP_SEGMENT, 0)
 }
 
 /// Lets the kernel hand UDP socket `fd` several datagrams of one sender in
@@ -275,11 +275,67 @@ pub fn recv_segments(fd: RawFd, buf: &mut [u8]) -> std::io::Result<Option<Receiv
 /// Most datagrams one [`send_datagrams`] or [`recv_datagrams`] passes.
 pub const MMSG_MAX: usize = 64;
 
-/// Sends `batch` on connected, non-blocking UDP socket `fd` as datagrams of
+/// Sends `batch` to `to` on non-blocking UDP socket `fd` in one
+/// `sendmsg(2)` that the kernel cuts into datagrams of `segment` bytes, the
+/// last one shorter (UDP generic segmentation offload, the size given with
+/// this send): it takes all of them or none. `Ok(false)` when its buffer is
+/// full.
+pub fn send_segments(
+    fd: RawFd,
+    to: &socket2::SockAddr,
+    batch: &[u8],
+    segment: usize,
+) -> std::io::Result<bool> {
+    let segment = u16::try_from(segment).map_err(|_| std::io::ErrorKind::InvalidInput)?;
+    let mut iov = libc::iovec {
+        iov_base: batch.as_ptr().cast_mut().cast(),
+        iov_len: batch.len(),
+    };
+    // Room for one cmsghdr with a u16, 8-byte aligned as cmsghdr needs.
+    let mut control = [0u64; 4];
+    // SAFETY: all-zero is a valid value of this plain C struct.
+    let mut msg: libc::msghdr = unsafe { std::mem::zeroed() };
+    msg.msg_name = to.as_ptr().cast_mut().cast();
+    msg.msg_namelen = to.len();
+    msg.msg_iov = &mut iov;
+    msg.msg_iovlen = 1;
+    msg.msg_control = control.as_mut_ptr().cast();
+    // SAFETY: CMSG_SPACE only computes a length.
+    msg.msg_controllen = unsafe { libc::CMSG_SPACE(std::mem::size_of::<u16>() as u32) } as usize;
+    debug_assert!(msg.msg_controllen <= std::mem::size_of_val(&control));
+    // SAFETY: the control buffer is aligned and long enough for the one
+    // cmsghdr with a u16 that CMSG_SPACE measured, and the header and its
+    // data are written within it (UDP_SEGMENT's data is a u16).
+    unsafe {
+        let c = libc::CMSG_FIRSTHDR(&msg);
+        (*c).cmsg_level = libc::SOL_UDP;
+        (*c).cmsg_type = UDP_SEGMENT;
+        (*c).cmsg_len = libc::CMSG_LEN(std::mem::size_of::<u16>() as u32) as usize;
+        libc::CMSG_DATA(c).cast::<u16>().write_unaligned(segment);
+    }
+    // SAFETY: every pointer in `msg` points to a live buffer of the length
+    // given with it, which the kernel only reads.
+    let n = unsafe { libc::sendmsg(fd, &msg, libc::MSG_DONTWAIT) };
+    if n < 0 {
+        let e = std::io::Error::last_os_error();
+        return match e.kind() {
+            std::io::ErrorKind::WouldBlock => Ok(false),
+            _ => Err(e),
+        };
+    }
+    Ok(true)
+}
+
+/// Sends `batch` to `to` on non-blocking UDP socket `fd` as datagrams of
 /// `len` bytes each (the last may be shorter) in one `sendmmsg(2)`: how many
 /// the kernel took, from the first; 0 when its buffer is full. An error when
 /// the first cannot be sent at all.
-pub fn send_datagrams(fd: RawFd, batch: &[u8], len: usize) -> std::io::Result<usize> {
+pub fn send_datagrams(
+    fd: RawFd,
+    to: &socket2::SockAddr,
+    batch: &[u8],
+    len: usize,
+) -> std::io::Result<usize> {
     let mut iovs: Vec<libc::iovec> = batch
         .chunks(len.max(1))
         .take(MMSG_MAX)
@@ -291,11 +347,14 @@ pub fn send_datagrams(fd: RawFd, batch: &[u8], len: usize) -> std::io::Result<us
     // SAFETY: all-zero is a valid mmsghdr (no name, no control).
     let mut msgs: Vec<libc::mmsghdr> = vec![unsafe { std::mem::zeroed() }; iovs.len()];
     for (m, iov) in msgs.iter_mut().zip(iovs.iter_mut()) {
+        m.msg_hdr.msg_name = to.as_ptr().cast_mut().cast();
+        m.msg_hdr.msg_namelen = to.len();
         m.msg_hdr.msg_iov = iov;
         m.msg_hdr.msg_iovlen = 1;
     }
-    // SAFETY: each mmsghdr points to one iovec of a live slice of `batch`,
-    // which the kernel only reads; the socket is connected, so no name.
+    // SAFETY: each mmsghdr points to one iovec of a live slice of `batch`
+    // and to `to`, of the lengths given with them, which the kernel only
+    // reads.
     let n = unsafe {
         libc::sendmmsg(
             fd,
