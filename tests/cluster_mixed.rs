@@ -1,0 +1,126 @@
+//! Every collective ipmc serves, mixed at random, on the emulated cluster
+//! (`tests/mpi/mixed_check.c`): blocking, nonblocking (several outstanding
+//! over three communicators) and persistent broadcasts, barriers and
+//! allgathers of 0 B to 3 MB from random roots, while communicators are
+//! freed and made again by `MPI_Comm_dup` and `MPI_Comm_split`, one or
+//! several ranks per host, with loss. Every run checks every byte on every
+//! rank (`mixed_check: PASS`) and, from ipmc's statistics, that multicast
+//! served: datagrams were used, and where loss was made, the chain repaired
+//! what it took.
+
+mod common;
+
+use common::{stats_with_collectives, Cluster, Line};
+
+/// Steps of each run: about 2 to 5 s on the emulated cluster.
+const STEPS: &str = "1000";
+
+/// A field of a statistics line, 0 where the line lacks it (a communicator
+/// without barriers or allgathers has no `ipmc collectives:` line); the
+/// calls of a `calls:bytes` tally.
+fn field(s: &Line, key: &str) -> u64 {
+    s.get(key).map_or(0, |v| {
+        let calls = v.split_once(':').map_or(v.as_str(), |(c, _)| c);
+        calls
+            .parse()
+            .unwrap_or_else(|_| panic!("{key} is not a count in {s:?}"))
+    })
+}
+
+fn total(stats: &[Line], key: &str) -> u64 {
+    stats.iter().map(|s| field(s, key)).sum()
+}
+
+/// Runs `mixed_check` for each of `seeds` on `cluster` with ipmc's
+/// statistics and `mca`; asserts that each passed and that multicast
+/// delivered datagrams; every run's statistics lines.
+fn mixed(label: &str, cluster: &Cluster, mca: &[(&str, &str)], seeds: &[u32]) -> Vec<Line> {
+    let mut mca = mca.to_vec();
+    mca.push(("coll_ipmc_print_statistics", "1"));
+    let mut all = Vec::new();
+    for seed in seeds {
+        let run = cluster.mpirun(&mca, "mixed_check", &[&seed.to_string(), STEPS]);
+        assert!(
+            run.ok && run.output.contains("mixed_check: PASS"),
+            "{label}, seed {seed} ({}):\n{}",
+            run.status,
+            run.output
+        );
+        let stats = stats_with_collectives(&run.output);
+        assert!(
+            total(&stats, "useful") > 0,
+            "{label}, seed {seed}: no multicast datagram was used:\n{}",
+            run.output
+        );
+        println!(
+            "{label}, seed {seed}: {} statistics lines, useful={} injected={} chain_bytes={} \
+             barriers={} barrier_multicast={} allgathers={} allgather_multicast={}",
+            stats.len(),
+            total(&stats, "useful"),
+            total(&stats, "injected"),
+            total(&stats, "chain_bytes"),
+            total(&stats, "barriers"),
+            total(&stats, "barrier_multicast"),
+            total(&stats, "allgathers"),
+            total(&stats, "allgather_multicast")
+        );
+        all.extend(stats);
+    }
+    all
+}
+
+/// Two ranks on each of 4 hosts, ipmc at its defaults: every communicator
+/// over two levels, its leaders choosing by measurement.
+#[test]
+fn a_random_mix_over_two_levels_keeps_every_byte() {
+    let cluster = Cluster {
+        slots: 2,
+        ..Cluster::hosts(4)
+    };
+    mixed("4 x 2, defaults", &cluster, &[], &[1, 2]);
+}
+
+/// Three ranks on each of 3 hosts, 10 % of the multicast datagrams dropped
+/// by every host, every collective forced to ipmc's multicast forms: the
+/// chain repairs the broadcasts, and barriers and allgathers multicast.
+#[test]
+fn a_random_mix_forced_to_multicast_under_loss_keeps_every_byte() {
+    let cluster = Cluster {
+        slots: 3,
+        loss: 10,
+        ..Cluster::hosts(3)
+    };
+    let mca = [
+        ("coll_ipmc_bcast_algorithm", "multicast"),
+        ("coll_ipmc_barrier_algorithm", "multicast"),
+        ("coll_ipmc_allgather_algorithm", "multicast"),
+    ];
+    let stats = mixed("3 x 3, forced, 10 % loss", &cluster, &mca, &[3]);
+    assert!(total(&stats, "chain_bytes") > 0, "nothing repaired");
+    assert!(
+        total(&stats, "barrier_multicast") > 0,
+        "no multicast barrier"
+    );
+    assert!(
+        total(&stats, "allgather_multicast") > 0,
+        "no multicast allgather"
+    );
+}
+
+/// One rank on each of 5 hosts, multicast forced and 30 % of the received
+/// datagrams dropped by ipmc itself.
+#[test]
+fn a_random_mix_with_injected_loss_keeps_every_byte() {
+    let mca = [
+        ("coll_ipmc_bcast_algorithm", "multicast"),
+        ("coll_ipmc_inject_loss", "30"),
+    ];
+    let stats = mixed(
+        "5 x 1, forced, 30 % injected",
+        &Cluster::hosts(5),
+        &mca,
+        &[4],
+    );
+    assert!(total(&stats, "injected") > 0, "nothing dropped");
+    assert!(total(&stats, "chain_bytes") > 0, "nothing repaired");
+}
