@@ -536,3 +536,88 @@ fn a_rank_with_another_configuration_makes_ipmc_step_aside_once() {
         common::assert_ipmc_stepped_aside_for_rank_2(&run, &setting, why);
     }
 }
+
+/// The decision tables' lines of class `class` (e.g. `"2049-4096 bytes: "`),
+/// each with its communicator's header line.
+fn table_lines<'a>(output: &'a str, class: &str) -> Vec<(&'a str, &'a str)> {
+    let mut header = "";
+    let mut found = Vec::new();
+    for line in output.lines() {
+        if line.contains("as measured and agreed:") {
+            header = line;
+        } else if line.trim_start().starts_with(class) {
+            found.push((header, line));
+        }
+    }
+    found
+}
+
+/// How many of `lines` were measured on their own communicator, and how
+/// many taken on from an earlier one of the same processes.
+fn measured_and_taken(lines: &[(&str, &str)]) -> (usize, usize) {
+    let measured = lines
+        .iter()
+        .filter(|(_, l)| l.contains("(measured: "))
+        .count();
+    let taken = lines
+        .iter()
+        .filter(|(_, l)| l.contains("(measured on an earlier communicator of the same processes: "))
+        .count();
+    (measured, taken)
+}
+
+/// Whether `lines` hold a class measured on its own communicator and
+/// taken on by at least `taken` later ones, with no more tables than
+/// `comms`.
+fn measured_then_taken(lines: &[(&str, &str)], taken: usize, comms: usize) -> bool {
+    let (m, t) = measured_and_taken(lines);
+    m >= 1 && t >= taken && m + t <= comms
+}
+
+/// A communicator of the same processes in the same order as earlier ones
+/// takes on what they measured and decided (`engine::inherited`), agreed
+/// in its agreement on the group. Eight duplicates of 10 broadcasts of
+/// 4 KiB each: the class takes 16 measured calls and a vote, so the first
+/// two measure it and the third decides it, at the latest when it is
+/// freed; the later ones take the decision from their first call (one
+/// made before Open MPI frees the one before, which may come later than
+/// its `MPI_Comm_free`, may vote again on the same measurement). Every
+/// byte is checked.
+#[test]
+fn communicators_of_the_same_processes_take_on_what_earlier_ones_measured() {
+    let mca = [("coll_ipmc_verbose", "1")];
+    let args = ["--rounds", "8", "--bcasts", "10", "--bytes", "4096"];
+    let run = cluster_mpirun(4, &mca, "comm_bench", &args);
+    assert!(run.ok && run.output.contains("wrong=0"), "{}", run.output);
+    let lines = table_lines(&run.output, "2049-4096 bytes: ");
+    assert!(
+        measured_then_taken(&lines, 3, 6),
+        "{lines:?}\n{}",
+        run.output
+    );
+}
+
+/// The same over two levels (3 hosts of 2 ranks): the duplicates' own
+/// decisions, agreed when they split into their levels, and those of their
+/// leaders' communicators, each in their agreement on the group.
+#[test]
+fn over_two_levels_too_later_communicators_take_on_the_decisions() {
+    let cluster = common::Cluster {
+        slots: 2,
+        ..common::Cluster::hosts(3)
+    };
+    let mca = [("coll_ipmc_verbose", "1")];
+    let args = ["--rounds", "5", "--bcasts", "120", "--bytes", "4096"];
+    let run = cluster.mpirun(&mca, "comm_bench", &args);
+    assert!(run.ok && run.output.contains("wrong=0"), "{}", run.output);
+    let lines = table_lines(&run.output, "2049-4096 bytes: ");
+    let (leaders, dups): (Vec<_>, Vec<_>) = lines
+        .into_iter()
+        .partition(|(header, _)| header.contains("ipmc leaders of"));
+    assert!(measured_then_taken(&dups, 3, 5), "{dups:?}\n{}", run.output);
+    assert!(
+        measured_then_taken(&leaders, 3, 5),
+        "{leaders:?}\n{}",
+        run.output
+    );
+}

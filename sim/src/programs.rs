@@ -11,6 +11,7 @@ use ipmc::base::counters::Datagrams;
 use ipmc::base::io::Wait;
 use ipmc::base::params::Config;
 use ipmc::driver::multicast::{Driver, Ranks};
+use ipmc::engine::inherited::Stated;
 use ipmc::engine::queue::{NoWork, Queue, Turn};
 use ipmc::group::setup::{self, Agreement, Facts, Joined};
 use ipmc::protocol::datagram::{Auth, Protection};
@@ -743,6 +744,7 @@ impl Program for FirstBroadcast {
                     families: (true, false),
                     mtu: u32::MAX,
                     rcvbuf: u32::MAX,
+                    stated: Stated::NONE,
                 };
                 let a = Agreement::start(msgs, self.rank, self.size, cfg, facts);
                 self.setup = Some(a.map_err(|e| e.to_string())?);

@@ -5,6 +5,7 @@
 
 pub mod background;
 pub mod config;
+pub mod known;
 pub mod levels;
 pub(crate) mod logging;
 pub mod module;

@@ -12,6 +12,7 @@ use crate::base::error::{Error, Result};
 use crate::base::params::Config;
 use crate::base::transport::Transport;
 use crate::component::background::{Background, Form as IbcastForm, Ibcast, Joining, Open};
+use crate::component::known::{self, Kept, Membership, Recalled};
 use crate::component::levels::{Entry, Layout, Levels, Seen, LEVEL_SEGMENT};
 use crate::component::logging::{tell_once, Notice};
 use crate::component::node_segment::Wanted;
@@ -21,6 +22,7 @@ use crate::driver::multicast::{Driver, Ranks};
 use crate::engine::algorithm::Algorithm;
 use crate::engine::call::{Action, Call as EngineCall, Collective};
 use crate::engine::choice::{lost_permille, Ballots, Choice};
+use crate::engine::inherited::Stated;
 use crate::engine::tuning::{self, Decision, Tuner};
 use crate::group::setup::{self, Announce};
 use crate::net::interfaces::{self, IfList};
@@ -233,6 +235,12 @@ pub struct Module {
     choice: Choice,
     /// Two levels, where nodes hold several ranks.
     levels: TwoLevels,
+    /// Where its ranks agreed on what to take on from earlier
+    /// communicators of the same processes (in the agreement on the group,
+    /// or when two levels were split): the processes, under which this
+    /// process keeps what the communicator measures and decides for later
+    /// ones ([`known`]), and what it had kept for them.
+    recalled: Option<Recalled>,
 }
 
 impl Module {
@@ -271,6 +279,7 @@ impl Module {
             broken: false,
             moved: false,
             left_bcast: None,
+            recalled: None,
         }
     }
 
@@ -337,18 +346,6 @@ impl Module {
 
     /// Called when the communicator is freed: prints the statistics once.
     pub fn disable(&mut self, comm: Comm) {
-        if self.cfg.verbose >= 1 && self.rank == 0 && !self.reported {
-            let table = tuning::table(self.choice.tuner());
-            if !table.is_empty() {
-                ompi::print_line(&format!(
-                    "ipmc: the collectives of communicator {} ({} nodes, at most {} ranks on one) \
-                     as measured and agreed:{table}",
-                    comm.name(),
-                    self.nodes.count,
-                    self.nodes.max_ranks
-                ));
-            }
-        }
         if self.cfg.print_statistics && !self.reported {
             let (stats, name) = (self.stats(), comm.name());
             ompi::print_line(&stats.report(
@@ -362,6 +359,7 @@ impl Module {
                 ompi::print_line(&line);
             }
         }
+        let report_table = self.cfg.verbose >= 1 && self.rank == 0 && !self.reported;
         self.reported = true;
         // An agreement on the group holds a reference on the communicator:
         // it ended before the communicator could be freed, and what it
@@ -379,6 +377,21 @@ impl Module {
                 // Every rank sent its answers within its broadcasts; a
                 // receive left behind would meet a later communicator's.
                 warn!("rank {}: answers on {} failed: {e}", self.rank, comm.name());
+            } else {
+                self.keep_for_later(comm);
+            }
+        }
+        if report_table {
+            // With the votes the last work finished.
+            let table = tuning::table(self.choice.tuner());
+            if !table.is_empty() {
+                ompi::print_line(&format!(
+                    "ipmc: the collectives of communicator {} ({} nodes, at most {} ranks on one) \
+                     as measured and agreed:{table}",
+                    comm.name(),
+                    self.nodes.count,
+                    self.nodes.max_ranks
+                ));
             }
         }
         // Leaves the group and closes the sockets.
@@ -423,7 +436,7 @@ impl Module {
         }
         if matches!(self.levels, TwoLevels::Pending(_)) {
             self.moved = true;
-            self.split_levels(call.comm())?;
+            self.split_levels(call.comm(), true)?;
         }
         self.finish_joining(call.comm())?;
         let what = Collective::Bcast { root: call.root() };
@@ -526,7 +539,7 @@ impl Module {
         };
         let lookout = old.lookout.clone();
         old.free();
-        self.split_levels(comm)?;
+        self.split_levels(comm, false)?;
         if let TwoLevels::Ready(levels) = &mut self.levels {
             levels.lookout = lookout;
         }
@@ -551,7 +564,7 @@ impl Module {
         }
         if matches!(self.levels, TwoLevels::Pending(_)) {
             self.moved = true;
-            self.split_levels(comm)?;
+            self.split_levels(comm, true)?;
         }
         self.finish_joining(comm)?;
         let fixed = if !self.cfg.forces_barrier() {
@@ -608,7 +621,7 @@ impl Module {
         }
         if matches!(self.levels, TwoLevels::Pending(_)) {
             self.moved = true;
-            self.split_levels(comm)?;
+            self.split_levels(comm, true)?;
         }
         self.finish_joining(comm)?;
         let servable = total > 0 && (!self.over_levels() || c_int::try_from(total).is_ok());
@@ -704,7 +717,10 @@ impl Module {
                 Action::TimeAtRoot { until } => {
                     self.time_at_root(comm, &mut call, entered, until)?
                 }
-                Action::Return => return Ok(ran),
+                Action::Return => {
+                    self.keep_progress(call.class());
+                    return Ok(ran);
+                }
             }
         }
     }
@@ -867,6 +883,97 @@ impl Module {
         Ok(())
     }
 
+    /// What this process kept for `comm`'s processes over `levels` (see
+    /// [`Membership`]); `None` where Open MPI does not know them all here.
+    fn recall(&self, comm: Comm, levels: Option<bool>) -> Option<Recalled> {
+        let members = comm.members()?;
+        Some(Recalled::new(Membership {
+            digest: self.cfg.digest(),
+            members,
+            levels,
+        }))
+    }
+
+    /// Over two levels, at the first split: takes on what earlier
+    /// communicators of the same processes over the same levels measured
+    /// and decided, where every rank holds it alike (an allreduce on the
+    /// communicator: its ranks agree on no group).
+    fn take_on_over_levels(&mut self, comm: Comm, either_way: bool) -> Result<()> {
+        let recalled = self.recall(comm, Some(either_way));
+        // Every rank enters the allreduce, one that knows nothing too.
+        let stated = recalled.as_ref().map_or(Stated::NONE, Recalled::stated);
+        let mut maxima = stated.to_maxima();
+        comm.allreduce_max(&mut maxima)?;
+        self.recalled = recalled;
+        self.inherit(&Stated::from_maxima(&maxima));
+        Ok(())
+    }
+
+    /// Keeps class `k`'s measurement as far as it went, after a call of the
+    /// class: a communicator of the same processes made before this one is
+    /// freed (or before Open MPI frees it, which may be later than
+    /// `MPI_Comm_free`, while its last work finishes) goes on from there.
+    fn keep_progress(&self, k: usize) {
+        if let Some(r) = &self.recalled {
+            if let Some(p) = self.choice.tuner().progress_of(k) {
+                known::remember_progress(&r.membership, vec![(k, p)]);
+            }
+        }
+    }
+
+    /// Keeps what this communicator, about to be freed, measured and
+    /// decided, for later ones of the same processes: the votes its last
+    /// work finished, and the measurements it leaves unfinished, with the
+    /// times of its calls as a root that the answers gave. Every rank keeps
+    /// it at the same call.
+    fn keep_for_later(&mut self, comm: Comm) {
+        if self.recalled.is_none() {
+            return;
+        }
+        let (choice, mut io) = self.ballots(comm);
+        if let Err(e) = choice.take_answers(&mut io) {
+            info!("rank {}: answers on {} failed: {e}", self.rank, comm.name());
+            return;
+        }
+        let decided = choice.settle(&mut io);
+        self.tell(comm, decided);
+        if let Some(r) = &self.recalled {
+            known::remember_progress(&r.membership, self.choice.tuner().progress());
+        }
+    }
+
+    /// Takes on what the agreement on the group kept of what the ranks
+    /// stated, every rank alike: each is what this rank stated.
+    fn inherit(&mut self, agreed: &Stated) {
+        let mut taken = 0;
+        for (k, what) in agreed.iter() {
+            let kept = self.recalled.as_ref().and_then(|r| r.find(k, what));
+            let took = match kept {
+                Some(Kept::Decided(d)) => self.choice.inherit(k, d),
+                Some(Kept::Measured(p)) => self.choice.take_on(k, p),
+                None => false,
+            };
+            if took {
+                taken += 1;
+            } else {
+                // Not expected: every rank's tuner is alike, so each refuses
+                // alike.
+                info!(
+                    "rank {}: cannot take on {} ({what:?}) from an earlier communicator",
+                    self.rank,
+                    tuning::class_name(k),
+                );
+            }
+        }
+        if taken > 0 {
+            info!(
+                "rank {} cid {}: {taken} classes taken on from earlier communicators of the \
+                 same processes",
+                self.rank, self.cid
+            );
+        }
+    }
+
     /// Logs the decisions of votes that ended (class and decision). A class
     /// that gave up multicast because it lost most of its data is the
     /// user's business: the process of rank 0 in `MPI_COMM_WORLD` says so,
@@ -874,6 +981,10 @@ impl Module {
     /// `coll_ipmc_verbose` 1).
     fn tell(&mut self, comm: Comm, decided: Vec<(usize, Decision)>) {
         for (class, d) in decided {
+            // Kept for later communicators of the same processes.
+            if let Some(r) = &self.recalled {
+                known::remember(&r.membership, class, &d);
+            }
             debug!(
                 "rank {} cid {}: {}: {} ({:?})",
                 self.rank,
@@ -1061,9 +1172,10 @@ impl Module {
     }
 
     /// Splits the communicator into its two levels, at its first broadcast
-    /// (collective: every rank is in that call). A failed split leaves the
-    /// communicator on one level.
-    fn split_levels(&mut self, comm: Comm) -> Result<()> {
+    /// (collective: every rank is in that call), where it is the `first`
+    /// split taking on what earlier communicators of the same processes
+    /// left. A failed split leaves the communicator on one level.
+    fn split_levels(&mut self, comm: Comm, first: bool) -> Result<()> {
         let TwoLevels::Pending(layout) = &self.levels else {
             return Ok(());
         };
@@ -1080,7 +1192,11 @@ impl Module {
                         comm.name()
                     );
                 }
+                let either_way = levels.either_way;
                 self.levels = TwoLevels::Ready(Box::new(levels));
+                if first {
+                    self.take_on_over_levels(comm, either_way)?;
+                }
                 Ok(())
             }
             Err(rc) => {
@@ -1153,7 +1269,13 @@ impl Module {
         // One listing of the interfaces serves the agreement: the facts told
         // to rank 0 and the sockets opened for its announcements.
         let addrs = os::interface_addresses();
-        let facts = rank_facts(&self.cfg, addrs.as_deref().ok());
+        let mut facts = rank_facts(&self.cfg, addrs.as_deref().ok());
+        // What earlier communicators of the same processes measured and
+        // decided, which this one takes on where every rank holds it alike.
+        self.recalled = self.recall(comm, None);
+        if let Some(r) = &self.recalled {
+            facts.stated = r.stated();
+        }
         let open: Open = Box::new(move |a: &Announce| open_socket(&cfg, loopback, a, &addrs));
         let joining = Joining::start(comm, self.cfg.clone(), facts, open)?;
         self.background.join(joining);
@@ -1170,7 +1292,6 @@ impl Module {
         comm: Comm,
         agreed: Option<setup::Agreed<McastSocket>>,
     ) -> Option<Driver<McastSocket>> {
-        let cfg = &self.cfg;
         let Some(setup::Agreed {
             announce,
             local,
@@ -1179,6 +1300,7 @@ impl Module {
         }) = agreed
         else {
             self.stats.setup = "failed";
+            self.recalled = None;
             return None;
         };
         let name = comm.name();
@@ -1203,6 +1325,8 @@ impl Module {
                     socket.granted_rcvbuf()
                 );
                 self.stats.setup = "ok";
+                self.inherit(&a.inherited);
+                let cfg = &self.cfg;
                 // How datagrams move, once per job: by the process of rank 0
                 // of MPI_COMM_WORLD, for the first group it joins.
                 if cfg.verbose >= 1 {
@@ -1229,6 +1353,9 @@ impl Module {
                 ))
             }
             (joined, _, _) => {
+                // Its calls that would multicast go to the replaced
+                // broadcast: what it measures is not a group's.
+                self.recalled = None;
                 let first = match joined {
                     setup::Joined::Failed { first } => first,
                     setup::Joined::All => self.rank,
@@ -1346,6 +1473,7 @@ fn rank_facts(cfg: &Config, addrs: Option<&[os::IfAddr]>) -> setup::Facts {
         families: (v4.is_some(), v6.is_some()),
         mtu,
         rcvbuf,
+        stated: Stated::NONE,
     }
 }
 

@@ -61,6 +61,18 @@ impl Algorithm {
         Algorithm::TwoLevelPipelinedFromLeader,
     ];
 
+    /// Its number in messages between ranks: 1 and up ([`Algorithm::ALL`]'s
+    /// order), 0 meaning none.
+    pub fn code(self) -> u8 {
+        let i = Self::ALL.iter().position(|&a| a == self);
+        i.map_or(0, |i| i as u8 + 1)
+    }
+
+    /// The algorithm of [`Algorithm::code`] `code`, if any.
+    pub fn of_code(code: u8) -> Option<Self> {
+        Self::ALL.get(usize::from(code).checked_sub(1)?).copied()
+    }
+
     /// Whether a call of it goes with the communicator's queued multicast
     /// work (chains, votes): multicast's (its chain follows theirs) and the
     /// two levels' (they run on communicators of their own). Since the

@@ -268,6 +268,12 @@ impl Call {
     }
 
     /// When the call was entered.
+    /// The class of the call (a size class, the barrier's or an
+    /// allgather's).
+    pub fn class(&self) -> usize {
+        self.class
+    }
+
     pub fn entered(&self) -> Duration {
         self.entered
     }

@@ -12,7 +12,7 @@ use log::debug;
 
 use crate::base::error::Result;
 use crate::engine::algorithm::Algorithm;
-use crate::engine::tuning::{self, Decision, Due, Sample, Tuner};
+use crate::engine::tuning::{self, Decision, Due, Progress, Sample, Tuner};
 
 /// Messages of fewer datagrams than this do not measure multicast loss.
 const LOSS_FROM_DATAGRAMS: usize = 8;
@@ -98,6 +98,16 @@ impl Choice {
     /// See [`Tuner::offer_from_leader`].
     pub fn offer_from_leader(&mut self) -> bool {
         self.tuner.offer_from_leader()
+    }
+
+    /// See [`Tuner::inherit`].
+    pub fn inherit(&mut self, k: usize, d: &Decision) -> bool {
+        self.tuner.inherit(k, d)
+    }
+
+    /// See [`Tuner::take_on`].
+    pub fn take_on(&mut self, k: usize, p: &Progress) -> bool {
+        self.tuner.take_on(k, p)
     }
 
     /// See [`Tuner::measure_again`].

@@ -5,5 +5,6 @@
 pub mod algorithm;
 pub mod call;
 pub mod choice;
+pub mod inherited;
 pub mod queue;
 pub mod tuning;

@@ -38,6 +38,10 @@ pub fn class_max(k: usize) -> usize {
 
 const CLASSES: usize = usize::BITS as usize + 1;
 
+/// Every class a communicator measures: the broadcasts', the barrier's and
+/// the allgathers'.
+pub const ALL_CLASSES: usize = 2 * CLASSES + 1;
+
 /// The class of `MPI_Barrier`, measured and decided as a size class of
 /// broadcasts is, with candidates of its own ([`barrier_candidates`]).
 pub const BARRIER: usize = CLASSES;
@@ -238,6 +242,23 @@ pub struct Decision {
     /// `interim`, as during the vote.
     pub from: u64,
     interim: Algorithm,
+    /// Measured on an earlier communicator of the same processes, and
+    /// taken from it ([`Tuner::inherit`]).
+    pub inherited: bool,
+}
+
+/// A class's first measurement, none, part or all of it, as a
+/// communicator freed before deciding left it on this rank: its calls and
+/// measured calls, the same on every rank (on a communicator of the same
+/// tuner, the measured ones follow from the calls), and this rank's own
+/// best times and loss, which a new communicator of the same processes
+/// takes on from ([`Tuner::take_on`]).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Progress {
+    pub calls: u64,
+    taken: usize,
+    best: Vec<u32>,
+    lost: Option<u32>,
 }
 
 /// What the class's measured calls ended with, on every rank alike.
@@ -559,7 +580,7 @@ impl Tuner {
             voting: 0,
             root_timed_up_to: SHORT_UP_TO,
         };
-        t.classes = (0..=allgather_class(usize::MAX))
+        t.classes = (0..ALL_CLASSES)
             .map(|k| Class {
                 calls: 0,
                 phase: Phase::explore(t.candidates(k).len()),
@@ -656,7 +677,10 @@ impl Tuner {
             c.restart(cands.len());
         }
         let call = c.calls + 1;
-        if call < first_measured {
+        // A decision taken from an earlier communicator was measured with
+        // the leaders' decided: it serves at once.
+        let inherited = matches!(&c.phase, Phase::Decided(d) if d.inherited);
+        if call < first_measured && !inherited {
             c.calls = call;
             return Some((Algorithm::TwoLevel, None));
         }
@@ -976,6 +1000,7 @@ impl Tuner {
             calls,
             from,
             interim: interim.unwrap_or(alg),
+            inherited: false,
         });
         let Phase::Decided(d) = &c.phase else {
             unreachable!("set above")
@@ -1000,6 +1025,121 @@ impl Tuner {
                 c.again = true;
             }
         }
+    }
+
+    /// Takes `d`, the decision of class `k` on an earlier communicator of
+    /// the same processes that every rank holds alike, before the class's
+    /// first call: its calls take it from the first, unmeasured, and the
+    /// class is measured again after as many calls as a new decision's.
+    /// Over two levels too, where it serves from the first call as well (it
+    /// was measured once the leaders' decision served). Returns whether it
+    /// did: not for a class that was called, nor for an algorithm that is
+    /// not one of its candidates here.
+    pub fn inherit(&mut self, k: usize, d: &Decision) -> bool {
+        if k >= self.classes.len() {
+            return false;
+        }
+        let cands = self.candidates(k);
+        let fits = cands.len() > 1 && cands.contains(&d.alg);
+        let c = &mut self.classes[k];
+        if !fits || c.calls > 0 || !matches!(c.phase, Phase::Explore { taken: 0, .. }) {
+            return false;
+        }
+        c.retune_at = c.interval;
+        c.interval *= 2;
+        c.phase = Phase::Decided(Decision {
+            from: 1,
+            interim: d.alg,
+            inherited: true,
+            ..d.clone()
+        });
+        true
+    }
+
+    /// The classes whose first measurement began (over two levels, whose
+    /// calls began) and was not voted on, as far as every call's time is in
+    /// ([`Progress`]): for a communicator about to be freed, after the
+    /// answers to its calls as a root.
+    pub fn progress(&self) -> Vec<(usize, Progress)> {
+        (0..self.classes.len())
+            .filter_map(|k| Some((k, self.progress_of(k)?)))
+            .collect()
+    }
+
+    /// As [`Tuner::progress`], of class `k` alone.
+    pub fn progress_of(&self, k: usize) -> Option<Progress> {
+        let c = self.classes.get(k)?;
+        if !matches!(c.phase, Phase::Explore { .. }) {
+            return None;
+        }
+        let total = self.samples_of(k) * self.candidates(k).len();
+        match &c.phase {
+            Phase::Explore {
+                taken,
+                recorded,
+                best,
+                lost,
+                ended,
+            } if c.calls > 0
+                && recorded == taken
+                && c.last.is_none()
+                && !c.closer
+                && !c.again
+                && (ended.is_none() || *taken == total) =>
+            {
+                Some(Progress {
+                    calls: c.calls,
+                    taken: *taken,
+                    best: best.clone(),
+                    lost: *lost,
+                })
+            }
+            _ => None,
+        }
+    }
+
+    /// Takes on `p`, class `k`'s measurement on an earlier communicator of
+    /// the same processes, which every rank holds as far alike, before the
+    /// class's first call: its calls count on from there (over two levels,
+    /// the first ones unmeasured), its next calls measure what is left, and
+    /// a measurement that was over goes to the vote after [`ANSWER_CALLS`]
+    /// calls of the interim algorithm. Returns whether it did (as
+    /// [`Tuner::inherit`]).
+    pub fn take_on(&mut self, k: usize, p: &Progress) -> bool {
+        if k >= self.classes.len() {
+            return false;
+        }
+        let cands = self.candidates(k);
+        let total = self.samples_of(k) * cands.len();
+        let meanwhile = self.point_to_point.then_some(Algorithm::Previous);
+        let c = &mut self.classes[k];
+        let untouched = matches!(c.phase, Phase::Explore { taken: 0, .. });
+        if c.calls > 0
+            || !untouched
+            || p.taken as u64 > p.calls
+            || p.taken > total
+            || p.best.len() != cands.len()
+        {
+            return false;
+        }
+        // As when the last measured call ends the measurement (`plan_class`).
+        let ended = (p.taken == total).then(|| Ended {
+            at: p.calls,
+            interim: cands
+                .iter()
+                .copied()
+                .find(|a| a.goes_alongside())
+                .or(meanwhile),
+        });
+        c.calls = p.calls;
+        c.phase = Phase::Explore {
+            taken: p.taken,
+            recorded: p.taken,
+            best: p.best.clone(),
+            lost: p.lost,
+            ended,
+        };
+        true
     }
 
     /// The classes decided so far, smallest first, for the decision table.
@@ -1033,8 +1173,13 @@ pub fn table(tuner: &Tuner) -> String {
             String::new()
         };
         let each = if d.calls == 1 { "call" } else { "calls" };
+        let when = if d.inherited {
+            " on an earlier communicator of the same processes"
+        } else {
+            ""
+        };
         out.push_str(&format!(
-            "\n  {}: {} (measured: {}{loss}; {} {each} each)",
+            "\n  {}: {} (measured{when}: {}{loss}; {} {each} each)",
             class_name(k),
             d.alg.name(),
             times.join(", "),

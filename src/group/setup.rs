@@ -9,7 +9,9 @@
 //! smallest MTU of their interfaces, which bounds the fragment size it
 //! announces ([`fitting_fragment`]): no datagram is cut by IP; and the
 //! smallest receive buffer, which sizes flow control's window
-//! ([`flow_window`]). Only
+//! ([`flow_window`]); and the decisions of the measured choice each rank
+//! holds from earlier communicators of the same processes, of which rank 0
+//! announces those that every rank holds alike ([`Stated`]). Only
 //! point-to-point messages of the communicator itself are used (four rounds
 //! along a binomial tree rooted at rank 0, [`Agreement`]), never a collective.
 
@@ -18,17 +20,18 @@ use std::net::{IpAddr, Ipv6Addr, SocketAddr};
 use crate::base::error::Result;
 use crate::base::io::{complete_in_order, MessageIo, Wait};
 use crate::base::params::Config;
+use crate::engine::inherited::{Stated, STATED_LEN};
 use crate::group::groups::{self, GroupRanges, PortRange};
 use crate::net::mcast_socket::OpenError;
 use crate::protocol::datagram::{self, Auth, Key, KEY_LEN};
 
 /// Layout version of the setup messages (part of [`Config::digest`], so
 /// that builds whose messages differ never try to agree).
-pub(crate) const VERSION: u8 = 4;
+pub(crate) const VERSION: u8 = 5;
 /// Bytes of round 0's message: the address families, the smallest MTU and
-/// receive buffer.
-const FAMILIES_LEN: usize = 1 + 4 + 4;
-const ANNOUNCE_LEN: usize = 1 + 1 + 16 + 2 + 8 + 8 + 1 + 8 + KEY_LEN + 4;
+/// receive buffer, and the decisions stated.
+const FAMILIES_LEN: usize = 1 + 4 + 4 + STATED_LEN;
+const ANNOUNCE_LEN: usize = 1 + 1 + 16 + 2 + 8 + 8 + 1 + 8 + KEY_LEN + 4 + STATED_LEN;
 const VERDICT_LEN: usize = 1 + 4;
 /// Most bytes of the reason a rank reports with its failure.
 const REASON_MAX: usize = 400;
@@ -60,6 +63,8 @@ pub struct Announce {
     pub digest: u64,
     /// Flow control's window, in datagrams (0: none; [`flow_window`]).
     pub window: u32,
+    /// The decisions every rank stated alike, which every rank takes.
+    pub inherited: Stated,
 }
 
 /// What a rank tells rank 0 about itself before the draw.
@@ -72,6 +77,9 @@ pub struct Facts {
     /// The receive buffer its multicast socket will get, bytes (`u32::MAX`:
     /// unknown).
     pub rcvbuf: u32,
+    /// The decisions it holds from earlier communicators of the same
+    /// processes.
+    pub stated: Stated,
 }
 
 impl Facts {
@@ -80,6 +88,7 @@ impl Facts {
         families: (true, true),
         mtu: u32::MAX,
         rcvbuf: u32::MAX,
+        stated: Stated::NONE,
     };
 }
 
@@ -105,6 +114,7 @@ impl Announce {
             auth: auth_of(cfg, Key(key)),
             digest: cfg.digest(),
             window: 0,
+            inherited: Stated::NONE,
         })
     }
 
@@ -135,6 +145,7 @@ impl Announce {
         out.extend_from_slice(&self.digest.to_be_bytes());
         out.extend_from_slice(&key.0);
         out.extend_from_slice(&self.window.to_be_bytes());
+        out.extend_from_slice(&self.inherited.to_bytes());
         debug_assert_eq!(out.len(), ANNOUNCE_LEN);
         out
     }
@@ -166,7 +177,8 @@ impl Announce {
                 }
             },
             digest: u64_at(37),
-            window: u32::from_be_bytes(b[45 + KEY_LEN..].try_into().expect("4 bytes")),
+            window: u32::from_be_bytes(b[45 + KEY_LEN..49 + KEY_LEN].try_into().expect("4 bytes")),
+            inherited: Stated::from_bytes(&b[49 + KEY_LEN..]),
         })
     }
 
@@ -483,6 +495,8 @@ pub struct Agreement<S, M: MessageIo> {
     mtu: u32,
     /// This rank's receive buffer, then (on rank 0) the smallest of all.
     rcvbuf: u32,
+    /// The decisions this rank states, then those its subtree states alike.
+    stated: Stated,
     /// This rank's CPU computes AES-128-GMAC in hardware, then (on rank 0)
     /// every rank's does: a tag is then GMAC's ([`datagram::gmac_is_fast`]).
     fast_gmac: bool,
@@ -507,6 +521,7 @@ impl<S, M: MessageIo> Agreement<S, M> {
             families,
             mtu,
             rcvbuf,
+            stated,
         } = facts;
         let (parent, children) = tree(rank, size);
         let mut a = Agreement {
@@ -520,6 +535,7 @@ impl<S, M: MessageIo> Agreement<S, M> {
             families,
             mtu,
             rcvbuf,
+            stated,
             fast_gmac: datagram::gmac_is_fast(),
             draw: 1,
             verdict: Vec::new(),
@@ -613,6 +629,10 @@ impl<S, M: MessageIo> Agreement<S, M> {
                     .iter()
                     .filter_map(|b| word(b, 5))
                     .fold(self.rcvbuf, u32::min);
+                for b in &got {
+                    self.stated
+                        .keep_common(&Stated::from_bytes(b.get(9..).unwrap_or_default()));
+                }
                 match parent {
                     None => self.announce_draw(msgs, open)?,
                     Some(p) => {
@@ -620,6 +640,7 @@ impl<S, M: MessageIo> Agreement<S, M> {
                             &[bits][..],
                             &self.mtu.to_be_bytes(),
                             &self.rcvbuf.to_be_bytes(),
+                            &self.stated.to_bytes(),
                         ]
                         .concat();
                         self.waiting = vec![msgs.send(p, up)?, msgs.recv(p, ANNOUNCE_LEN)?];
@@ -709,7 +730,7 @@ impl<S, M: MessageIo> Agreement<S, M> {
         if range != self.cfg.group_range {
             log::info!("not every rank's interface has IPv4: groups from {range}");
         }
-        let (mtu, fast_gmac, rcvbuf) = (self.mtu, self.fast_gmac, self.rcvbuf);
+        let (mtu, fast_gmac, rcvbuf, stated) = (self.mtu, self.fast_gmac, self.rcvbuf, self.stated);
         let window_param = self.cfg.flow_window;
         let announce = Announce::draw(&self.cfg, &range).map(|mut a| {
             let fitting =
@@ -723,6 +744,7 @@ impl<S, M: MessageIo> Agreement<S, M> {
             }
             let datagram_len = fitting + datagram::Protection::new(a.auth).overhead();
             a.window = flow_window(window_param, rcvbuf, datagram_len);
+            a.inherited = stated;
             a
         });
         let bytes = announce.as_ref().map(Announce::encode).unwrap_or_default();
@@ -828,6 +850,7 @@ pub fn failure_message(comm: &str, failures: &Failures, host: impl Fn(usize) -> 
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::engine::inherited::Held;
     use crate::testing::test_net::run_messages;
 
     /// A rank's interface families, MTU and whether its CPU computes GMAC
@@ -844,6 +867,16 @@ mod tests {
         open: fn(usize, usize) -> Result<(), OpenError>,
         families: fn(usize) -> RankFacts,
     ) -> Vec<(Agreed<Announce>, Vec<Announce>)> {
+        agree_stating(size, open, families, |_| Stated::NONE)
+    }
+
+    /// As [`agree_on`], each rank stating `stated(rank)`.
+    fn agree_stating(
+        size: usize,
+        open: fn(usize, usize) -> Result<(), OpenError>,
+        families: fn(usize) -> RankFacts,
+        stated: fn(usize) -> Stated,
+    ) -> Vec<(Agreed<Announce>, Vec<Announce>)> {
         run_messages(size, move |rank, msgs| {
             let cfg = Config::default();
             let mut opened = Vec::new();
@@ -852,6 +885,7 @@ mod tests {
                 families,
                 mtu,
                 rcvbuf: RCVBUF + rank as u32,
+                stated: stated(rank),
             };
             let mut a = Agreement::start(msgs, rank, size, cfg, facts).unwrap();
             a.fast_gmac = fast_gmac;
@@ -876,6 +910,50 @@ mod tests {
             assert_eq!(agreed.local.as_ref().ok(), Some(&a));
             assert_eq!(opened, &[a]);
             assert!(agreed.failures.is_empty());
+        }
+    }
+
+    /// Ranks 0–5 state decisions: all the same for 1–4 KiB, one rank
+    /// another for 1 MiB, one none for the barrier. Every rank gets the
+    /// first only, through a redraw too (rank 4's port taken at first).
+    #[test]
+    fn decisions_every_rank_states_alike_are_announced() {
+        use crate::engine::algorithm::Algorithm::{Chain, Linear, Multicast};
+        use crate::engine::tuning::{class_of, BARRIER};
+        let stated = |rank: usize| {
+            let mut held = vec![
+                (class_of(4096), Held::Decided(Multicast)),
+                (class_of(64), Held::Measured(3)),
+                (
+                    class_of(1 << 20),
+                    Held::Decided(if rank == 5 { Multicast } else { Chain }),
+                ),
+                (class_of(256), Held::Measured(if rank == 2 { 4 } else { 3 })),
+            ];
+            if rank != 3 {
+                held.push((BARRIER, Held::Decided(Linear)));
+            }
+            Stated::of(held)
+        };
+        let taken_once = |rank, draw| match (rank, draw) {
+            (4, 1) => Err(OpenError {
+                why: "port taken".into(),
+                taken: true,
+            }),
+            _ => Ok(()),
+        };
+        let ranks = agree_stating(6, taken_once, |_| ((true, true), u32::MAX, true), stated);
+        for (agreed, opened) in &ranks {
+            assert_eq!(agreed.joined, Joined::All);
+            assert_eq!(opened.len(), 2, "a redraw");
+            let kept: Vec<_> = agreed.announce.unwrap().inherited.iter().collect();
+            assert_eq!(
+                kept,
+                [
+                    (class_of(64), Held::Measured(3)),
+                    (class_of(4096), Held::Decided(Multicast))
+                ]
+            );
         }
     }
 
@@ -1014,6 +1092,7 @@ mod tests {
 
     #[test]
     fn announcements_round_trip() {
+        use crate::engine::algorithm::Algorithm::Chain;
         for group in ["239.192.3.4:5000", "[ff18::1:2]:32767"] {
             let a = Announce {
                 group: group.parse().unwrap(),
@@ -1022,6 +1101,7 @@ mod tests {
                 auth: Auth::Tag(Key([7; KEY_LEN])),
                 digest: 99,
                 window: 1234,
+                inherited: Stated::of([(2, Held::Measured(5)), (7, Held::Decided(Chain))]),
             };
             assert_eq!(Announce::decode(&a.encode()), Some(a));
             for auth in [

@@ -122,6 +122,12 @@ impl Comm {
         Some(found)
     }
 
+    /// Who its members are, in rank order ([`Comm::member_id`]); `None`
+    /// where Open MPI does not know one of them here.
+    pub fn members(self) -> Option<Vec<u64>> {
+        (0..self.size()).map(|r| self.member_id(r)).collect()
+    }
+
     /// Who member `rank` is in the whole run, alike on every communicator
     /// it belongs to; `None` where Open MPI does not know it here.
     fn member_id(self, rank: usize) -> Option<u64> {
