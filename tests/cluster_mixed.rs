@@ -6,7 +6,8 @@
 //! several ranks per host, with loss. Every run checks every byte on every
 //! rank (`mixed_check: PASS`) and, from ipmc's statistics, that multicast
 //! served: datagrams were used, and where loss was made, the chain repaired
-//! what it took.
+//! what it took. And communicators of the same processes made while others
+//! measure (`tests/mpi/same_processes.c`).
 
 mod common;
 
@@ -123,4 +124,38 @@ fn a_random_mix_with_injected_loss_keeps_every_byte() {
     );
     assert!(total(&stats, "injected") > 0, "nothing dropped");
     assert!(total(&stats, "chain_bytes") > 0, "nothing repaired");
+}
+
+/// Communicators of the same processes made while an earlier one measures,
+/// votes or finishes, freed in opposite orders on even and odd ranks
+/// (`tests/mpi/same_processes.c`), over two levels and one, with 20 % of
+/// the datagrams lost on every host: what each takes on from the earlier
+/// ones, agreed by every rank, must leave every byte right, and later
+/// communicators must have taken decisions on (`coll_ipmc_verbose 1`
+/// tables).
+#[test]
+fn communicators_made_while_others_measure_keep_every_byte() {
+    for slots in [2, 1] {
+        let cluster = Cluster {
+            slots,
+            loss: 20,
+            ..Cluster::hosts(3)
+        };
+        let run = cluster.mpirun(&[("coll_ipmc_verbose", "1")], "same_processes", &["25"]);
+        assert!(
+            run.ok && run.output.contains("same_processes: PASS"),
+            "{slots} per host ({}):\n{}",
+            run.status,
+            run.output
+        );
+        let taken = run
+            .output
+            .matches("(measured on an earlier communicator of the same processes: ")
+            .count();
+        assert!(
+            taken >= 25,
+            "{slots} per host: {taken} taken on:\n{}",
+            run.output
+        );
+    }
 }
