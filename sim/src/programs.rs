@@ -11,9 +11,9 @@ use ipmc::base::counters::Datagrams;
 use ipmc::base::io::Wait;
 use ipmc::base::params::Config;
 use ipmc::driver::multicast::{Driver, Ranks};
-use ipmc::engine::inherited::Stated;
 use ipmc::engine::queue::{NoWork, Queue, Turn};
 use ipmc::group::setup::{self, Agreement, Facts, Joined};
+use ipmc::group::stated::Stated;
 use ipmc::protocol::datagram::{Auth, Protection};
 
 use crate::engine::HostIo;

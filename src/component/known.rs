@@ -5,8 +5,9 @@
 use std::collections::VecDeque;
 use std::sync::Mutex;
 
-use crate::engine::inherited::{Held, Stated};
+use crate::engine::inherited::{self, Held};
 use crate::engine::tuning::{Decision, Progress};
+use crate::group::stated::Stated;
 
 /// Memberships kept, the most recently used first: a program that makes
 /// communicators of ever other processes keeps a bounded store.
@@ -57,7 +58,7 @@ impl Recalled {
 
     /// What this rank states in the agreement.
     pub fn stated(&self) -> Stated {
-        Stated::of(self.kept.iter().map(|(k, kept)| (*k, kept.held())))
+        inherited::stated(self.kept.iter().map(|(k, kept)| (*k, kept.held())))
     }
 
     /// What it kept of class `k` that it stated as `what`.

@@ -22,9 +22,10 @@ use crate::driver::multicast::{Driver, Ranks};
 use crate::engine::algorithm::Algorithm;
 use crate::engine::call::{Action, Call as EngineCall, Collective};
 use crate::engine::choice::{lost_permille, Ballots, Choice};
-use crate::engine::inherited::Stated;
+use crate::engine::inherited;
 use crate::engine::tuning::{self, Decision, Tuner};
 use crate::group::setup::{self, Announce};
+use crate::group::stated::Stated;
 use crate::net::interfaces::{self, IfList};
 use crate::net::mcast_socket::{self, McastSocket, OpenError};
 use crate::platform::ompi::{
@@ -946,7 +947,7 @@ impl Module {
     /// stated, every rank alike: each is what this rank stated.
     fn inherit(&mut self, agreed: &Stated) {
         let mut taken = 0;
-        for (k, what) in agreed.iter() {
+        for (k, what) in inherited::held(agreed) {
             let kept = self.recalled.as_ref().and_then(|r| r.find(k, what));
             let took = match kept {
                 Some(Kept::Decided(d)) => self.choice.inherit(k, d),

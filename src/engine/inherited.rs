@@ -14,9 +14,10 @@
 
 use crate::engine::algorithm::Algorithm;
 use crate::engine::tuning::ALL_CLASSES;
+use crate::group::stated::{Stated, STATED_WORDS};
 
-/// Bytes of a [`Stated`] in a message: two per class.
-pub const STATED_LEN: usize = 2 * ALL_CLASSES;
+// The agreement states one word per class.
+const _: () = assert!(ALL_CLASSES == STATED_WORDS);
 
 /// A measurement's calls, the most a rank states (the high bit of a
 /// class's word marks them).
@@ -34,6 +35,9 @@ pub enum Held {
 }
 
 impl Held {
+    /// Its word in the agreement: `1` to `12` an algorithm
+    /// ([`Algorithm::code`]), [`MEASURED`] + n a measurement's n calls; 0
+    /// (nothing) where the calls do not fit.
     fn word(self) -> u16 {
         match self {
             Held::Decided(alg) => u16::from(alg.code()),
@@ -56,85 +60,15 @@ impl Held {
     }
 }
 
-/// Per class, what a rank (or every rank of a subtree) states it holds.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub struct Stated([u16; ALL_CLASSES]);
+/// What a rank holding `held` (class and what) states.
+pub fn stated(held: impl IntoIterator<Item = (usize, Held)>) -> Stated {
+    Stated::of(held.into_iter().map(|(k, h)| (k, h.word())))
+}
 
-impl Stated {
-    /// Nothing stated: every class is measured.
-    pub const NONE: Stated = Stated([0; ALL_CLASSES]);
-
-    /// What a rank holding `held` (class and what) states.
-    pub fn of(held: impl IntoIterator<Item = (usize, Held)>) -> Self {
-        let mut s = Self::NONE;
-        for (k, h) in held {
-            if let Some(word) = s.0.get_mut(k) {
-                *word = h.word();
-            }
-        }
-        s
-    }
-
-    pub fn to_bytes(&self) -> Vec<u8> {
-        self.0.iter().flat_map(|w| w.to_be_bytes()).collect()
-    }
-
-    /// From a message's bytes: classes beyond them, or of an unknown
-    /// algorithm, state nothing.
-    pub fn from_bytes(b: &[u8]) -> Self {
-        let mut s = Self::NONE;
-        for (word, pair) in s.0.iter_mut().zip(b.chunks_exact(2)) {
-            let w = u16::from_be_bytes([pair[0], pair[1]]);
-            *word = Held::of_word(w).map_or(0, |_| w);
-        }
-        s
-    }
-
-    /// Keeps the classes `other` states alike.
-    pub fn keep_common(&mut self, other: &Stated) {
-        for (mine, theirs) in self.0.iter_mut().zip(other.0) {
-            if *mine != theirs {
-                *mine = 0;
-            }
-        }
-    }
-
-    /// The classes stated, with what.
-    pub fn iter(&self) -> impl Iterator<Item = (usize, Held)> + '_ {
-        self.0
-            .iter()
-            .enumerate()
-            .filter_map(|(k, &w)| Some((k, Held::of_word(w)?)))
-    }
-
-    pub fn is_empty(&self) -> bool {
-        self.iter().next().is_none()
-    }
-
-    /// For an agreement by an allreduce of maxima, where there is no
-    /// agreement on a group (two levels): each class's word, and its
-    /// complement, whose maxima are equal only where every rank's words are.
-    pub fn to_maxima(&self) -> Vec<i32> {
-        self.0
-            .iter()
-            .flat_map(|&w| [i32::from(w), i32::from(u16::MAX - w)])
-            .collect()
-    }
-
-    /// What every rank stated alike, from the maxima of their
-    /// [`Stated::to_maxima`].
-    pub fn from_maxima(v: &[i32]) -> Self {
-        let mut s = Self::NONE;
-        for (word, pair) in s.0.iter_mut().zip(v.chunks_exact(2)) {
-            let (Ok(w), Ok(not)) = (u16::try_from(pair[0]), u16::try_from(pair[1])) else {
-                continue;
-            };
-            if w == u16::MAX - not && Held::of_word(w).is_some() {
-                *word = w;
-            }
-        }
-        s
-    }
+/// The classes `s` states, with what; words of no meaning here (from a
+/// corrupt message) state nothing.
+pub fn held(s: &Stated) -> impl Iterator<Item = (usize, Held)> + '_ {
+    s.words().filter_map(|(k, w)| Some((k, Held::of_word(w)?)))
 }
 
 #[cfg(test)]
@@ -174,7 +108,7 @@ mod tests {
         t
     }
 
-    fn held(t: &Tuner) -> Vec<(usize, Held)> {
+    fn decisions(t: &Tuner) -> Vec<(usize, Held)> {
         t.decisions()
             .map(|(k, d)| (k, Held::Decided(d.alg)))
             .collect()
@@ -183,21 +117,18 @@ mod tests {
     #[test]
     fn what_all_state_alike_is_kept_and_taken() {
         let old = decided();
-        let mine = Stated::of(held(&old));
-        assert_eq!(mine.iter().count(), 3);
-        assert_eq!(Stated::from_bytes(&mine.to_bytes()), mine);
+        let mine = stated(decisions(&old));
+        assert_eq!(held(&mine).count(), 3);
         let mut agreed = mine;
-        agreed.keep_common(&mine);
-        assert_eq!(agreed, mine);
         // Another rank that holds only the barrier's, and one whose 1 MiB
         // decision differs.
-        let barrier = (BARRIER, held(&old)[2].1);
-        let mut other = held(&old);
+        let barrier = (BARRIER, decisions(&old)[2].1);
+        let mut other = decisions(&old);
         other[1].1 = Held::Decided(Algorithm::Chain);
-        agreed.keep_common(&Stated::of(other));
-        assert_eq!(agreed.iter().count(), 2);
-        agreed.keep_common(&Stated::of([barrier]));
-        assert_eq!(agreed.iter().collect::<Vec<_>>(), [barrier]);
+        agreed.keep_common(&stated(other));
+        assert_eq!(held(&agreed).count(), 2);
+        agreed.keep_common(&stated([barrier]));
+        assert_eq!(held(&agreed).collect::<Vec<_>>(), [barrier]);
 
         let mut new = Tuner::new(1, 0, true);
         let (k, d): (usize, &Decision) = old.decisions().find(|(k, _)| *k == BARRIER).unwrap();
@@ -237,8 +168,8 @@ mod tests {
         let left = first.progress();
         assert_eq!(left.len(), 1);
         assert_eq!(left[0].1.calls, 10);
-        let stated = Stated::of([(k, Held::Measured(10))]);
-        assert_eq!(Stated::from_bytes(&stated.to_bytes()), stated);
+        let said = stated([(k, Held::Measured(10))]);
+        assert_eq!(held(&said).collect::<Vec<_>>(), [(k, Held::Measured(10))]);
 
         let mut next = Tuner::new(2, 0, false);
         assert!(next.take_on(k, &left[0].1));
@@ -301,35 +232,15 @@ mod tests {
     }
 
     #[test]
-    fn maxima_keep_what_every_rank_states_alike() {
-        let a = Stated::of([(1, Held::Measured(4)), (5, Held::Decided(Algorithm::Chain))]);
-        let b = Stated::of([
-            (1, Held::Measured(4)),
-            (5, Held::Decided(Algorithm::Linear)),
+    fn unknown_words_state_nothing() {
+        let s = Stated::of([
+            (0, u16::from(Algorithm::Multicast.code())),
+            (1, 200),
+            (2, 13),
         ]);
-        let c = Stated::of([(1, Held::Measured(4))]);
-        let max = |sets: &[Stated]| {
-            let mut v = sets[0].to_maxima();
-            for s in &sets[1..] {
-                for (m, x) in v.iter_mut().zip(s.to_maxima()) {
-                    *m = (*m).max(x);
-                }
-            }
-            Stated::from_maxima(&v)
-        };
-        assert_eq!(max(&[a, a]), a);
-        assert_eq!(max(&[a, b]), c);
-        assert_eq!(max(&[c, a, a]), c);
-        assert_eq!(max(&[Stated::NONE, a]), Stated::NONE);
-    }
-
-    #[test]
-    fn short_or_unknown_bytes_state_nothing() {
-        let s = Stated::from_bytes(&[0, Algorithm::Multicast.code(), 0, 200, 1]);
         assert_eq!(
-            s.iter().collect::<Vec<_>>(),
+            held(&s).collect::<Vec<_>>(),
             [(0, Held::Decided(Algorithm::Multicast))]
         );
-        assert!(Stated::from_bytes(&[]).is_empty());
     }
 }

@@ -5,4 +5,5 @@ pub mod bbs;
 pub mod entropy;
 pub mod groups;
 pub mod setup;
+pub mod stated;
 pub mod vote;

@@ -20,8 +20,8 @@ use std::net::{IpAddr, Ipv6Addr, SocketAddr};
 use crate::base::error::Result;
 use crate::base::io::{complete_in_order, MessageIo, Wait};
 use crate::base::params::Config;
-use crate::engine::inherited::{Stated, STATED_LEN};
 use crate::group::groups::{self, GroupRanges, PortRange};
+use crate::group::stated::{Stated, STATED_LEN};
 use crate::net::mcast_socket::OpenError;
 use crate::protocol::datagram::{self, Auth, Key, KEY_LEN};
 
@@ -850,7 +850,7 @@ pub fn failure_message(comm: &str, failures: &Failures, host: impl Fn(usize) -> 
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::engine::inherited::Held;
+    use crate::engine::inherited::{held, stated, Held};
     use crate::testing::test_net::run_messages;
 
     /// A rank's interface families, MTU and whether its CPU computes GMAC
@@ -920,7 +920,7 @@ mod tests {
     fn decisions_every_rank_states_alike_are_announced() {
         use crate::engine::algorithm::Algorithm::{Chain, Linear, Multicast};
         use crate::engine::tuning::{class_of, BARRIER};
-        let stated = |rank: usize| {
+        let states = |rank: usize| {
             let mut held = vec![
                 (class_of(4096), Held::Decided(Multicast)),
                 (class_of(64), Held::Measured(3)),
@@ -933,7 +933,7 @@ mod tests {
             if rank != 3 {
                 held.push((BARRIER, Held::Decided(Linear)));
             }
-            Stated::of(held)
+            stated(held)
         };
         let taken_once = |rank, draw| match (rank, draw) {
             (4, 1) => Err(OpenError {
@@ -942,11 +942,11 @@ mod tests {
             }),
             _ => Ok(()),
         };
-        let ranks = agree_stating(6, taken_once, |_| ((true, true), u32::MAX, true), stated);
+        let ranks = agree_stating(6, taken_once, |_| ((true, true), u32::MAX, true), states);
         for (agreed, opened) in &ranks {
             assert_eq!(agreed.joined, Joined::All);
             assert_eq!(opened.len(), 2, "a redraw");
-            let kept: Vec<_> = agreed.announce.unwrap().inherited.iter().collect();
+            let kept: Vec<_> = held(&agreed.announce.unwrap().inherited).collect();
             assert_eq!(
                 kept,
                 [
@@ -1101,7 +1101,7 @@ mod tests {
                 auth: Auth::Tag(Key([7; KEY_LEN])),
                 digest: 99,
                 window: 1234,
-                inherited: Stated::of([(2, Held::Measured(5)), (7, Held::Decided(Chain))]),
+                inherited: stated([(2, Held::Measured(5)), (7, Held::Decided(Chain))]),
             };
             assert_eq!(Announce::decode(&a.encode()), Some(a));
             for auth in [
