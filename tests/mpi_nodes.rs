@@ -162,12 +162,12 @@ fn nodes_decide(hosts: usize, slots: usize, thesis: bool, segment: u8) {
                 // of one before takes on its count of calls and measures on
                 // (`docs/choice.md`).
                 let two = levels_tally(s);
-                let others = ["previous", "linear", "split_binary", "scatter_allgather"]
+                let all = ["previous", "linear", "split_binary", "scatter_allgather"]
                     .map(|a| tally(s, a))
                     .into_iter()
                     .fold(two, |(n, b), (m, c)| (n + m, b + c));
                 assert!(two.0 > 0, "{s:?}");
-                assert_eq!(others, calls, "{s:?}");
+                assert_eq!(all, calls, "{s:?}");
                 assert_eq!(tally(s, "multicast").0, 0, "{s:?}");
                 served += 1;
                 continue;

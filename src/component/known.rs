@@ -74,21 +74,21 @@ type Store = VecDeque<(Membership, Vec<(usize, Kept)>)>;
 
 static KNOWN: Mutex<Store> = Mutex::new(VecDeque::new());
 
-/// Changes what is kept for `m`, which becomes the most recently used.
-fn with(m: &Membership, change: impl FnOnce(&mut Vec<(usize, Kept)>)) -> Vec<(usize, Kept)> {
+/// Changes what is kept for `m`, which becomes the most recently used,
+/// and returns what `change` does.
+fn with<R>(m: &Membership, change: impl FnOnce(&mut Vec<(usize, Kept)>) -> R) -> R {
     let mut store = KNOWN.lock().unwrap_or_else(|p| p.into_inner());
     let at = store.iter().position(|(kept, _)| kept == m);
     let mut entry = match at.and_then(|i| store.remove(i)) {
         Some(entry) => entry,
         None => (m.clone(), Vec::new()),
     };
-    change(&mut entry.1);
-    let kept = entry.1.clone();
-    if !kept.is_empty() {
+    let done = change(&mut entry.1);
+    if !entry.1.is_empty() {
         store.push_front(entry);
         store.truncate(KEPT);
     }
-    kept
+    done
 }
 
 /// Keeps `d`, class `k`'s decision on a communicator of `m`, in place of
@@ -119,7 +119,7 @@ pub fn remember_progress(m: &Membership, progress: Vec<(usize, Progress)>) {
 
 /// What is kept for `m`.
 fn recall(m: &Membership) -> Vec<(usize, Kept)> {
-    with(m, |_| {})
+    with(m, |kept| kept.clone())
 }
 
 #[cfg(test)]

@@ -267,13 +267,13 @@ impl Call {
         }
     }
 
-    /// When the call was entered.
     /// The class of the call (a size class, the barrier's or an
     /// allgather's).
     pub fn class(&self) -> usize {
         self.class
     }
 
+    /// When the call was entered.
     pub fn entered(&self) -> Duration {
         self.entered
     }

@@ -190,6 +190,18 @@ const CLOSER_LOOK_BUDGET: Duration = Duration::from_millis(20);
 /// or the replaced broadcast won.
 const TREES_UP_TO: usize = 2048;
 
+/// The algorithm of a class's calls while the ranks agree on its first
+/// measurement, of candidates `cands`: one whose calls need not wait for the
+/// vote, or, on a communicator without multicast (`point_to_point`), the
+/// replaced broadcast (alongside the vote, as every broadcast goes).
+fn meanwhile(cands: &[Algorithm], point_to_point: bool) -> Option<Algorithm> {
+    cands
+        .iter()
+        .copied()
+        .find(|a| a.goes_alongside())
+        .or(point_to_point.then_some(Algorithm::Previous))
+}
+
 /// Whether a rank's part of a vote is due after a call (see [`Tuner::due`]).
 #[derive(Debug, PartialEq, Eq)]
 pub enum Due {
@@ -665,9 +677,7 @@ impl Tuner {
         let cands = self.candidates(k);
         let first_measured = self.first_measured(k);
         let at_root = self.timed_at_root(k);
-        // Without multicast the replaced broadcast serves while the ranks
-        // agree (alongside the vote, as every broadcast goes).
-        let meanwhile = self.point_to_point.then_some(Algorithm::Previous);
+        let point_to_point = self.point_to_point;
         let c = &mut self.classes[k];
         if let [only] = cands {
             c.calls += 1;
@@ -708,11 +718,8 @@ impl Tuner {
                 *taken += 1;
                 if *taken == samples * cands.len() {
                     // Meanwhile: the last decision if the class is measured
-                    // again, else a candidate whose calls need not wait for
-                    // the vote.
-                    let interim = last
-                        .or_else(|| cands.iter().copied().find(|a| a.goes_alongside()))
-                        .or(meanwhile);
+                    // again.
+                    let interim = last.or_else(|| meanwhile(cands, point_to_point));
                     *ended = Some(Ended { at: call, interim });
                 }
                 Some((
@@ -825,7 +832,7 @@ impl Tuner {
         if !matches!(self.classes[k].phase, Phase::Explore { ended: Some(_), .. }) {
             return Due::No;
         }
-        let total = self.samples_of(k) * self.candidates(k).len();
+        let total = self.measured_calls(k);
         let delay = if self.timed_at_root(k) {
             ANSWER_CALLS
         } else {
@@ -889,6 +896,11 @@ impl Tuner {
         } else {
             1
         }
+    }
+
+    /// Measured calls of class `k` in all: of each candidate, of every one.
+    fn measured_calls(&self, k: usize) -> usize {
+        self.samples_of(k) * self.candidates(k).len()
     }
 
     /// Measured calls of each candidate in class `k`.
@@ -1069,10 +1081,6 @@ impl Tuner {
     /// As [`Tuner::progress`], of class `k` alone.
     pub fn progress_of(&self, k: usize) -> Option<Progress> {
         let c = self.classes.get(k)?;
-        if !matches!(c.phase, Phase::Explore { .. }) {
-            return None;
-        }
-        let total = self.samples_of(k) * self.candidates(k).len();
         match &c.phase {
             Phase::Explore {
                 taken,
@@ -1085,7 +1093,7 @@ impl Tuner {
                 && c.last.is_none()
                 && !c.closer
                 && !c.again
-                && (ended.is_none() || *taken == total) =>
+                && (ended.is_none() || *taken == self.measured_calls(k)) =>
             {
                 Some(Progress {
                     calls: c.calls,
@@ -1110,8 +1118,8 @@ impl Tuner {
             return false;
         }
         let cands = self.candidates(k);
-        let total = self.samples_of(k) * cands.len();
-        let meanwhile = self.point_to_point.then_some(Algorithm::Previous);
+        let total = self.measured_calls(k);
+        let interim = meanwhile(cands, self.point_to_point);
         let c = &mut self.classes[k];
         let untouched = matches!(c.phase, Phase::Explore { taken: 0, .. });
         if c.calls > 0
@@ -1123,13 +1131,9 @@ impl Tuner {
             return false;
         }
         // As when the last measured call ends the measurement (`plan_class`).
-        let ended = (p.taken == total).then(|| Ended {
+        let ended = (p.taken == total).then_some(Ended {
             at: p.calls,
-            interim: cands
-                .iter()
-                .copied()
-                .find(|a| a.goes_alongside())
-                .or(meanwhile),
+            interim,
         });
         c.calls = p.calls;
         c.phase = Phase::Explore {

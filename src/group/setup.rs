@@ -9,9 +9,9 @@
 //! smallest MTU of their interfaces, which bounds the fragment size it
 //! announces ([`fitting_fragment`]): no datagram is cut by IP; and the
 //! smallest receive buffer, which sizes flow control's window
-//! ([`flow_window`]); and the decisions of the measured choice each rank
-//! holds from earlier communicators of the same processes, of which rank 0
-//! announces those that every rank holds alike ([`Stated`]). Only
+//! ([`flow_window`]); and what each rank keeps of the measured choice of
+//! earlier communicators of the same processes, of which rank 0 announces
+//! what every rank states alike ([`Stated`]). Only
 //! point-to-point messages of the communicator itself are used (four rounds
 //! along a binomial tree rooted at rank 0, [`Agreement`]), never a collective.
 
@@ -29,7 +29,7 @@ use crate::protocol::datagram::{self, Auth, Key, KEY_LEN};
 /// that builds whose messages differ never try to agree).
 pub(crate) const VERSION: u8 = 5;
 /// Bytes of round 0's message: the address families, the smallest MTU and
-/// receive buffer, and the decisions stated.
+/// receive buffer, and what the rank's subtree states alike.
 const FAMILIES_LEN: usize = 1 + 4 + 4 + STATED_LEN;
 const ANNOUNCE_LEN: usize = 1 + 1 + 16 + 2 + 8 + 8 + 1 + 8 + KEY_LEN + 4 + STATED_LEN;
 const VERDICT_LEN: usize = 1 + 4;
@@ -63,7 +63,7 @@ pub struct Announce {
     pub digest: u64,
     /// Flow control's window, in datagrams (0: none; [`flow_window`]).
     pub window: u32,
-    /// The decisions every rank stated alike, which every rank takes.
+    /// What every rank stated alike, which every rank takes on.
     pub inherited: Stated,
 }
 
@@ -77,8 +77,8 @@ pub struct Facts {
     /// The receive buffer its multicast socket will get, bytes (`u32::MAX`:
     /// unknown).
     pub rcvbuf: u32,
-    /// The decisions it holds from earlier communicators of the same
-    /// processes.
+    /// What it keeps of the measured choice of earlier communicators of
+    /// the same processes.
     pub stated: Stated,
 }
 
@@ -495,7 +495,7 @@ pub struct Agreement<S, M: MessageIo> {
     mtu: u32,
     /// This rank's receive buffer, then (on rank 0) the smallest of all.
     rcvbuf: u32,
-    /// The decisions this rank states, then those its subtree states alike.
+    /// What this rank states, then what its subtree states alike.
     stated: Stated,
     /// This rank's CPU computes AES-128-GMAC in hardware, then (on rank 0)
     /// every rank's does: a tag is then GMAC's ([`datagram::gmac_is_fast`]).
