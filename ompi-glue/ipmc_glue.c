@@ -273,6 +273,11 @@ void ipmc_comm_free(struct ompi_communicator_t **comm)
     *comm = NULL;
 }
 
+void ipmc_comm_rename(struct ompi_communicator_t *comm, const char *name)
+{
+    (void) ompi_comm_set_name(comm, name);
+}
+
 int ipmc_comm_barrier(struct ompi_communicator_t *comm)
 {
     return comm->c_coll->coll_barrier(comm, comm->c_coll->coll_barrier_module);
@@ -299,8 +304,13 @@ int ipmc_comm_bcast_bytes(struct ompi_communicator_t *comm, void *buf, int len, 
 
 int ipmc_comm_allreduce_max_ints(struct ompi_communicator_t *comm, int *v, int n)
 {
-    return comm->c_coll->coll_allreduce(MPI_IN_PLACE, v, n, MPI_INT, MPI_MAX, comm,
-                                        comm->c_coll->coll_allreduce_module);
+    /* coll/base's recursive doubling, which keeps no state in a module, not
+       the communicator's own allreduce: that may be han's (Open MPI 5.0's
+       default), whose first call on a communicator splits it into han's own
+       levels, 20 ms on 4 emulated hosts of 4 ranks, for the few hundred ints
+       ipmc reduces once per communicator. */
+    return ompi_coll_base_allreduce_intra_recursivedoubling(MPI_IN_PLACE, v, n, MPI_INT, MPI_MAX,
+                                                            comm, NULL);
 }
 
 int ipmc_comm_ibcast_bytes(struct ompi_communicator_t *comm, void *buf, int len, int root,

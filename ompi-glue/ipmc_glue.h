@@ -102,10 +102,12 @@ int ipmc_comm_info(struct ompi_communicator_t *comm, const char *key, char *valu
 /* The two levels of a communicator whose nodes hold several ranks: splits
    `comm` as MPI_Comm_split does (collective; color < 0: this rank is in no
    part, and *out is NULL) and names the part `name`, which ipmc does not
-   serve if `without_ipmc`; frees such a part (and sets it to NULL). */
+   serve if `without_ipmc`; frees such a part (and sets it to NULL); names a
+   part anew when a later communicator takes it over. */
 int ipmc_comm_split(struct ompi_communicator_t *comm, int color, int key, int without_ipmc,
                     const char *name, struct ompi_communicator_t **out);
 void ipmc_comm_free(struct ompi_communicator_t **comm);
+void ipmc_comm_rename(struct ompi_communicator_t *comm, const char *name);
 
 /* Datatypes. */
 size_t ipmc_dt_size(struct ompi_datatype_t *dt);
@@ -166,8 +168,8 @@ int ipmc_comm_gatherv_bytes(struct ompi_communicator_t *comm, const void *sbuf, 
 int ipmc_comm_allgatherv_bytes(struct ompi_communicator_t *comm, void *buf, const int *counts,
                                const int *displs);
 int ipmc_comm_bcast_bytes(struct ompi_communicator_t *comm, void *buf, int len, int root);
-/* The element-wise maximum of n ints over a part of two levels, in place,
-   with whatever serves MPI_Allreduce there (never ipmc). */
+/* The element-wise maximum of n ints over a communicator, in place, by
+   coll/base's recursive doubling (collective). */
 int ipmc_comm_allreduce_max_ints(struct ompi_communicator_t *comm, int *v, int n);
 /* Starts a nonblocking broadcast of len bytes on a part of two levels, with
    whatever serves it (a step of an MPI_Ibcast over the levels); test *req

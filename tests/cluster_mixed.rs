@@ -132,7 +132,7 @@ fn a_random_mix_with_injected_loss_keeps_every_byte() {
 /// the datagrams lost on every host: what each takes on from the earlier
 /// ones, agreed by every rank, must leave every byte right, and later
 /// communicators must have taken decisions on (`coll_ipmc_verbose 1`
-/// tables).
+/// tables) and, over two levels, the levels the earlier ones left.
 #[test]
 fn communicators_made_while_others_measure_keep_every_byte() {
     for slots in [2, 1] {
@@ -152,9 +152,13 @@ fn communicators_made_while_others_measure_keep_every_byte() {
             .output
             .matches("(measured on an earlier communicator of the same processes: ")
             .count();
+        let levels = run
+            .output
+            .matches("over the levels of an earlier communicator of the same processes")
+            .count();
         assert!(
-            taken >= 25,
-            "{slots} per host: {taken} taken on:\n{}",
+            taken >= 20 && (slots == 1 || levels >= 25),
+            "{slots} per host: {taken} taken on, {levels} over earlier levels:\n{}",
             run.output
         );
     }

@@ -598,8 +598,11 @@ fn communicators_of_the_same_processes_take_on_what_earlier_ones_measured() {
 }
 
 /// The same over two levels (3 hosts of 2 ranks): the duplicates' own
-/// decisions, agreed when they split into their levels, and those of their
-/// leaders' communicators, each in their agreement on the group.
+/// decisions, agreed at their first broadcast, and their levels: each
+/// later duplicate takes over the levels the one before left when it was
+/// freed (`component::parked`), so that their leaders' communicator, made
+/// once (twice where Open MPI frees a duplicate after the next one's first
+/// broadcast), measures the class once.
 #[test]
 fn over_two_levels_too_later_communicators_take_on_the_decisions() {
     let cluster = common::Cluster {
@@ -615,8 +618,14 @@ fn over_two_levels_too_later_communicators_take_on_the_decisions() {
         .into_iter()
         .partition(|(header, _)| header.contains("ipmc leaders of"));
     assert!(measured_then_taken(&dups, 3, 5), "{dups:?}\n{}", run.output);
+    let over_earlier = dups
+        .iter()
+        .filter(|(header, _)| header.contains("over the levels of an earlier communicator"))
+        .count();
+    assert!(over_earlier >= 3, "{dups:?}\n{}", run.output);
+    let (measured, _) = measured_and_taken(&leaders);
     assert!(
-        measured_then_taken(&leaders, 3, 5),
+        (1..=2).contains(&leaders.len()) && measured >= 1,
         "{leaders:?}\n{}",
         run.output
     );

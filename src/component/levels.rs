@@ -19,6 +19,8 @@ use std::time::{Duration, SystemTime, UNIX_EPOCH};
 use crate::base::error::{Error, Result};
 use crate::base::io::Wait;
 use crate::component::node_segment::{self, Copies, Giver, NodeSegment, Wanted};
+use crate::component::parked;
+use crate::group::entropy;
 use crate::platform::ompi::{AllgatherCall, Comm, Fanout, PartIbcast};
 
 /// Bytes of a segment of a pipelined broadcast over the levels: 4 MiB
@@ -319,6 +321,16 @@ impl Lookout {
     }
 }
 
+/// The name of `comm`'s node level (statistics show it).
+fn node_name(comm: &str) -> String {
+    format!("ipmc node of {comm}")
+}
+
+/// The name of `comm`'s leaders' level.
+fn leaders_name(comm: &str) -> String {
+    format!("ipmc leaders of {comm}")
+}
+
 /// A communicator's two levels, for one rank: its node's communicator and,
 /// on a leader, the leaders'.
 pub struct Levels {
@@ -338,6 +350,10 @@ pub struct Levels {
     /// Some node's ranks may copy either way ([`NodeSegment::either`]),
     /// as every rank of the communicator learnt when it split.
     pub either_way: bool,
+    /// These levels' identity, the same on every rank: a later
+    /// communicator of the same processes takes them over only where every
+    /// rank offers the same ([`crate::component::parked`]).
+    pub id: u64,
 }
 
 impl Levels {
@@ -355,14 +371,14 @@ impl Levels {
                 Some(layout.node[rank]),
                 layout.local[rank] as usize,
                 true,
-                &format!("ipmc node of {name}"),
+                &node_name(&name),
             )?
             .ok_or(Error::Unavailable)?;
         let leaders = comm.split(
             layout.is_leader(rank).then_some(0),
             layout.node_of(rank),
             false,
-            &format!("ipmc leaders of {name}"),
+            &leaders_name(&name),
         );
         let leaders = match leaders {
             Ok(l) => l,
@@ -394,14 +410,17 @@ impl Levels {
             None => "by Open MPI's broadcast",
         };
         log::info!("rank {rank} of {name}: its node's ranks take messages {how}");
-        // Whether the measured choice tries both ways: the same on every
-        // rank, as its candidates must be.
-        let mut either = [i32::from(segment.as_ref().is_some_and(NodeSegment::either))];
-        if let Err(e) = comm.allreduce_max(&mut either) {
+        // Whether the measured choice tries both ways (the same on every
+        // rank, as its candidates must be), and the levels' identity.
+        let [high, low] = parked::draw_words(entropy::collect());
+        let either = i32::from(segment.as_ref().is_some_and(NodeSegment::either));
+        let mut agreed = [either, high, low];
+        if let Err(e) = comm.allreduce_max(&mut agreed) {
             return free(e);
         }
         Ok(Levels {
-            either_way: either[0] == 1,
+            either_way: agreed[0] == 1,
+            id: parked::drawn_id([agreed[1], agreed[2]]),
             layout,
             rank,
             node,
@@ -726,14 +745,34 @@ impl Levels {
         Ok(())
     }
 
-    /// Frees both levels' communicators, once the node's ranks took what
-    /// this rank handed over.
-    pub fn free(mut self) {
+    /// Names both levels after `name`, the communicator that takes them
+    /// over (their statistics show it).
+    pub fn rename(&self, name: &str) {
+        self.node.rename(&node_name(name));
+        if let Some(leaders) = self.leaders {
+            leaders.rename(&leaders_name(name));
+        }
+    }
+
+    /// Waits until the node's ranks took what this rank handed over: then
+    /// no message of the communicator's calls is left in flight on the
+    /// node's level, and a later communicator may take the levels over.
+    /// `false` where a handover failed.
+    pub fn settle(&mut self) -> bool {
+        let mut settled = true;
         for mut f in self.handovers.drain(..) {
             if let Err(e) = f.wait() {
                 log::warn!("rank {}: a handover to its node failed ({e})", self.rank);
+                settled = false;
             }
         }
+        settled
+    }
+
+    /// Frees both levels' communicators, once the node's ranks took what
+    /// this rank handed over.
+    pub fn free(mut self) {
+        self.settle();
         if let Some(leaders) = self.leaders {
             leaders.free();
         }

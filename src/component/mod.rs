@@ -11,4 +11,5 @@ pub(crate) mod logging;
 pub mod module;
 pub mod node_segment;
 pub mod nodes;
+pub mod parked;
 pub mod stats;

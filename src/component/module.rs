@@ -17,6 +17,7 @@ use crate::component::levels::{Entry, Layout, Levels, Seen, LEVEL_SEGMENT};
 use crate::component::logging::{tell_once, Notice};
 use crate::component::node_segment::Wanted;
 use crate::component::nodes::Nodes;
+use crate::component::parked;
 use crate::component::stats::Stats;
 use crate::driver::multicast::{Driver, Ranks};
 use crate::engine::algorithm::Algorithm;
@@ -25,7 +26,7 @@ use crate::engine::choice::{lost_permille, Ballots, Choice};
 use crate::engine::inherited;
 use crate::engine::tuning::{self, Decision, Tuner};
 use crate::group::setup::{self, Announce};
-use crate::group::stated::Stated;
+use crate::group::stated::{Stated, STATED_LEN};
 use crate::net::interfaces::{self, IfList};
 use crate::net::mcast_socket::{self, McastSocket, OpenError};
 use crate::platform::ompi::{
@@ -195,6 +196,18 @@ enum TwoLevels {
     Failed,
 }
 
+/// What the ranks of a communicator over two levels agreed at its first
+/// split ([`Module::agree_over_levels`]).
+struct OverLevels {
+    /// The levels of an earlier communicator of the same processes, which
+    /// every rank offered.
+    levels: Option<Box<Levels>>,
+    /// What they take on over levels whose nodes' ranks copy one way, and
+    /// either way: what every rank stated alike, and what this rank kept.
+    one_way: (Stated, Option<Recalled>),
+    either_way: (Stated, Option<Recalled>),
+}
+
 /// Where a communicator stands with its multicast group.
 enum Multicast {
     /// No agreement on a group was started: no call on the communicator
@@ -242,6 +255,8 @@ pub struct Module {
     /// process keeps what the communicator measures and decides for later
     /// ones ([`known`]), and what it had kept for them.
     recalled: Option<Recalled>,
+    /// Its levels are an earlier communicator's ([`parked`]).
+    levels_taken_over: bool,
 }
 
 impl Module {
@@ -281,6 +296,7 @@ impl Module {
             moved: false,
             left_bcast: None,
             recalled: None,
+            levels_taken_over: false,
         }
     }
 
@@ -366,6 +382,7 @@ impl Module {
         // it ended before the communicator could be freed, and what it
         // agreed goes unused. The neighbours may still wait for messages of
         // the last broadcasts (unless a panic left their state in doubt).
+        let mut settled = false;
         if !self.broken {
             // The last broadcasts' work first (see `take_answered`).
             if let Err(e) = self.background.finish() {
@@ -380,15 +397,20 @@ impl Module {
                 warn!("rank {}: answers on {} failed: {e}", self.rank, comm.name());
             } else {
                 self.keep_for_later(comm);
+                settled = true;
             }
         }
         if report_table {
             // With the votes the last work finished.
             let table = tuning::table(self.choice.tuner());
             if !table.is_empty() {
+                let over = match self.levels_taken_over {
+                    true => ", over the levels of an earlier communicator of the same processes",
+                    false => "",
+                };
                 ompi::print_line(&format!(
-                    "ipmc: the collectives of communicator {} ({} nodes, at most {} ranks on one) \
-                     as measured and agreed:{table}",
+                    "ipmc: the collectives of communicator {} ({} nodes, at most {} ranks on \
+                     one{over}) as measured and agreed:{table}",
                     comm.name(),
                     self.nodes.count,
                     self.nodes.max_ranks
@@ -399,7 +421,7 @@ impl Module {
         self.background = Background::new(self.cfg.background_limit);
         self.multicast = Multicast::Failed;
         if let TwoLevels::Ready(levels) = std::mem::replace(&mut self.levels, TwoLevels::Failed) {
-            levels.free();
+            self.park_levels(comm, levels, settled);
         }
     }
 
@@ -895,19 +917,85 @@ impl Module {
         }))
     }
 
-    /// Over two levels, at the first split: takes on what earlier
-    /// communicators of the same processes over the same levels measured
-    /// and decided, where every rank holds it alike (an allreduce on the
-    /// communicator: its ranks agree on no group).
-    fn take_on_over_levels(&mut self, comm: Comm, either_way: bool) -> Result<()> {
-        let recalled = self.recall(comm, Some(either_way));
+    /// Over two levels, at the first split and before it, what its ranks
+    /// take over from earlier communicators of the same processes, in one
+    /// allreduce on the communicator (its ranks agree on no group): the
+    /// levels one of them left when it was freed ([`parked`]), where every
+    /// rank offers the same; and, over either kind of levels, what they
+    /// measured and decided, where every rank holds it alike.
+    fn agree_over_levels(&self, comm: Comm) -> Result<OverLevels> {
+        let members = comm.members();
+        let digest = self.cfg.digest();
+        let offered = members.clone().and_then(|members| {
+            // The hook that frees kept levels at MPI_Finalize is set up
+            // here, inside a call, before any are kept.
+            ompi::register_progress();
+            parked::take_out(&parked::Owners { digest, members })
+        });
+        let recalled = [false, true].map(|either_way| self.recall(comm, Some(either_way)));
         // Every rank enters the allreduce, one that knows nothing too.
-        let stated = recalled.as_ref().map_or(Stated::NONE, Recalled::stated);
-        let mut maxima = stated.to_maxima();
-        comm.allreduce_max(&mut maxima)?;
+        let mut words = parked::id_words(offered.as_ref().map_or(0, |l| l.id)).to_vec();
+        for r in &recalled {
+            words.extend(
+                r.as_ref()
+                    .map_or(Stated::NONE, Recalled::stated)
+                    .to_maxima(),
+            );
+        }
+        if let Err(e) = comm.allreduce_max(&mut words) {
+            if let Some(levels) = offered {
+                levels.free();
+            }
+            return Err(e);
+        }
+        let same = parked::same_id(&words[..4]);
+        let (levels, left) = match offered {
+            Some(l) if same == Some(l.id) => (Some(l), None),
+            other => (None, other),
+        };
+        if let (Some(levels), Some(members)) = (left, members) {
+            parked::park(parked::Owners { digest, members }, levels);
+        }
+        // In the order of `recalled`: one way, then either way.
+        let mut agreed = words[4..]
+            .chunks(STATED_LEN)
+            .map(Stated::from_maxima)
+            .zip(recalled);
+        Ok(OverLevels {
+            levels,
+            one_way: agreed.next().expect("two kinds of levels"),
+            either_way: agreed.next().expect("two kinds of levels"),
+        })
+    }
+
+    /// Takes on what the ranks agreed at the first split (`agreed`) for
+    /// the levels they now have, which copy `either_way` or not.
+    fn take_on_over_levels(&mut self, agreed: OverLevels, either_way: bool) {
+        let (stated, recalled) = if either_way {
+            agreed.either_way
+        } else {
+            agreed.one_way
+        };
         self.recalled = recalled;
-        self.inherit(&Stated::from_maxima(&maxima));
-        Ok(())
+        self.inherit(&stated);
+    }
+
+    /// Keeps this communicator's levels, once its last work ended
+    /// (`settled`), for a later communicator of the same processes
+    /// ([`parked`]); frees them where it did not end well, where Open MPI
+    /// does not know every member here, or where a handover failed.
+    fn park_levels(&self, comm: Comm, mut levels: Box<Levels>, settled: bool) {
+        let members = settled.then(|| comm.members()).flatten();
+        match members {
+            Some(members) if levels.settle() => parked::park(
+                parked::Owners {
+                    digest: self.cfg.digest(),
+                    members,
+                },
+                levels,
+            ),
+            _ => levels.free(),
+        }
     }
 
     /// Keeps class `k`'s measurement as far as it went, after a call of the
@@ -1180,8 +1268,34 @@ impl Module {
         let TwoLevels::Pending(layout) = &self.levels else {
             return Ok(());
         };
+        let layout = layout.clone();
+        let mut agreed = if first {
+            match self.agree_over_levels(comm) {
+                Ok(agreed) => Some(agreed),
+                Err(rc) => {
+                    self.levels = TwoLevels::Failed;
+                    return Err(rc);
+                }
+            }
+        } else {
+            None
+        };
         let segment = Wanted::from_param(self.cfg.node_segment);
-        match Levels::split(comm, layout.clone(), self.rank, segment) {
+        let split = match agreed.as_mut().and_then(|a| a.levels.take()) {
+            Some(levels) => {
+                info!(
+                    "rank {} on {}: the levels of an earlier communicator of the same processes \
+                     taken over",
+                    self.rank,
+                    comm.name()
+                );
+                levels.rename(&comm.name());
+                self.levels_taken_over = true;
+                Ok(levels)
+            }
+            None => Levels::split(comm, layout, self.rank, segment).map(Box::new),
+        };
+        match split {
             Ok(levels) => {
                 // At the first split, before any call was measured: the
                 // same on every rank.
@@ -1194,9 +1308,9 @@ impl Module {
                     );
                 }
                 let either_way = levels.either_way;
-                self.levels = TwoLevels::Ready(Box::new(levels));
-                if first {
-                    self.take_on_over_levels(comm, either_way)?;
+                self.levels = TwoLevels::Ready(levels);
+                if let Some(agreed) = agreed {
+                    self.take_on_over_levels(agreed, either_way);
                 }
                 Ok(())
             }

@@ -583,6 +583,8 @@ pub extern "C" fn ipmc_rs_progress() -> c_int {
 pub extern "C" fn ipmc_rs_finish_all() {
     let what = "finishing the background broadcasts at MPI_Finalize, and goes on";
     guard(what, (), crate::component::background::finish_all);
+    let what = "freeing the levels kept for later communicators at MPI_Finalize, and goes on";
+    guard(what, (), crate::component::parked::free_all);
 }
 
 /// Copies `text` into the C buffer `buf` of `len` bytes, cut to fit, NUL-terminated.

@@ -1121,6 +1121,14 @@ impl Comm {
         unsafe { sys::ipmc_comm_free(&mut comm) }
     }
 
+    /// Names a part anew (its statistics show the name).
+    pub fn rename(self, name: &str) {
+        let name = c_line(name);
+        // SAFETY: a part ipmc made, live; `name` is NUL-terminated and
+        // outlives the call (Open MPI copies it).
+        unsafe { sys::ipmc_comm_rename(self.0, name.as_ptr()) }
+    }
+
     /// Takes a reference on the communicator, so that freeing it (which MPI
     /// allows while operations on it are pending) does not destroy it.
     pub fn retain(self) {
@@ -1266,8 +1274,9 @@ impl Comm {
         t.wait_all(&[id])
     }
 
-    /// Replaces each element of `v` by its maximum over the part's ranks,
-    /// by whatever serves `MPI_Allreduce` on it (never ipmc).
+    /// Replaces each element of `v` by its maximum over the communicator's
+    /// ranks, by coll/base's recursive doubling (not the communicator's own
+    /// allreduce, which may set up state of its own at its first call).
     pub fn allreduce_max(self, v: &mut [i32]) -> Result<()> {
         let n = c_int::try_from(v.len()).map_err(|_| Error::Range)?;
         // SAFETY: `v` is `n` ints; every member of the part enters the same
@@ -1423,6 +1432,11 @@ impl Fanout {
         Ok(())
     }
 }
+
+// SAFETY: the requests are Open MPI's, which lets any thread test them; a
+// fanout is touched by one thread at a time, that of the module or of the
+// store of parked levels that owns it.
+unsafe impl Send for Fanout {}
 
 impl Drop for Fanout {
     fn drop(&mut self) {

@@ -1,0 +1,189 @@
+//! The levels of freed communicators, kept for later communicators of the
+//! same processes. Splitting a communicator into its levels is the dearest
+//! part of its setup (two splits, Open MPI's selection of components on
+//! both parts, the node's shared segment, the leaders' agreement on a
+//! multicast group: 17 ms on 4 emulated hosts of 4 ranks, `docs/performance.md`);
+//! a program that makes and frees communicators of the same processes step
+//! after step pays it once. A new communicator's ranks take kept levels
+//! over only where every rank offers the same ones (`Module::split_levels`).
+
+use std::sync::Mutex;
+
+use crate::component::levels::Levels;
+
+/// Levels kept at most, in all: each holds two communicators, a shared
+/// segment and, on a leader, a multicast group's sockets.
+const KEPT: usize = 4;
+
+/// Whose levels they are: the shared parameters' digest and each member's
+/// identity in the run, in rank order (the layout follows from them).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Owners {
+    pub digest: u64,
+    pub members: Vec<u64>,
+}
+
+/// Kept things with an identity that every rank knows alike.
+struct Store<T> {
+    kept: Vec<(Owners, u64, T)>,
+    /// `MPI_Finalize` began: nothing more is kept.
+    closed: bool,
+}
+
+impl<T> Store<T> {
+    const fn new() -> Self {
+        Store {
+            kept: Vec::new(),
+            closed: false,
+        }
+    }
+
+    /// Keeps `t`, identified by `id`; gives back what is to be freed: `t`
+    /// itself once closed, else the oldest kept where the store is full.
+    fn keep(&mut self, owners: Owners, id: u64, t: T) -> Option<T> {
+        if self.closed {
+            return Some(t);
+        }
+        self.kept.push((owners, id, t));
+        (self.kept.len() > KEPT).then(|| self.kept.remove(0).2)
+    }
+
+    /// Takes out what `owners` would be offered: of several, the one of
+    /// the smallest identity, so that ranks that kept the same ones in
+    /// other orders offer the same.
+    fn take_out(&mut self, owners: &Owners) -> Option<(u64, T)> {
+        let (i, _) = self
+            .kept
+            .iter()
+            .enumerate()
+            .filter(|(_, (o, _, _))| o == owners)
+            .min_by_key(|(_, (_, id, _))| *id)?;
+        let (_, id, t) = self.kept.remove(i);
+        Some((id, t))
+    }
+
+    fn close(&mut self) -> Vec<T> {
+        self.closed = true;
+        self.kept.drain(..).map(|(_, _, t)| t).collect()
+    }
+}
+
+static PARKED: Mutex<Store<Box<Levels>>> = Mutex::new(Store::new());
+
+fn parked() -> std::sync::MutexGuard<'static, Store<Box<Levels>>> {
+    PARKED.lock().unwrap_or_else(|p| p.into_inner())
+}
+
+/// Keeps the levels of a freed communicator of `owners`; frees, with no
+/// lock held, what is not kept.
+pub fn park(owners: Owners, levels: Box<Levels>) {
+    let id = levels.id;
+    let left = parked().keep(owners, id, levels);
+    if let Some(levels) = left {
+        levels.free();
+    }
+}
+
+/// Takes out the levels this process offers a new communicator of
+/// `owners`, so that no other communicator takes them meanwhile: the
+/// communicator takes them over where every rank offers the same, else
+/// they are parked again.
+pub fn take_out(owners: &Owners) -> Option<Box<Levels>> {
+    parked().take_out(owners).map(|(_, levels)| levels)
+}
+
+/// At `MPI_Finalize`: frees every kept level, and keeps none from then on
+/// (the communicators freed later, as `MPI_COMM_WORLD`, free their own).
+pub fn free_all() {
+    let all = parked().close();
+    for levels in all {
+        levels.free();
+    }
+}
+
+/// The words each rank states of the levels it offers (`id`, 0 for none)
+/// in an allreduce of maxima: the identity and its complement.
+pub fn id_words(id: u64) -> [i32; 4] {
+    let (hi, lo) = ((id >> 31) as i32 & i32::MAX, id as i32 & i32::MAX);
+    [hi, lo, i32::MAX - hi, i32::MAX - lo]
+}
+
+/// The identity every rank stated, from the maxima of their
+/// [`id_words`]; `None` where they differ.
+pub fn same_id(maxima: &[i32]) -> Option<u64> {
+    let [hi, lo, not_hi, not_lo] = maxima else {
+        return None;
+    };
+    // Each maximum equals the complement of the complements' maximum only
+    // where every rank stated the same word.
+    (*not_hi == i32::MAX - hi && *not_lo == i32::MAX - lo)
+        .then_some((*hi as u64) << 31 | *lo as u64)
+}
+
+/// The levels' identity from their ranks' draws, the same on every rank:
+/// the maxima of two 31-bit halves (the first never 0, so that no levels
+/// are 0, which stands for none).
+pub fn draw_words(draw: u64) -> [i32; 2] {
+    [
+        (draw >> 33) as i32 | 1,
+        (draw & u64::from(i32::MAX as u32)) as i32,
+    ]
+}
+
+/// The identity from the maxima of the ranks' [`draw_words`].
+pub fn drawn_id(maxima: [i32; 2]) -> u64 {
+    (maxima[0] as u64) << 31 | maxima[1] as u64
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn owners(first: u64) -> Owners {
+        Owners {
+            digest: 1,
+            members: vec![first, 2, 3],
+        }
+    }
+
+    #[test]
+    fn a_store_offers_the_smallest_identity_and_keeps_a_bounded_number() {
+        let mut s = Store::new();
+        assert_eq!(s.keep(owners(1), 9, "a"), None);
+        assert_eq!(s.keep(owners(1), 5, "b"), None);
+        assert_eq!(s.keep(owners(7), 3, "c"), None);
+        assert_eq!(s.take_out(&owners(2)), None);
+        assert_eq!(s.take_out(&owners(1)), Some((5, "b")));
+        assert_eq!(s.take_out(&owners(1)), Some((9, "a")));
+        assert_eq!(s.take_out(&owners(1)), None);
+        for id in 10..10 + KEPT as u64 {
+            assert_eq!(
+                s.keep(owners(1), id, "d"),
+                (id == 10 + KEPT as u64 - 1).then_some("c")
+            );
+        }
+        assert_eq!(s.close().len(), KEPT);
+        assert_eq!(s.keep(owners(1), 1, "e"), Some("e"));
+        assert_eq!(s.take_out(&owners(1)), None);
+    }
+
+    #[test]
+    fn only_identities_every_rank_stated_are_taken() {
+        let maxima = |ids: &[u64]| -> Vec<i32> {
+            let words: Vec<[i32; 4]> = ids.iter().map(|&id| id_words(id)).collect();
+            (0..4)
+                .map(|i| words.iter().map(|w| w[i]).max().unwrap())
+                .collect()
+        };
+        let id = drawn_id([draw_words(u64::MAX)[0], draw_words(u64::MAX)[1]]);
+        assert_eq!(id, (1 << 62) - 1);
+        assert_eq!(same_id(&maxima(&[id, id, id])), Some(id));
+        assert_eq!(same_id(&maxima(&[0, 0])), Some(0));
+        assert_eq!(same_id(&maxima(&[id, 0, id])), None);
+        assert_eq!(same_id(&maxima(&[5, 6])), None);
+        assert_eq!(same_id(&maxima(&[1 << 31, 1])), None);
+        let drawn = drawn_id(draw_words(0));
+        assert_ne!(drawn, 0);
+        assert_eq!(same_id(&id_words(drawn)), Some(drawn));
+    }
+}
