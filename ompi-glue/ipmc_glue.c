@@ -24,6 +24,9 @@
 #include "opal/util/proc.h"
 #include "opal/util/show_help.h"
 #include "ompi/proc/proc.h"
+#if OMPI_MAJOR_VERSION == 5
+#include "ompi/instance/instance.h"
+#endif
 
 #include "coll_ipmc.h"
 
@@ -206,6 +209,16 @@ int ipmc_comm_has_local_peer(struct ompi_communicator_t *comm)
         }
     }
     return 0;
+}
+
+int ipmc_comm_of_world_model(struct ompi_communicator_t *comm)
+{
+#if OMPI_MAJOR_VERSION == 5
+    return NULL != ompi_mpi_instance_default && comm->instance == ompi_mpi_instance_default;
+#else
+    (void) comm;
+    return 1;
+#endif
 }
 
 int ipmc_comm_info(struct ompi_communicator_t *comm, const char *key, char *value, int len)

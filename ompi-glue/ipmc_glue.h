@@ -94,6 +94,10 @@ void ipmc_comm_release(struct ompi_communicator_t *comm);
 /* Whether another rank of the communicator runs on this node. */
 int ipmc_comm_has_local_peer(struct ompi_communicator_t *comm);
 
+/* Whether the communicator belongs to the world model (MPI_Init's), not to
+   an MPI session (Open MPI 5.0), which may end before the process does. */
+int ipmc_comm_of_world_model(struct ompi_communicator_t *comm);
+
 /* The value of the communicator's info key `key` (set by whoever created
    it), cut to fit `len` bytes with its terminator; returns its whole length,
    or -1 where the key is unset. */

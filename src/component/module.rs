@@ -924,7 +924,10 @@ impl Module {
     /// rank offers the same; and, over either kind of levels, what they
     /// measured and decided, where every rank holds it alike.
     fn agree_over_levels(&self, comm: Comm) -> Result<OverLevels> {
-        let members = comm.members();
+        // Only communicators of the world model keep levels and take them
+        // over: a session's, kept, would outlive the session, whose end
+        // ipmc does not see.
+        let members = comm.of_world_model().then(|| comm.members()).flatten();
         let digest = self.cfg.digest();
         let offered = members.clone().and_then(|members| {
             // The hook that frees kept levels at MPI_Finalize is set up
@@ -982,10 +985,12 @@ impl Module {
 
     /// Keeps this communicator's levels, once its last work ended
     /// (`settled`), for a later communicator of the same processes
-    /// ([`parked`]); frees them where it did not end well, where Open MPI
-    /// does not know every member here, or where a handover failed.
+    /// ([`parked`]); frees them where it did not end well, where the
+    /// communicator is a session's, where Open MPI does not know every
+    /// member here, or where a handover failed.
     fn park_levels(&self, comm: Comm, mut levels: Box<Levels>, settled: bool) {
-        let members = settled.then(|| comm.members()).flatten();
+        let keeps = settled && comm.of_world_model();
+        let members = keeps.then(|| comm.members()).flatten();
         match members {
             Some(members) if levels.settle() => parked::park(
                 parked::Owners {

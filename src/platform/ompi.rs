@@ -1151,6 +1151,13 @@ impl Comm {
         unsafe { sys::ipmc_comm_has_local_peer(self.0) != 0 }
     }
 
+    /// Whether it belongs to the world model (`MPI_Init`'s), not to an MPI
+    /// session, whose end no hook of ipmc sees.
+    pub fn of_world_model(self) -> bool {
+        // SAFETY: as in `rank`.
+        unsafe { sys::ipmc_comm_of_world_model(self.0) != 0 }
+    }
+
     /// A barrier on a part made by [`Comm::split`], by whatever serves
     /// barriers there.
     pub fn barrier(self) -> Result<()> {

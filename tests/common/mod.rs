@@ -162,7 +162,7 @@ pub fn built_for_openmpi5() -> &'static Path {
                 .arg(gpu.join("mca_accelerator_fakegpu.so"))
                 .arg(src.join("accelerator_fakegpu.c")),
         );
-        for program in ["gpu_bcast", "sessions"] {
+        for program in ["gpu_bcast", "sessions", "sessions_again"] {
             run_ok(
                 openmpi_command("mpicc")
                     .args(["-O2", "-Wall", "-Werror", "-o"])
