@@ -924,16 +924,12 @@ impl Module {
     /// rank offers the same; and, over either kind of levels, what they
     /// measured and decided, where every rank holds it alike.
     fn agree_over_levels(&self, comm: Comm) -> Result<OverLevels> {
-        // Only communicators of the world model keep levels and take them
-        // over: a session's, kept, would outlive the session, whose end
-        // ipmc does not see.
-        let members = comm.of_world_model().then(|| comm.members()).flatten();
-        let digest = self.cfg.digest();
-        let offered = members.clone().and_then(|members| {
+        let owners = self.level_owners(comm);
+        let offered = owners.as_ref().and_then(|owners| {
             // The hook that frees kept levels at MPI_Finalize is set up
             // here, inside a call, before any are kept.
             ompi::register_progress();
-            parked::take_out(&parked::Owners { digest, members })
+            parked::take_out(owners)
         });
         let recalled = [false, true].map(|either_way| self.recall(comm, Some(either_way)));
         // Every rank enters the allreduce, one that knows nothing too.
@@ -956,8 +952,8 @@ impl Module {
             Some(l) if same == Some(l.id) => (Some(l), None),
             other => (None, other),
         };
-        if let (Some(levels), Some(members)) = (left, members) {
-            parked::park(parked::Owners { digest, members }, levels);
+        if let (Some(levels), Some(owners)) = (left, owners) {
+            parked::park(owners, levels);
         }
         // In the order of `recalled`: one way, then either way.
         let mut agreed = words[4..]
@@ -983,22 +979,27 @@ impl Module {
         self.inherit(&stated);
     }
 
+    /// Under whom `comm`'s levels are kept and taken over ([`parked`]);
+    /// `None` where Open MPI does not know every member here, or for a
+    /// session's communicator: kept, its levels would outlive the session,
+    /// whose end ipmc does not see.
+    fn level_owners(&self, comm: Comm) -> Option<parked::Owners> {
+        if !comm.of_world_model() {
+            return None;
+        }
+        Some(parked::Owners {
+            digest: self.cfg.digest(),
+            members: comm.members()?,
+        })
+    }
+
     /// Keeps this communicator's levels, once its last work ended
     /// (`settled`), for a later communicator of the same processes
-    /// ([`parked`]); frees them where it did not end well, where the
-    /// communicator is a session's, where Open MPI does not know every
-    /// member here, or where a handover failed.
+    /// ([`parked`]); frees them where it did not end well, where they have
+    /// no owners to be kept under, or where a handover failed.
     fn park_levels(&self, comm: Comm, mut levels: Box<Levels>, settled: bool) {
-        let keeps = settled && comm.of_world_model();
-        let members = keeps.then(|| comm.members()).flatten();
-        match members {
-            Some(members) if levels.settle() => parked::park(
-                parked::Owners {
-                    digest: self.cfg.digest(),
-                    members,
-                },
-                levels,
-            ),
+        match settled.then(|| self.level_owners(comm)).flatten() {
+            Some(owners) if levels.settle() => parked::park(owners, levels),
             _ => levels.free(),
         }
     }
