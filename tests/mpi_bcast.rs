@@ -430,7 +430,13 @@ fn algorithms_go_by_name_and_a_wrong_one_is_told_once() {
             ("coll_ipmc_print_statistics", "1"),
             ("coll_ipmc_bcast_algorithm", wrong),
         ];
-        let run = mpirun(4, &mca, "bcast_check", &args);
+        let mut run = mpirun(4, &mca, "bcast_check", &args);
+        for _ in 0..2 {
+            if !open_mpi_lost_its_help(&run.output) {
+                break;
+            }
+            run = mpirun(4, &mca, "bcast_check", &args);
+        }
         let world = world_stats(&run, 4);
         let told = run
             .output
@@ -452,6 +458,15 @@ fn algorithms_go_by_name_and_a_wrong_one_is_told_once() {
             "{world:?}"
         );
     }
+}
+
+/// Open MPI 4.1.4's `mpirun` now and then cannot unpack the help messages
+/// its ranks send it (`ORTE_ERROR_LOG: Data unpack would read past end of
+/// buffer` in `orte/util/show_help.c`) and prints none of them: its own
+/// defect, with or without ipmc, after which the run is made again.
+fn open_mpi_lost_its_help(output: &str) -> bool {
+    output.contains("Data unpack would read past end of buffer in file")
+        && output.contains("show_help.c")
 }
 
 #[test]
