@@ -745,6 +745,7 @@ impl Program for FirstBroadcast {
                     mtu: u32::MAX,
                     rcvbuf: u32::MAX,
                     stated: Stated::NONE,
+                    kept: None,
                 };
                 let a = Agreement::start(msgs, self.rank, self.size, cfg, facts);
                 self.setup = Some(a.map_err(|e| e.to_string())?);

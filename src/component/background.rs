@@ -664,6 +664,13 @@ impl Background {
         self.slot().queue.set_driver(driver);
     }
 
+    /// Gives the multicast driver up (its work finished), for a later
+    /// communicator of the same processes ([`crate::component::parked`]).
+    pub fn take_driver(&mut self) -> Option<Driver<McastSocket>> {
+        self.slot.as_ref()?;
+        self.slot().queue.take_driver()
+    }
+
     /// Finishes all work of the communicator, waiting as long as it takes:
     /// before a blocking broadcast on it (every algorithm uses the broadcast
     /// tag), and when it is freed.

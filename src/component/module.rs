@@ -216,9 +216,12 @@ enum Multicast {
     /// The agreement on the group, started when the communicator was
     /// created, goes on in the background; the next broadcast finishes it.
     Joining,
-    /// The group is agreed: the background has its driver, whose datagrams
-    /// carry `fragment_size` bytes of a message.
-    Ready { fragment_size: usize },
+    /// The group is agreed (`announce`): the background has its driver,
+    /// whose datagrams carry `fragment_size` bytes of a message.
+    Ready {
+        fragment_size: usize,
+        announce: Box<Announce>,
+    },
     /// Some rank could not join: the replaced component's broadcast serves
     /// the calls that would multicast.
     Failed,
@@ -257,6 +260,9 @@ pub struct Module {
     recalled: Option<Recalled>,
     /// Its levels are an earlier communicator's ([`parked`]).
     levels_taken_over: bool,
+    /// The group of an earlier communicator of the same processes that
+    /// this rank offers in the agreement on the group ([`parked`]).
+    offered: Option<parked::Group>,
 }
 
 impl Module {
@@ -297,6 +303,7 @@ impl Module {
             left_bcast: None,
             recalled: None,
             levels_taken_over: false,
+            offered: None,
         }
     }
 
@@ -400,6 +407,7 @@ impl Module {
                 settled = true;
             }
         }
+        let group = settled.then(|| self.group_to_keep()).flatten();
         if report_table {
             // With the votes the last work finished.
             let table = tuning::table(self.choice.tuner());
@@ -417,9 +425,14 @@ impl Module {
                 ));
             }
         }
-        // Leaves the group and closes the sockets.
+        // Keeps the group for a later communicator, or leaves it and closes
+        // the sockets.
         self.background = Background::new(self.cfg.background_limit);
         self.multicast = Multicast::Failed;
+        if let (Some(group), Some(owners)) = (group, self.level_owners(comm)) {
+            parked::park_group(owners, group);
+        }
+        self.offer_back(comm);
         if let TwoLevels::Ready(levels) = std::mem::replace(&mut self.levels, TwoLevels::Failed) {
             self.park_levels(comm, levels, settled);
         }
@@ -493,7 +506,7 @@ impl Module {
                 }
                 // What multicast lost, in datagrams of the size the group
                 // agreed.
-                let (Algorithm::Multicast, Multicast::Ready { fragment_size }) =
+                let (Algorithm::Multicast, Multicast::Ready { fragment_size, .. }) =
                     (alg, &m.multicast)
                 else {
                     return Ok(None);
@@ -1232,12 +1245,74 @@ impl Module {
                 return Err(e);
             }
         };
-        if let Some(driver) = driver {
+        if let Some((driver, announce)) = driver {
             let fragment_size = driver.fragment_size();
             self.background.set_driver(driver);
-            self.multicast = Multicast::Ready { fragment_size };
+            self.multicast = Multicast::Ready {
+                fragment_size,
+                announce: Box::new(announce),
+            };
         }
         Ok(())
+    }
+
+    /// The driver of the group announced in `a`, which `socket` joined.
+    fn driver_of(&self, socket: McastSocket, a: &Announce) -> Driver<McastSocket> {
+        let cfg = &self.cfg;
+        let seed = cfg.inject_seed as u64 ^ ((self.rank as u64) << 32) ^ u64::from(self.cid);
+        Driver::new(
+            socket,
+            a.comm_id,
+            a.fragment_size as usize,
+            a.auth,
+            Duration::from_micros(cfg.root_wait_time as u64),
+            a.window,
+            (cfg.inject_loss as u32, seed),
+        )
+    }
+
+    /// At `disable`, the last work over: the group this communicator leaves
+    /// for a later one of the same processes ([`parked`]), the one its
+    /// broadcasts used, or the one its agreement ended on where no call
+    /// came to take it on (quietly: nothing used it).
+    fn group_to_keep(&mut self) -> Option<parked::Group> {
+        if matches!(self.multicast, Multicast::Joining) {
+            self.multicast = Multicast::Failed;
+            let agreed = self.background.finish_joining().ok().flatten()?;
+            let (driver, announce) = match (agreed.joined, agreed.local, agreed.announce) {
+                (setup::Joined::Kept, None, Some(a)) => {
+                    let group = self.offered.take().filter(|g| g.kept().id == a.kept)?;
+                    (group.driver, a)
+                }
+                (setup::Joined::All, Some(Ok(socket)), Some(a)) => (self.driver_of(socket, &a), a),
+                _ => return None,
+            };
+            let cfg = self.cfg.clone();
+            return Some(parked::Group {
+                announce,
+                driver,
+                cfg,
+            });
+        }
+        let Multicast::Ready { announce, .. } = &self.multicast else {
+            return None;
+        };
+        let announce = **announce;
+        let driver = self.background.take_driver()?;
+        let cfg = self.cfg.clone();
+        Some(parked::Group {
+            announce,
+            driver,
+            cfg,
+        })
+    }
+
+    /// Parks again the group this rank offered, where the ranks did not
+    /// take it over.
+    fn offer_back(&mut self, comm: Comm) {
+        if let (Some(group), Some(owners)) = (self.offered.take(), self.level_owners(comm)) {
+            parked::park_group(owners, group);
+        }
     }
 
     /// Runs the linear or chain algorithm on the message bytes.
@@ -1397,6 +1472,14 @@ impl Module {
         if let Some(r) = &self.recalled {
             facts.stated = r.stated();
         }
+        // The group an earlier communicator of the same processes left,
+        // which every rank takes over where every rank offers the same.
+        // One kept under other parameters of this process's closes.
+        self.offered = self
+            .level_owners(comm)
+            .and_then(|owners| parked::take_out_group(&owners))
+            .filter(|g| g.cfg == self.cfg);
+        facts.kept = self.offered.as_ref().map(parked::Group::kept);
         let open: Open = Box::new(move |a: &Announce| open_socket(&cfg, loopback, a, &addrs));
         let joining = Joining::start(comm, self.cfg.clone(), facts, open)?;
         self.background.join(joining);
@@ -1412,7 +1495,7 @@ impl Module {
         &mut self,
         comm: Comm,
         agreed: Option<setup::Agreed<McastSocket>>,
-    ) -> Option<Driver<McastSocket>> {
+    ) -> Option<(Driver<McastSocket>, Announce)> {
         let Some(setup::Agreed {
             announce,
             local,
@@ -1422,10 +1505,11 @@ impl Module {
         else {
             self.stats.setup = "failed";
             self.recalled = None;
+            self.offer_back(comm);
             return None;
         };
         let name = comm.name();
-        if let Err(why) = &local {
+        if let Some(Err(why)) = &local {
             warn!("rank {} cannot multicast on {name}: {why}", self.rank);
         }
         if let setup::Joined::Failed { .. } = joined {
@@ -1436,8 +1520,23 @@ impl Module {
                 setup::failure_message(&name, &failures, |r| comm.member_host(r))
             });
         }
+        if joined != setup::Joined::Kept {
+            self.offer_back(comm);
+        }
         match (joined, local, announce) {
-            (setup::Joined::All, Ok(socket), Some(a)) => {
+            (setup::Joined::Kept, None, Some(a)) => {
+                let group = self.offered.take().filter(|g| g.kept().id == a.kept)?;
+                info!(
+                    "rank {} multicasts on {name} (cid {}) with group {}, taken over from an \
+                     earlier communicator of the same processes",
+                    self.rank, self.cid, a.group
+                );
+                self.stats.setup = "ok";
+                self.stats.taken_over = 1;
+                self.inherit(&a.inherited);
+                Some((group.driver, a))
+            }
+            (setup::Joined::All, Some(Ok(socket)), Some(a)) => {
                 info!(
                     "rank {} multicasts on {name} (cid {}) with group {}, receive buffer {} bytes",
                     self.rank,
@@ -1461,17 +1560,7 @@ impl Module {
                         )
                     });
                 }
-                let seed =
-                    cfg.inject_seed as u64 ^ ((self.rank as u64) << 32) ^ u64::from(self.cid);
-                Some(Driver::new(
-                    socket,
-                    a.comm_id,
-                    a.fragment_size as usize,
-                    a.auth,
-                    Duration::from_micros(cfg.root_wait_time as u64),
-                    a.window,
-                    (cfg.inject_loss as u32, seed),
-                ))
+                Some((self.driver_of(socket, &a), a))
             }
             (joined, _, _) => {
                 // Its calls that would multicast go to the replaced
@@ -1479,7 +1568,7 @@ impl Module {
                 self.recalled = None;
                 let first = match joined {
                     setup::Joined::Failed { first } => first,
-                    setup::Joined::All => self.rank,
+                    setup::Joined::All | setup::Joined::Kept => self.rank,
                 };
                 warn!(
                     "rank {} falls back to the replaced broadcast on {name}: rank {first} \
@@ -1595,6 +1684,7 @@ fn rank_facts(cfg: &Config, addrs: Option<&[os::IfAddr]>) -> setup::Facts {
         mtu,
         rcvbuf,
         stated: Stated::NONE,
+        kept: None,
     }
 }
 

@@ -1,18 +1,26 @@
-//! The levels of freed communicators, kept for later communicators of the
-//! same processes. Splitting a communicator into its levels is the dearest
-//! part of its setup (two splits, Open MPI's selection of components on
-//! both parts, the node's shared segment, the leaders' agreement on a
-//! multicast group: 17 ms on 4 emulated hosts of 4 ranks, `docs/performance.md`);
-//! a program that makes and frees communicators of the same processes step
-//! after step pays it once. A new communicator's ranks take kept levels
-//! over only where every rank offers the same ones (`Module::split_levels`).
+//! The levels and multicast groups of freed communicators, kept for later
+//! communicators of the same processes. Splitting a communicator into its
+//! levels is the dearest part of its setup (two splits, Open MPI's
+//! selection of components on both parts, the node's shared segment, the
+//! leaders' agreement on a multicast group: 17 ms on 4 emulated hosts of 4
+//! ranks, `docs/performance.md`); on one level, the agreement on a group
+//! takes four rounds over the ranks where taking over a kept one takes two.
+//! A program that makes and frees communicators of the same processes step
+//! after step pays for them once. A new communicator's ranks take kept
+//! levels or a kept group over only where every rank offers the same ones
+//! (`Module::split_levels`, [`crate::group::setup`]).
 
 use std::sync::Mutex;
 
+use crate::base::params::Config;
 use crate::component::levels::Levels;
+use crate::driver::multicast::Driver;
+use crate::group::setup::{Announce, Kept};
+use crate::net::mcast_socket::McastSocket;
 
 /// Levels kept at most, in all: each holds two communicators, a shared
-/// segment and, on a leader, a multicast group's sockets.
+/// segment and, on a leader, a multicast group's sockets; and groups kept
+/// at most, in all, each with its socket.
 const KEPT: usize = 4;
 
 /// Whose levels they are: the shared parameters' digest and each member's
@@ -74,6 +82,53 @@ fn parked() -> std::sync::MutexGuard<'static, Store<Box<Levels>>> {
     PARKED.lock().unwrap_or_else(|p| p.into_inner())
 }
 
+/// The multicast group of a freed communicator on one level: its driver
+/// (socket, identity, broadcasts' numbering, key), what was announced for
+/// it, and this process's parameters it was opened under (a later
+/// communicator takes it over only under the same, the socket's own
+/// included).
+pub struct Group {
+    pub announce: Announce,
+    pub driver: Driver<McastSocket>,
+    pub cfg: Config,
+}
+
+impl Group {
+    /// What the ranks compare: the group's communicator identity and the
+    /// number of broadcasts it carried, mixed (SplitMix64's finalizer), so
+    /// that ranks offer the same only for the same group at the same point.
+    pub fn kept(&self) -> Kept {
+        let mut z = self.announce.comm_id ^ self.driver.broadcasts_begun().rotate_left(32);
+        z = (z ^ (z >> 30)).wrapping_mul(0xbf58_476d_1ce4_e5b9);
+        z = (z ^ (z >> 27)).wrapping_mul(0x94d0_49bb_1331_11eb);
+        Kept {
+            id: (z ^ (z >> 31)) | 1,
+            announce: self.announce,
+        }
+    }
+}
+
+static GROUPS: Mutex<Store<Group>> = Mutex::new(Store::new());
+
+fn groups() -> std::sync::MutexGuard<'static, Store<Group>> {
+    GROUPS.lock().unwrap_or_else(|p| p.into_inner())
+}
+
+/// Keeps the group of a freed communicator of `owners` (a socket closes
+/// where it is not kept).
+pub fn park_group(owners: Owners, group: Group) {
+    let id = group.kept().id;
+    let left = groups().keep(owners, id, group);
+    drop(left);
+}
+
+/// Takes out the group this process offers a new communicator of
+/// `owners`: the communicator takes it over where every rank offers the
+/// same, else it is parked again.
+pub fn take_out_group(owners: &Owners) -> Option<Group> {
+    groups().take_out(owners).map(|(_, group)| group)
+}
+
 /// Keeps the levels of a freed communicator of `owners`; frees, with no
 /// lock held, what is not kept.
 pub fn park(owners: Owners, levels: Box<Levels>) {
@@ -99,6 +154,8 @@ pub fn free_all() {
     for levels in all {
         levels.free();
     }
+    let groups = groups().close();
+    drop(groups);
 }
 
 /// The words each rank states of the levels it offers (`id`, 0 for none)

@@ -46,6 +46,9 @@ pub struct Stats {
     pub allgather_two_level: Tally,
     /// How the multicast setup ended: `none` (not tried), `ok`, `failed`.
     pub setup: &'static str,
+    /// 1 where the communicator took over the multicast group that a freed
+    /// one of the same processes left ([`crate::component::parked`]).
+    pub taken_over: u64,
 }
 
 impl Default for Stats {
@@ -64,6 +67,7 @@ impl Default for Stats {
             allgather_previous: Tally::default(),
             allgather_two_level: Tally::default(),
             setup: "none",
+            taken_over: 0,
         }
     }
 }
@@ -144,9 +148,10 @@ impl Stats {
         let d = &self.datagrams;
         let _ = write!(
             line,
-            " setup={} sent={} send_full={} send_failed={} flow_stalls={} recv={} injected={} \
-             own={}",
+            " setup={} taken_over={} sent={} send_full={} send_failed={} flow_stalls={} recv={} \
+             injected={} own={}",
             self.setup,
+            self.taken_over,
             d.sent,
             d.send_full,
             d.send_failed,
@@ -342,6 +347,12 @@ impl Stats {
                 .position(|s| *s == self.setup)
                 .unwrap_or(0) as u64,
         });
+        v.push(counter(
+            "taken_over",
+            "1 where the communicator took over the multicast group a freed communicator of \
+             the same processes left, and opened no socket of its own",
+            self.taken_over,
+        ));
         let d = &self.datagrams;
         v.extend([
             counter("sent", "Datagrams this rank multicast as a root", d.sent),
@@ -540,7 +551,7 @@ mod tests {
             s.report(2, 8, 4, 3, "MPI_COMM_WORLD"),
             "ipmc stats: rank=2 size=8 nodes=4 cid=3 bcasts=4 empty=1 ibcasts=0 leader_moves=0 handovers=0 segment_bytes=0 linear=2:15B chain=1:1048576B \
              multicast=0:0B previous=0:0B binomial=0:0B binary=0:0B two_level=0:0B two_level_pipelined=0:0B scatter_allgather=0:0B split_binary=0:0B \
-             two_level_from_leader=0:0B two_level_pipelined_from_leader=0:0B setup=none sent=0 send_full=0 \
+             two_level_from_leader=0:0B two_level_pipelined_from_leader=0:0B setup=none taken_over=0 sent=0 send_full=0 \
              send_failed=0 flow_stalls=0 recv=0 \
              injected=0 own=0 useful=0 dup=0 root_own=0 rej_comm=0 rej_stale=0 rej_future=0 \
              rej_length=0 rej_magic=0 rej_crc=0 rej_auth=0 mcast_bytes=0 chain_bytes=0 \

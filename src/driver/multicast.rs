@@ -320,6 +320,11 @@ impl<S: DatagramIo> Driver<S> {
         }
     }
 
+    /// How many broadcasts the group carried, which the next numbers on.
+    pub fn broadcasts_begun(&self) -> u64 {
+        self.next_bcast
+    }
+
     /// The payload of one datagram, as the group agreed.
     pub fn fragment_size(&self) -> usize {
         self.fragment_size

@@ -202,6 +202,12 @@ impl<S: DatagramIo, M: MessageIo, W: Work<S>> Queue<S, M, W> {
         self.driver = Some(driver);
     }
 
+    /// Gives the multicast driver up, once the work is over, for a later
+    /// communicator to take over.
+    pub fn take_driver(&mut self) -> Option<Driver<S>> {
+        self.driver.take()
+    }
+
     /// The multicast driver, once the group is agreed.
     pub fn driver(&mut self) -> Option<&mut Driver<S>> {
         self.driver.as_mut()

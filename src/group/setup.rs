@@ -11,7 +11,9 @@
 //! smallest receive buffer, which sizes flow control's window
 //! ([`flow_window`]); and what each rank keeps of the measured choice of
 //! earlier communicators of the same processes, of which rank 0 announces
-//! what every rank states alike ([`Stated`]). Only
+//! what every rank states alike ([`Stated`]); and the group each kept from
+//! such a communicator ([`Kept`]): where every rank offers the same, rank 0
+//! announces that they take it over, and the agreement ends there. Only
 //! point-to-point messages of the communicator itself are used (four rounds
 //! along a binomial tree rooted at rank 0, [`Agreement`]), never a collective.
 
@@ -27,11 +29,12 @@ use crate::protocol::datagram::{self, Auth, Key, KEY_LEN};
 
 /// Layout version of the setup messages (part of [`Config::digest`], so
 /// that builds whose messages differ never try to agree).
-pub(crate) const VERSION: u8 = 5;
+pub(crate) const VERSION: u8 = 6;
 /// Bytes of round 0's message: the address families, the smallest MTU and
-/// receive buffer, and what the rank's subtree states alike.
-const FAMILIES_LEN: usize = 1 + 4 + 4 + STATED_LEN;
-const ANNOUNCE_LEN: usize = 1 + 1 + 16 + 2 + 8 + 8 + 1 + 8 + KEY_LEN + 4 + STATED_LEN;
+/// receive buffer, the kept group the rank's subtree offers alike, and what
+/// it states alike.
+const FAMILIES_LEN: usize = 1 + 4 + 4 + 8 + STATED_LEN;
+const ANNOUNCE_LEN: usize = 1 + 1 + 16 + 2 + 8 + 8 + 1 + 8 + KEY_LEN + 4 + 8 + STATED_LEN;
 const VERDICT_LEN: usize = 1 + 4;
 /// Most bytes of the reason a rank reports with its failure.
 const REASON_MAX: usize = 400;
@@ -65,6 +68,22 @@ pub struct Announce {
     pub window: u32,
     /// What every rank stated alike, which every rank takes on.
     pub inherited: Stated,
+    /// The identity of the kept group every rank offered, which they take
+    /// over ([`Kept`]); 0 for a group drawn for this communicator.
+    pub kept: u64,
+}
+
+/// A group a rank kept from an earlier communicator of the same processes
+/// ([`crate::component::parked`]) and offers this one: the ranks take it
+/// over, its socket and its broadcasts' numbering, where every rank offers
+/// the same, and then open nothing.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Kept {
+    /// Never 0; the same on every rank only for the same group at the same
+    /// broadcast.
+    pub id: u64,
+    /// What was announced for it.
+    pub announce: Announce,
 }
 
 /// What a rank tells rank 0 about itself before the draw.
@@ -80,6 +99,8 @@ pub struct Facts {
     /// What it keeps of the measured choice of earlier communicators of
     /// the same processes.
     pub stated: Stated,
+    /// The group it kept for this communicator's processes, if any.
+    pub kept: Option<Kept>,
 }
 
 impl Facts {
@@ -89,6 +110,7 @@ impl Facts {
         mtu: u32::MAX,
         rcvbuf: u32::MAX,
         stated: Stated::NONE,
+        kept: None,
     };
 }
 
@@ -115,6 +137,7 @@ impl Announce {
             digest: cfg.digest(),
             window: 0,
             inherited: Stated::NONE,
+            kept: 0,
         })
     }
 
@@ -145,6 +168,7 @@ impl Announce {
         out.extend_from_slice(&self.digest.to_be_bytes());
         out.extend_from_slice(&key.0);
         out.extend_from_slice(&self.window.to_be_bytes());
+        out.extend_from_slice(&self.kept.to_be_bytes());
         out.extend_from_slice(&self.inherited.to_bytes());
         debug_assert_eq!(out.len(), ANNOUNCE_LEN);
         out
@@ -178,7 +202,8 @@ impl Announce {
             },
             digest: u64_at(37),
             window: u32::from_be_bytes(b[45 + KEY_LEN..49 + KEY_LEN].try_into().expect("4 bytes")),
-            inherited: Stated::from_bytes(&b[49 + KEY_LEN..]),
+            kept: u64_at(49 + KEY_LEN),
+            inherited: Stated::from_bytes(&b[57 + KEY_LEN..]),
         })
     }
 
@@ -268,6 +293,9 @@ pub fn auth_of(cfg: &Config, key: Key) -> Auth {
 pub enum Joined {
     /// Every rank joined.
     All,
+    /// Every rank takes over the kept group it offered
+    /// ([`Announce::kept`]).
+    Kept,
     /// At least one rank failed; `first` is the lowest such rank.
     Failed { first: usize },
 }
@@ -416,8 +444,9 @@ impl Failures {
 pub struct Agreed<S> {
     /// Rank 0's announcement, if it could draw one.
     pub announce: Option<Announce>,
-    /// This rank's socket, or why it could not open one.
-    pub local: Result<S, String>,
+    /// This rank's socket, or why it could not open one; `None` where the
+    /// ranks take over a kept group and opened none.
+    pub local: Option<Result<S, String>>,
     /// The verdict, the same on every rank.
     pub joined: Joined,
     /// On rank 0: every rank's failure (empty elsewhere).
@@ -458,6 +487,9 @@ enum Round {
     Verdict,
     /// Round 3 on ranks other than 0: the verdict sent down.
     Forward,
+    /// Round 1 (rank 0) or 2: the announcement of a kept group sent down,
+    /// which ends the agreement: no rank opens a socket, none can fail.
+    Handed,
 }
 
 /// The agreement on one rank, in steps: [`Agreement::start`] posts its
@@ -476,8 +508,10 @@ enum Round {
 /// parent merging its subtree's reports into one ([`Failures`]); rank 0
 /// tells the verdict down the tree. When the only failures are ports taken
 /// by other programs, rank 0 draws again, up to [`DRAWS`] times, and every
-/// rank follows its verdict. Only point-to-point messages of the
-/// communicator are used, never a collective.
+/// rank follows its verdict. Where every rank offered the same kept group
+/// in the first round, rank 0 announces it instead of drawing, and the
+/// agreement ends once the announcement has gone down the tree. Only
+/// point-to-point messages of the communicator are used, never a collective.
 pub struct Agreement<S, M: MessageIo> {
     rank: usize,
     parent: Option<usize>,
@@ -497,6 +531,11 @@ pub struct Agreement<S, M: MessageIo> {
     rcvbuf: u32,
     /// What this rank states, then what its subtree states alike.
     stated: Stated,
+    /// The group this rank kept, if it offers one.
+    kept: Option<Kept>,
+    /// The identity of the kept group this rank's subtree offers alike (0:
+    /// none, or not alike).
+    kept_alike: u64,
     /// This rank's CPU computes AES-128-GMAC in hardware, then (on rank 0)
     /// every rank's does: a tag is then GMAC's ([`datagram::gmac_is_fast`]).
     fast_gmac: bool,
@@ -522,6 +561,7 @@ impl<S, M: MessageIo> Agreement<S, M> {
             mtu,
             rcvbuf,
             stated,
+            kept,
         } = facts;
         let (parent, children) = tree(rank, size);
         let mut a = Agreement {
@@ -536,6 +576,8 @@ impl<S, M: MessageIo> Agreement<S, M> {
             mtu,
             rcvbuf,
             stated,
+            kept,
+            kept_alike: kept.map_or(0, |k| k.id),
             fast_gmac: datagram::gmac_is_fast(),
             draw: 1,
             verdict: Vec::new(),
@@ -621,6 +663,10 @@ impl<S, M: MessageIo> Agreement<S, M> {
                 let word = |b: &[u8], at: usize| {
                     Some(u32::from_be_bytes(b.get(at..at + 4)?.try_into().ok()?))
                 };
+                let kept_id = |b: &[u8]| Some(u64::from_be_bytes(b.get(9..17)?.try_into().ok()?));
+                if got.iter().any(|b| kept_id(b) != Some(self.kept_alike)) {
+                    self.kept_alike = 0;
+                }
                 self.mtu = got
                     .iter()
                     .filter_map(|b| word(b, 1))
@@ -631,15 +677,17 @@ impl<S, M: MessageIo> Agreement<S, M> {
                     .fold(self.rcvbuf, u32::min);
                 for b in &got {
                     self.stated
-                        .keep_common(&Stated::from_bytes(b.get(9..).unwrap_or_default()));
+                        .keep_common(&Stated::from_bytes(b.get(17..).unwrap_or_default()));
                 }
                 match parent {
+                    None if self.kept_alike != 0 => self.hand_over(msgs)?,
                     None => self.announce_draw(msgs, open)?,
                     Some(p) => {
                         let up = [
                             &[bits][..],
                             &self.mtu.to_be_bytes(),
                             &self.rcvbuf.to_be_bytes(),
+                            &self.kept_alike.to_be_bytes(),
                             &self.stated.to_bytes(),
                         ]
                         .concat();
@@ -655,6 +703,14 @@ impl<S, M: MessageIo> Agreement<S, M> {
                 let mut waiting = self.send_children(msgs, bytes)?;
                 let announce = Announce::decode(bytes)
                     .ok_or_else(|| "rank 0 could not draw a group".to_string());
+                if let Some(a) = announce.as_ref().ok().filter(|a| a.kept != 0) {
+                    // Rank 0 hands over only what every rank offered.
+                    debug_assert_eq!(a.kept, self.kept.map_or(0, |k| k.id));
+                    self.announce = Some(announce);
+                    self.waiting = waiting;
+                    self.round = Round::Handed;
+                    return Ok(None);
+                }
                 self.open_announced(announce, open);
                 waiting.extend(self.recv_children(msgs, REPORT_MAX)?);
                 self.waiting = waiting;
@@ -714,6 +770,7 @@ impl<S, M: MessageIo> Agreement<S, M> {
                 }
             }
             (None, Round::Forward) => unreachable!("rank 0 sends the verdict, it forwards none"),
+            (_, Round::Handed) => return Ok(Some(self.agreed(Joined::Kept))),
         }
         Ok(None)
     }
@@ -756,6 +813,21 @@ impl<S, M: MessageIo> Agreement<S, M> {
         Ok(())
     }
 
+    /// Rank 0, where every rank offered the same kept group: announces that
+    /// they take it over, with what they state alike.
+    fn hand_over(&mut self, msgs: &mut M) -> Result<()> {
+        let kept = self.kept.expect("rank 0 offers what every rank offered");
+        let announce = Announce {
+            kept: kept.id,
+            inherited: self.stated,
+            ..kept.announce
+        };
+        self.waiting = self.send_children(msgs, &announce.encode())?;
+        self.announce = Some(Ok(announce));
+        self.round = Round::Handed;
+        Ok(())
+    }
+
     /// Opens this rank's socket for `announce`, or knows why it cannot.
     fn open_announced(
         &mut self,
@@ -789,11 +861,12 @@ impl<S, M: MessageIo> Agreement<S, M> {
     fn agreed(&mut self, joined: Joined) -> Agreed<S> {
         Agreed {
             announce: self.announce.take().and_then(Result::ok),
-            local: self
-                .local
-                .take()
-                .unwrap_or_else(|| Err("no announcement".to_string().into()))
-                .map_err(|e| e.why),
+            local: (joined != Joined::Kept).then(|| {
+                self.local
+                    .take()
+                    .unwrap_or_else(|| Err("no announcement".to_string().into()))
+                    .map_err(|e| e.why)
+            }),
             joined,
             failures: std::mem::take(&mut self.failures),
         }
@@ -877,6 +950,17 @@ mod tests {
         families: fn(usize) -> RankFacts,
         stated: fn(usize) -> Stated,
     ) -> Vec<(Agreed<Announce>, Vec<Announce>)> {
+        agree_offering(size, open, families, stated, |_| None)
+    }
+
+    /// As [`agree_stating`], each rank offering the kept group `kept(rank)`.
+    fn agree_offering(
+        size: usize,
+        open: fn(usize, usize) -> Result<(), OpenError>,
+        families: fn(usize) -> RankFacts,
+        stated: fn(usize) -> Stated,
+        kept: fn(usize) -> Option<Kept>,
+    ) -> Vec<(Agreed<Announce>, Vec<Announce>)> {
         run_messages(size, move |rank, msgs| {
             let cfg = Config::default();
             let mut opened = Vec::new();
@@ -886,6 +970,7 @@ mod tests {
                 mtu,
                 rcvbuf: RCVBUF + rank as u32,
                 stated: stated(rank),
+                kept: kept(rank),
             };
             let mut a = Agreement::start(msgs, rank, size, cfg, facts).unwrap();
             a.fast_gmac = fast_gmac;
@@ -907,7 +992,10 @@ mod tests {
         for (agreed, opened) in &ranks {
             assert_eq!(agreed.joined, Joined::All);
             assert_eq!(agreed.announce, Some(a));
-            assert_eq!(agreed.local.as_ref().ok(), Some(&a));
+            assert_eq!(
+                agreed.local.as_ref().and_then(|l| l.as_ref().ok()),
+                Some(&a)
+            );
             assert_eq!(opened, &[a]);
             assert!(agreed.failures.is_empty());
         }
@@ -957,6 +1045,71 @@ mod tests {
         }
     }
 
+    /// A group kept from an earlier communicator, as its ranks offer it.
+    fn kept(id: u64) -> Option<Kept> {
+        let announce = Announce::draw(&Config::default(), groups::DEFAULT_GROUPS).unwrap();
+        Some(Kept { id, announce })
+    }
+
+    /// Every rank offers the same kept group: rank 0 hands it over with
+    /// what they state alike, and no rank opens a socket or can fail.
+    #[test]
+    fn a_group_every_rank_offers_is_taken_over_without_a_socket() {
+        use crate::engine::algorithm::Algorithm::Multicast;
+        use crate::engine::tuning::class_of;
+        // The announcement rank 0 kept; the others kept the same group.
+        static KEPT: std::sync::OnceLock<Kept> = std::sync::OnceLock::new();
+        let offer = |_| Some(*KEPT.get_or_init(|| kept(77).unwrap()));
+        let states = |_| stated(vec![(class_of(4096), Held::Decided(Multicast))]);
+        let ranks = agree_offering(
+            6,
+            |_, _| Ok(()),
+            |_| ((true, true), 1500, true),
+            states,
+            offer,
+        );
+        let was = KEPT.get().unwrap().announce;
+        for (agreed, opened) in &ranks {
+            assert_eq!(agreed.joined, Joined::Kept);
+            assert!(opened.is_empty(), "nothing opened");
+            assert!(agreed.local.is_none());
+            let a = agreed.announce.expect("the hand-over");
+            assert_eq!(
+                (a.kept, a.group, a.comm_id, a.auth),
+                (77, was.group, was.comm_id, was.auth)
+            );
+            assert_eq!(held(&a.inherited).count(), 1);
+            assert!(agreed.failures.is_empty());
+        }
+    }
+
+    /// One rank offers another kept group, or none: every rank opens the
+    /// group rank 0 draws, as without any.
+    #[test]
+    fn a_group_not_every_rank_offers_is_drawn_anew() {
+        for odd in [None, kept(78)] {
+            static ODD: std::sync::Mutex<Option<Kept>> = std::sync::Mutex::new(None);
+            *ODD.lock().unwrap() = odd;
+            let offer = |rank| match rank {
+                4 => *ODD.lock().unwrap(),
+                _ => kept(77),
+            };
+            let ranks = agree_offering(
+                6,
+                |_, _| Ok(()),
+                |_| ((true, true), u32::MAX, true),
+                |_| Stated::NONE,
+                offer,
+            );
+            let a = ranks[0].0.announce.expect("rank 0 drew");
+            for (agreed, opened) in &ranks {
+                assert_eq!(agreed.joined, Joined::All);
+                assert_eq!(a.kept, 0);
+                assert_eq!(opened, &[a]);
+            }
+        }
+    }
+
     #[test]
     fn one_rank_that_cannot_join_makes_every_rank_fall_back() {
         let ranks = agree_on(
@@ -980,7 +1133,10 @@ mod tests {
                 count: 1
             }]
         );
-        assert_eq!(ranks[3].0.local.as_ref().err().unwrap(), "no interface");
+        assert_eq!(
+            ranks[3].0.local.as_ref().unwrap().as_ref().err().unwrap(),
+            "no interface"
+        );
     }
 
     #[test]
@@ -1102,6 +1258,7 @@ mod tests {
                 digest: 99,
                 window: 1234,
                 inherited: stated([(2, Held::Measured(5)), (7, Held::Decided(Chain))]),
+                kept: 0x0123_4567_89ab_cdef,
             };
             assert_eq!(Announce::decode(&a.encode()), Some(a));
             for auth in [

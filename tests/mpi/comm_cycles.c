@@ -1,7 +1,8 @@
 /*
- * Creates, uses and frees a communicator many times, and checks that nothing
+ * Creates, uses and frees a communicator many times, and checks that what
  * the broadcast sets up per communicator (sockets, multicast memberships)
- * outlives it.
+ * does not pile up: a freed communicator's group is kept for the next one of
+ * the same processes, which takes it over, and nothing else outlives it.
  *
  *   comm_cycles N
  *
@@ -12,13 +13,14 @@
  * network namespace (/proc/self/net/igmp: the sum of the users of every
  * group); neither may have grown. MPI_COMM_WORLD itself never broadcasts.
  *
- * The same counts while the last communicator still lives show that they
- * see what ipmc opens. MPI lets a freed communicator live on until its
+ * The same counts while the last communicator still lives, against those
+ * before the first (MPI_COMM_WORLD's own group set up), show that they see
+ * what ipmc opens. MPI lets a freed communicator live on until its
  * pending operations end (ipmc may finish a broadcast in the background), so
  * every count is taken after every rank has driven MPI's progress a while.
  *
  * Prints "comm_cycles: fds=A->B memberships=C->D live_fds=E live_memberships=F
- * rank=R" per rank and
+ * start_fds=G start_memberships=H rank=R" per rank and
  * "comm_cycles: PASS" (or FAIL, with a non-zero exit) on rank 0.
  */
 #include <dirent.h>
@@ -112,8 +114,8 @@ static void settle(void)
 int main(int argc, char **argv)
 {
     static const size_t sizes[] = {1, 4096, 102400};
-    int rank, size, fds0 = 0, fds1, fds_live = 0, ok, all_ok;
-    long cycles, mem0 = 0, mem1, mem_live = 0;
+    int rank, size, fds0 = 0, fds1, fds_live = 0, fds_start, ok, all_ok;
+    long cycles, mem0 = 0, mem1, mem_live = 0, mem_start;
     unsigned char *buf;
 
     MPI_Init(&argc, &argv);
@@ -130,6 +132,10 @@ int main(int argc, char **argv)
     if (!buf) {
         MPI_Abort(MPI_COMM_WORLD, 3);
     }
+    settle();
+    fds_start = open_fds();
+    mem_start = memberships();
+    MPI_Barrier(MPI_COMM_WORLD);
 
     for (long c = 0; c < cycles; c++) {
         MPI_Comm dup;
@@ -160,8 +166,9 @@ int main(int argc, char **argv)
     free(buf);
 
     ok = fds1 <= fds0 && mem1 <= mem0;
-    printf("comm_cycles: fds=%d->%d memberships=%ld->%ld live_fds=%d live_memberships=%ld rank=%d\n",
-           fds0, fds1, mem0, mem1, fds_live, mem_live, rank);
+    printf("comm_cycles: fds=%d->%d memberships=%ld->%ld live_fds=%d live_memberships=%ld "
+           "start_fds=%d start_memberships=%ld rank=%d\n",
+           fds0, fds1, mem0, mem1, fds_live, mem_live, fds_start, mem_start, rank);
     if (!ok) {
         fprintf(stderr, "comm_cycles: rank %d: %s grew over %ld cycles\n", rank,
                 fds1 > fds0 ? "open file descriptors" : "multicast memberships", cycles - WARMUP);
