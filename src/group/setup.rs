@@ -15,7 +15,8 @@
 //! such a communicator ([`Kept`]): where every rank offers the same, rank 0
 //! announces that they take it over, and the agreement ends there. Only
 //! point-to-point messages of the communicator itself are used (four rounds
-//! along a binomial tree rooted at rank 0, [`Agreement`]), never a collective.
+//! along a binomial tree rooted at rank 0, two for a kept group,
+//! [`Agreement`]), never a collective.
 
 use std::net::{IpAddr, Ipv6Addr, SocketAddr};
 
