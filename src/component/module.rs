@@ -1276,35 +1276,32 @@ impl Module {
     /// broadcasts used, or the one its agreement ended on where no call
     /// came to take it on (quietly: nothing used it).
     fn group_to_keep(&mut self) -> Option<parked::Group> {
-        if matches!(self.multicast, Multicast::Joining) {
-            self.multicast = Multicast::Failed;
-            let agreed = self.background.finish_joining().ok().flatten()?;
-            let (driver, announce) = match (agreed.joined, agreed.local, agreed.announce) {
-                (setup::Joined::Kept, None, Some(a)) => {
-                    let group = self.offered.take().filter(|g| g.kept().id == a.kept)?;
-                    (group.driver, a)
+        let (driver, announce) = match std::mem::replace(&mut self.multicast, Multicast::Failed) {
+            Multicast::Joining => {
+                let agreed = self.background.finish_joining().ok().flatten()?;
+                match (agreed.joined, agreed.local, agreed.announce) {
+                    (setup::Joined::Kept, None, Some(a)) => (self.take_offered(&a)?.driver, a),
+                    (setup::Joined::All, Some(Ok(socket)), Some(a)) => {
+                        (self.driver_of(socket, &a), a)
+                    }
+                    _ => return None,
                 }
-                (setup::Joined::All, Some(Ok(socket)), Some(a)) => (self.driver_of(socket, &a), a),
-                _ => return None,
-            };
-            let cfg = self.cfg.clone();
-            return Some(parked::Group {
-                announce,
-                driver,
-                cfg,
-            });
-        }
-        let Multicast::Ready { announce, .. } = &self.multicast else {
-            return None;
+            }
+            Multicast::Ready { announce, .. } => (self.background.take_driver()?, *announce),
+            Multicast::NotSetUp | Multicast::Failed => return None,
         };
-        let announce = **announce;
-        let driver = self.background.take_driver()?;
         let cfg = self.cfg.clone();
         Some(parked::Group {
             announce,
             driver,
             cfg,
         })
+    }
+
+    /// The group this rank offered, which every rank takes over as `a`
+    /// announced it.
+    fn take_offered(&mut self, a: &Announce) -> Option<parked::Group> {
+        self.offered.take().filter(|g| g.kept().id == a.kept)
     }
 
     /// Parks again the group this rank offered, where the ranks did not
@@ -1525,7 +1522,7 @@ impl Module {
         }
         match (joined, local, announce) {
             (setup::Joined::Kept, None, Some(a)) => {
-                let group = self.offered.take().filter(|g| g.kept().id == a.kept)?;
+                let group = self.take_offered(&a)?;
                 info!(
                     "rank {} multicasts on {name} (cid {}) with group {}, taken over from an \
                      earlier communicator of the same processes",

@@ -12,7 +12,7 @@
 
 use std::sync::Mutex;
 
-use crate::base::params::Config;
+use crate::base::params::{fnv1a, Config};
 use crate::component::levels::Levels;
 use crate::driver::multicast::Driver;
 use crate::group::setup::{Announce, Kept};
@@ -94,15 +94,13 @@ pub struct Group {
 }
 
 impl Group {
-    /// What the ranks compare: the group's communicator identity and the
-    /// number of broadcasts it carried, mixed (SplitMix64's finalizer), so
-    /// that ranks offer the same only for the same group at the same point.
+    /// What the ranks compare: a digest of the group's communicator
+    /// identity and the number of broadcasts it carried, so that ranks
+    /// offer the same only for the same group at the same point.
     pub fn kept(&self) -> Kept {
-        let mut z = self.announce.comm_id ^ self.driver.broadcasts_begun().rotate_left(32);
-        z = (z ^ (z >> 30)).wrapping_mul(0xbf58_476d_1ce4_e5b9);
-        z = (z ^ (z >> 27)).wrapping_mul(0x94d0_49bb_1331_11eb);
+        let at = [self.announce.comm_id, self.driver.broadcasts_begun()];
         Kept {
-            id: (z ^ (z >> 31)) | 1,
+            id: fnv1a(&at.map(u64::to_be_bytes).concat()) | 1,
             announce: self.announce,
         }
     }
