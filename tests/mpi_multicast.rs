@@ -7,7 +7,7 @@ mod common;
 
 use common::{
     cluster_mpirun, mpirun, mpirun_as_on_a_host, mpirun_wrapped, num, print_stats, stats_lines,
-    sum, tally, world_stats, Line,
+    sum, tally, whole_stats_lines, world_stats, Line,
 };
 
 fn run_with_loss(np: usize, percent: u32, args: &[&str]) -> Vec<Line> {
@@ -404,17 +404,11 @@ fn a_taken_port_is_drawn_again() {
     let again = run.output.matches("drawing again").count();
     println!("\"drawing again\" lines (every rank logs each): {again}");
     assert!(again > 0, "no port was drawn again:\n{}", run.output);
-    let stats = stats_lines(&run.output);
     // One line per rank and communicator, all printed at once at the end:
-    // mpirun may splice a few into others, which are left out.
-    let whole = |s: &&Line| {
-        ["setup", "multicast", "comm"]
-            .iter()
-            .all(|k| s.contains_key(*k))
-    };
+    // mpirun may cut a few or splice them into others, which are left out.
+    let stats = whole_stats_lines(&run.output);
     let dups: Vec<&Line> = stats
         .iter()
-        .filter(whole)
         .filter(|s| s["comm"] != "MPI_COMM_WORLD")
         .collect();
     assert!(

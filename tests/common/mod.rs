@@ -590,20 +590,35 @@ const SPLICED_RUNS: usize = 8;
 /// A statistics line that mpirun's merged output cut, or into which it put
 /// another process's line.
 fn spliced(output: &str) -> Option<&str> {
-    // Whole, a statistics line holds one of its two starts and its fields
-    // once, and ends with its communicator's name.
-    let starts = ["ipmc stats: ", "ipmc collectives: "];
-    let fields = [" chain_bytes=", " allgathers="];
+    output.lines().find(|l| is_statistics(l) && !is_whole(l))
+}
+
+/// The starts of ipmc's statistics lines, and a field each holds once.
+const STARTS: [&str; 2] = ["ipmc stats: ", "ipmc collectives: "];
+const ONCE: [&str; 2] = [" chain_bytes=", " allgathers="];
+
+fn is_statistics(line: &str) -> bool {
+    STARTS.iter().chain(&ONCE).any(|k| line.contains(k))
+}
+
+/// Whole, a statistics line holds one of its two starts and its fields
+/// once, and ends with its communicator's name.
+fn is_whole(line: &str) -> bool {
+    let count = |keys: &[&str]| keys.iter().map(|k| line.matches(k).count()).sum::<usize>();
+    count(&STARTS) == 1
+        && count(&ONCE) == 1
+        && line.matches(" comm=\"").count() == 1
+        && line.ends_with('"')
+}
+
+/// ipmc's statistics lines that mpirun's merged output left whole, for a
+/// job whose output is too large to run again until none is cut.
+pub fn whole_stats_lines(output: &str) -> Vec<HashMap<String, String>> {
     output
         .lines()
-        .filter(|l| starts.iter().chain(&fields).any(|k| l.contains(k)))
-        .find(|l| {
-            let count = |keys: &[&str]| keys.iter().map(|k| l.matches(k).count()).sum::<usize>();
-            count(&starts) != 1
-                || count(&fields) != 1
-                || l.matches(" comm=\"").count() != 1
-                || !l.ends_with('"')
-        })
+        .filter(|l| is_statistics(l) && is_whole(l))
+        .flat_map(|l| l.split_once("ipmc stats: ").map(|(_, s)| fields(s)))
+        .collect()
 }
 
 /// Seconds one mpirun may take before it is killed.
