@@ -29,6 +29,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #define WARMUP 20
 #define SENTINEL 0xEE
@@ -47,6 +48,70 @@ static int open_fds(void)
     }
     closedir(d);
     return n - 1; /* the directory's own descriptor */
+}
+
+/* What descriptor `fd` refers to, in `out` (empty where it is closed). */
+static void fd_target(int fd, char *out, size_t len)
+{
+    char path[64];
+    ssize_t n;
+    snprintf(path, sizeof path, "/proc/self/fd/%d", fd);
+    n = readlink(path, out, len - 1);
+    out[n > 0 ? n : 0] = '\0';
+}
+
+#define WATCHED_FDS 256
+static char warm_targets[WATCHED_FDS][128];
+
+/* Notes what descriptors 0 .. WATCHED_FDS - 1 refer to after the warm-up. */
+static void note_targets(void)
+{
+    for (int fd = 0; fd < WATCHED_FDS; fd++) {
+        fd_target(fd, warm_targets[fd], sizeof warm_targets[fd]);
+    }
+}
+
+/* The /proc/self/net table ("udp", "tcp6", ...) that lists socket `inode`,
+   or "?". */
+static const char *socket_table(const char *target)
+{
+    static const char *tables[] = {"udp", "udp6", "tcp", "tcp6", "unix"};
+    unsigned long inode;
+    if (sscanf(target, "socket:[%lu]", &inode) != 1) {
+        return "";
+    }
+    for (size_t t = 0; t < sizeof tables / sizeof *tables; t++) {
+        char path[64], line[512], word[32];
+        FILE *f;
+        snprintf(path, sizeof path, "/proc/self/net/%s", tables[t]);
+        f = fopen(path, "r");
+        if (!f) {
+            continue;
+        }
+        snprintf(word, sizeof word, " %lu ", inode);
+        while (fgets(line, sizeof line, f)) {
+            if (strstr(line, word)) {
+                fclose(f);
+                return tables[t];
+            }
+        }
+        fclose(f);
+    }
+    return "?";
+}
+
+/* Names the descriptors opened or reused since `note_targets`, so that a
+   failure says what grew. */
+static void print_new_targets(int rank)
+{
+    char now[128];
+    for (int fd = 0; fd < WATCHED_FDS; fd++) {
+        fd_target(fd, now, sizeof now);
+        if (now[0] && strcmp(now, warm_targets[fd]) != 0) {
+            fprintf(stderr, "comm_cycles: rank %d: descriptor %d is %s %s (after the warm-up: %s)\n",
+                    rank, fd, now, socket_table(now), warm_targets[fd][0] ? warm_targets[fd] : "closed");
+        }
+    }
 }
 
 /* Sum of the "Users" column of the group lines of /proc/self/net/igmp. */
@@ -156,6 +221,7 @@ int main(int argc, char **argv)
             settle();
             fds0 = open_fds();
             mem0 = memberships();
+            note_targets();
             MPI_Barrier(MPI_COMM_WORLD);
         }
     }
@@ -172,6 +238,7 @@ int main(int argc, char **argv)
     if (!ok) {
         fprintf(stderr, "comm_cycles: rank %d: %s grew over %ld cycles\n", rank,
                 fds1 > fds0 ? "open file descriptors" : "multicast memberships", cycles - WARMUP);
+        print_new_targets(rank);
     }
     fflush(stdout);
     fflush(stderr);
