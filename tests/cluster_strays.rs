@@ -515,15 +515,16 @@ fn cycle_figures(output: &str) -> Vec<(Counts, Counts)> {
         .collect()
 }
 
-/// `comm_cycles 1000` on 4 hosts with multicast forced (and every
+/// `comm_cycles CYCLES` on 4 hosts with multicast forced (and every
 /// communicator on one group and port with `one_group`): every byte, no
 /// growth of open file descriptors or memberships after the warm-up, every
 /// dup multicast, most on the group of the one before
-/// (`component::parked`).
-fn cycles(label: &str, one_group: bool) {
-    const CYCLES: u64 = 1000;
+/// (`component::parked`), or none with `coll_ipmc_keep_freed` 0 (`keep`).
+fn cycles(label: &str, one_group: bool, keep: &str, cycles: u64) {
     let cluster = Cluster::hosts(4);
-    let run = cluster.mpirun(&forced(one_group), "comm_cycles", &[&CYCLES.to_string()]);
+    let mut mca = forced(one_group);
+    mca.push(("coll_ipmc_keep_freed", keep));
+    let run = cluster.mpirun(&mca, "comm_cycles", &[&cycles.to_string()]);
     let tail: String = run
         .output
         .lines()
@@ -555,17 +556,23 @@ fn cycles(label: &str, one_group: bool) {
     let stats = stats_lines(&run.output);
     let dups: Vec<_> = stats.iter().filter(|s| s["cid"] != "0").collect();
     let ranks = cluster.ranks() as u64;
-    assert_eq!(dups.len() as u64, CYCLES * ranks, "{label}");
+    assert_eq!(dups.len() as u64, cycles * ranks, "{label}");
     const BYTES: u64 = 1 + 4096 + 102400;
     for s in &dups {
         assert_eq!(s["setup"], "ok", "{label}: {s:?}");
         assert_eq!(tally(s, "multicast"), (3, BYTES), "{label}: {s:?}");
     }
     // A dup freed on some rank only after the next one began leaves that
-    // one its own group: most take the last one's over.
-    let taken_over = dups.iter().filter(|s| s["taken_over"] == "1").count();
+    // one its own group: most take the last one's over, where any is kept.
+    let taken_over = dups.iter().filter(|s| s["taken_over"] == "1").count() as u64;
+    let least = if keep == "0" {
+        0
+    } else {
+        cycles * ranks * 3 / 4
+    };
+    let most = if keep == "0" { 0 } else { cycles * ranks };
     assert!(
-        taken_over as u64 >= CYCLES * ranks * 3 / 4,
+        (least..=most).contains(&taken_over),
         "{label}: {taken_over} of {} took a group over",
         dups.len()
     );
@@ -573,7 +580,7 @@ fn cycles(label: &str, one_group: bool) {
     let all: Vec<&Line> = stats.iter().collect();
     assert_eq!(
         sum(&all, "mcast_bytes") + sum(&all, "chain_bytes"),
-        CYCLES * BYTES * (ranks - 1),
+        cycles * BYTES * (ranks - 1),
         "{label}"
     );
     println!(
@@ -593,15 +600,25 @@ fn cycles(label: &str, one_group: bool) {
 #[test]
 fn a_thousand_communicators_leak_nothing() {
     timed("a_thousand_communicators_leak_nothing", || {
-        cycles("cycles", false)
+        cycles("cycles", false, "4", 1000)
     });
+}
+
+/// With `coll_ipmc_keep_freed 0` no group outlives its communicator: each
+/// sets up its own, and nothing piles up either.
+#[test]
+fn with_nothing_kept_each_communicator_sets_up_its_own() {
+    timed(
+        "with_nothing_kept_each_communicator_sets_up_its_own",
+        || cycles("cycles nothing kept", false, "0", 100),
+    );
 }
 
 #[test]
 fn a_thousand_communicators_on_one_group_and_port_leak_nothing() {
     timed(
         "a_thousand_communicators_on_one_group_and_port_leak_nothing",
-        || cycles("cycles one group", true),
+        || cycles("cycles one group", true, "4", 1000),
     );
 }
 

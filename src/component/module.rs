@@ -966,7 +966,7 @@ impl Module {
             other => (None, other),
         };
         if let (Some(levels), Some(owners)) = (left, owners) {
-            parked::park(owners, levels);
+            parked::park(owners, levels, self.cfg.keep_freed);
         }
         // In the order of `recalled`: one way, then either way.
         let mut agreed = words[4..]
@@ -1012,7 +1012,7 @@ impl Module {
     /// no owners to be kept under, or where a handover failed.
     fn park_levels(&self, comm: Comm, mut levels: Box<Levels>, settled: bool) {
         match settled.then(|| self.level_owners(comm)).flatten() {
-            Some(owners) if levels.settle() => parked::park(owners, levels),
+            Some(owners) if levels.settle() => parked::park(owners, levels, self.cfg.keep_freed),
             _ => levels.free(),
         }
     }

@@ -18,11 +18,6 @@ use crate::driver::multicast::Driver;
 use crate::group::setup::{Announce, Kept};
 use crate::net::mcast_socket::McastSocket;
 
-/// Levels kept at most, in all: each holds two communicators, a shared
-/// segment and, on a leader, a multicast group's sockets; and groups kept
-/// at most, in all, each with its socket.
-const KEPT: usize = 4;
-
 /// Whose levels they are: the shared parameters' digest and each member's
 /// identity in the run, in rank order (the layout follows from them).
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -46,14 +41,16 @@ impl<T> Store<T> {
         }
     }
 
-    /// Keeps `t`, identified by `id`; gives back what is to be freed: `t`
-    /// itself once closed, else the oldest kept where the store is full.
-    fn keep(&mut self, owners: Owners, id: u64, t: T) -> Option<T> {
-        if self.closed {
-            return Some(t);
+    /// Keeps `t`, identified by `id`, with at most `limit` kept in all;
+    /// gives back what is to be freed: `t` itself once closed or where
+    /// nothing is kept, else the oldest beyond the limit.
+    fn keep(&mut self, owners: Owners, id: u64, t: T, limit: usize) -> Vec<T> {
+        if self.closed || limit == 0 {
+            return vec![t];
         }
         self.kept.push((owners, id, t));
-        (self.kept.len() > KEPT).then(|| self.kept.remove(0).2)
+        let over = self.kept.len().saturating_sub(limit);
+        self.kept.drain(..over).map(|(_, _, t)| t).collect()
     }
 
     /// Takes out what `owners` would be offered: of several, the one of
@@ -112,11 +109,11 @@ fn groups() -> std::sync::MutexGuard<'static, Store<Group>> {
     GROUPS.lock().unwrap_or_else(|p| p.into_inner())
 }
 
-/// Keeps the group of a freed communicator of `owners` (a socket closes
-/// where it is not kept).
+/// Keeps the group of a freed communicator of `owners`, up to
+/// `coll_ipmc_keep_freed` groups (a socket closes where it is not kept).
 pub fn park_group(owners: Owners, group: Group) {
-    let id = group.kept().id;
-    let left = groups().keep(owners, id, group);
+    let (id, limit) = (group.kept().id, group.cfg.keep_freed);
+    let left = groups().keep(owners, id, group, limit);
     drop(left);
 }
 
@@ -127,12 +124,13 @@ pub fn take_out_group(owners: &Owners) -> Option<Group> {
     groups().take_out(owners).map(|(_, group)| group)
 }
 
-/// Keeps the levels of a freed communicator of `owners`; frees, with no
-/// lock held, what is not kept.
-pub fn park(owners: Owners, levels: Box<Levels>) {
+/// Keeps the levels of a freed communicator of `owners`, up to `limit`
+/// levels (`coll_ipmc_keep_freed`); frees, with no lock held, what is not
+/// kept.
+pub fn park(owners: Owners, levels: Box<Levels>, limit: usize) {
     let id = levels.id;
-    let left = parked().keep(owners, id, levels);
-    if let Some(levels) = left {
+    let left = parked().keep(owners, id, levels, limit);
+    for levels in left {
         levels.free();
     }
 }
@@ -203,22 +201,27 @@ mod tests {
 
     #[test]
     fn a_store_offers_the_smallest_identity_and_keeps_a_bounded_number() {
+        const LIMIT: usize = 4;
         let mut s = Store::new();
-        assert_eq!(s.keep(owners(1), 9, "a"), None);
-        assert_eq!(s.keep(owners(1), 5, "b"), None);
-        assert_eq!(s.keep(owners(7), 3, "c"), None);
+        let none: Vec<&str> = Vec::new();
+        assert_eq!(s.keep(owners(1), 9, "a", LIMIT), none);
+        assert_eq!(s.keep(owners(1), 5, "b", LIMIT), none);
+        assert_eq!(s.keep(owners(7), 3, "c", LIMIT), none);
         assert_eq!(s.take_out(&owners(2)), None);
         assert_eq!(s.take_out(&owners(1)), Some((5, "b")));
         assert_eq!(s.take_out(&owners(1)), Some((9, "a")));
         assert_eq!(s.take_out(&owners(1)), None);
-        for id in 10..10 + KEPT as u64 {
-            assert_eq!(
-                s.keep(owners(1), id, "d"),
-                (id == 10 + KEPT as u64 - 1).then_some("c")
-            );
+        for id in 10..10 + LIMIT as u64 {
+            let freed = s.keep(owners(1), id, "d", LIMIT);
+            let oldest = id == 10 + LIMIT as u64 - 1;
+            assert_eq!(freed, if oldest { vec!["c"] } else { none.clone() });
         }
-        assert_eq!(s.close().len(), KEPT);
-        assert_eq!(s.keep(owners(1), 1, "e"), Some("e"));
+        // A smaller limit (`coll_ipmc_keep_freed` changed through MPI_T)
+        // frees the oldest down to it; 0 keeps nothing more.
+        assert_eq!(s.keep(owners(1), 20, "e", 2), vec!["d"; 3]);
+        assert_eq!(s.keep(owners(1), 21, "f", 0), vec!["f"]);
+        assert_eq!(s.close().len(), 2);
+        assert_eq!(s.keep(owners(1), 1, "g", LIMIT), vec!["g"]);
         assert_eq!(s.take_out(&owners(1)), None);
     }
 
