@@ -611,27 +611,6 @@ fn is_whole(line: &str) -> bool {
         && line.ends_with('"')
 }
 
-/// ipmc's statistics lines that mpirun's merged output left whole, for a
-/// job whose output is too large to run again until none is cut: mpirun
-/// may also drop a piece from the middle of a line (seen with 400 lines at
-/// once), so a whole line also has every field a statistics line of the
-/// job has, each once.
-pub fn whole_stats_lines(output: &str) -> Vec<HashMap<String, String>> {
-    let lines: Vec<(usize, HashMap<String, String>)> = output
-        .lines()
-        .filter(|l| is_statistics(l) && is_whole(l))
-        .filter_map(|l| l.split_once("ipmc stats: "))
-        .map(|(_, s)| (s.matches('=').count(), fields(s)))
-        .filter(|(words, f)| *words == f.len())
-        .collect();
-    let most = lines.iter().map(|(_, f)| f.len()).max().unwrap_or(0);
-    lines
-        .into_iter()
-        .filter(|(_, f)| f.len() == most)
-        .map(|(_, f)| f)
-        .collect()
-}
-
 /// Seconds one mpirun may take before it is killed.
 pub const JOB_TIMEOUT: u32 = MPIRUN_TIMEOUT;
 
