@@ -163,3 +163,43 @@ fn communicators_made_while_others_measure_keep_every_byte() {
         );
     }
 }
+
+/// Levels whose kept copies drifted apart (`tests/mpi/kept_apart.c` on 3
+/// hosts of 2 ranks: communicators of ranks 0 to 2, over two levels too,
+/// push the levels of `MPI_COMM_WORLD`'s duplicates out of those ranks' 4
+/// kept ones, 6 times in the run, while ranks 3 to 5 keep theirs): levels
+/// the ranks refused go back to their place among the kept ones and age
+/// out, so that ranks 3 to 5 refuse at most 4 after each drift.
+#[test]
+fn levels_kept_apart_are_taken_over_again() {
+    const EPOCHS: usize = 6;
+    let cluster = Cluster {
+        slots: 2,
+        ..Cluster::hosts(3)
+    };
+    let epochs = EPOCHS.to_string();
+    let (run, ranks) = cluster.mpirun_to_files(
+        &[("coll_ipmc_verbose", "5")],
+        "",
+        "kept_apart",
+        &["6", &epochs],
+    );
+    assert!(
+        run.ok && ranks[0].contains("kept_apart: PASS"),
+        "{}\n{}",
+        run.output,
+        ranks.concat()
+    );
+    // Duplicates that follow another: all but the first.
+    let following = 6 * (1 + 3 * EPOCHS) - 1;
+    for (rank, output) in ranks.iter().enumerate().skip(3) {
+        let taken = output
+            .matches("the levels of an earlier communicator of the same processes taken over")
+            .count();
+        println!("rank {rank}: the levels of {taken} of {following} duplicates taken over");
+        assert!(
+            taken + 4 * EPOCHS >= following && taken <= following,
+            "rank {rank}: {taken}:\n{output}"
+        );
+    }
+}

@@ -6,8 +6,8 @@
 mod common;
 
 use common::{
-    cluster_mpirun, mpirun, mpirun_as_on_a_host, mpirun_wrapped, num, print_stats, stats_lines,
-    sum, tally, world_stats, Line,
+    cluster_mpirun, mpirun, mpirun_as_on_a_host, mpirun_to_files, mpirun_wrapped, num, print_stats,
+    stats_lines, sum, tally, world_stats, Line,
 };
 
 fn run_with_loss(np: usize, percent: u32, args: &[&str]) -> Vec<Line> {
@@ -384,28 +384,18 @@ fn a_taken_port_is_drawn_again() {
                   s.bind(('0.0.0.0', 7000))\n\
                   parent = os.getppid()\n\
                   while os.getppid() == parent:\n    time.sleep(0.2)\n";
-    // 400 statistics lines and the setup logs come at once at the end, and
-    // mpirun's merged output cuts and joins some of them: each rank writes
-    // to a file of its own instead.
-    let dir = std::env::temp_dir().join(format!("ipmc-taken-port-{}", std::process::id()));
-    std::fs::create_dir_all(&dir).unwrap();
-    let script = format!(
+    // 400 statistics lines and the setup logs come at once at the end.
+    let before = format!(
         "if [ \"$OMPI_COMM_WORLD_RANK\" = 0 ]; then python3 -c \"{holder}\" </dev/null >/dev/null 2>&1 & \
-         sleep 1; fi; exec \"$@\" >'{}'/rank.$OMPI_COMM_WORLD_RANK 2>&1",
-        dir.display()
+         sleep 1; fi"
     );
-    let wrapper = ["sh", "-c", &script, "holder"];
     let mca = [
         ("coll_ipmc_print_statistics", "1"),
         ("coll_ipmc_bcast_algorithm", "3"),
         ("coll_ipmc_port_range", "7000-7003"),
         ("coll_ipmc_verbose", "5"),
     ];
-    let run = mpirun_wrapped(4, &mca, &wrapper, "many_comms", &["100", "4000"]);
-    let ranks: Vec<String> = (0..4)
-        .map(|r| std::fs::read_to_string(dir.join(format!("rank.{r}"))).unwrap_or_default())
-        .collect();
-    std::fs::remove_dir_all(&dir).unwrap();
+    let (run, ranks) = mpirun_to_files(4, &mca, &before, "many_comms", &["100", "4000"]);
     let output = ranks.concat();
     assert!(
         run.ok && output.contains("many_comms: PASS"),
@@ -427,6 +417,53 @@ fn a_taken_port_is_drawn_again() {
     for s in dups {
         assert_eq!(s["setup"], "ok", "{s:?}");
         assert!(tally(&s, "multicast").0 > 0, "{s:?}");
+    }
+}
+
+/// Ranks whose kept groups drifted apart (`tests/mpi/kept_apart.c`): the
+/// first 3 of 6 ranks make 6 communicators of their own, which push their
+/// group of `MPI_COMM_WORLD`'s duplicates out of the 4 groups each process
+/// keeps (`coll_ipmc_keep_freed`), while the other 3 keep theirs and offer
+/// it. A group the ranks refused goes back to its place among the kept
+/// ones and ages out, so the duplicates after that take a group over again
+/// after at most 4 refusals (put back as new, a refused group was offered
+/// again and again: 9 to 18 of an epoch's 18 refused in each of 5 runs).
+#[test]
+fn ranks_whose_kept_groups_drifted_apart_take_over_again() {
+    const ROUNDS: usize = 6;
+    const EPOCHS: usize = 3;
+    let mca = [
+        ("coll_ipmc_print_statistics", "1"),
+        ("coll_ipmc_bcast_algorithm", "3"),
+    ];
+    let args = [ROUNDS.to_string(), EPOCHS.to_string()];
+    let args: Vec<&str> = args.iter().map(String::as_str).collect();
+    let (run, ranks) = mpirun_to_files(6, &mca, "", "kept_apart", &args);
+    assert!(
+        run.ok && ranks[0].contains("kept_apart: PASS"),
+        "{}\n{}",
+        run.output,
+        ranks.concat()
+    );
+    for (rank, output) in ranks.iter().enumerate() {
+        // This rank's duplicates of MPI_COMM_WORLD in the order they were
+        // freed: 1 where it took a group over.
+        let taken: String = stats_lines(output)
+            .iter()
+            .filter(|s| s["size"] == "6" && s["comm"] != "MPI_COMM_WORLD")
+            .map(|s| if s["taken_over"] == "1" { '1' } else { '0' })
+            .collect();
+        println!("rank {rank}: {taken}");
+        assert_eq!(taken.len(), ROUNDS * (1 + 3 * EPOCHS), "rank {rank}");
+        let (first, epochs) = taken.split_at(ROUNDS);
+        assert_eq!(first, format!("0{}", "1".repeat(ROUNDS - 1)), "rank {rank}");
+        for epoch in epochs.as_bytes().chunks(3 * ROUNDS) {
+            let refused = epoch.iter().filter(|&&t| t == b'0').count();
+            assert!(
+                refused <= 4 && epoch.ends_with(b"1"),
+                "rank {rank}: {refused} refused in an epoch: {taken}"
+            );
+        }
     }
 }
 

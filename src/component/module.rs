@@ -262,7 +262,7 @@ pub struct Module {
     levels_taken_over: bool,
     /// The group of an earlier communicator of the same processes that
     /// this rank offers in the agreement on the group ([`parked`]).
-    offered: Option<parked::Group>,
+    offered: Option<parked::Offered<parked::Group>>,
 }
 
 impl Module {
@@ -956,17 +956,17 @@ impl Module {
         }
         if let Err(e) = comm.allreduce_max(&mut words) {
             if let Some(levels) = offered {
-                levels.free();
+                levels.into_inner().free();
             }
             return Err(e);
         }
         let same = parked::same_id(&words[..4]);
         let (levels, left) = match offered {
-            Some(l) if same == Some(l.id) => (Some(l), None),
+            Some(l) if same == Some(l.id) => (Some(l.into_inner()), None),
             other => (None, other),
         };
         if let (Some(levels), Some(owners)) = (left, owners) {
-            parked::park(owners, levels, self.cfg.keep_freed);
+            parked::park_again(owners, levels, self.cfg.keep_freed);
         }
         // In the order of `recalled`: one way, then either way.
         let mut agreed = words[4..]
@@ -1301,14 +1301,17 @@ impl Module {
     /// The group this rank offered, which every rank takes over as `a`
     /// announced it.
     fn take_offered(&mut self, a: &Announce) -> Option<parked::Group> {
-        self.offered.take().filter(|g| g.kept().id == a.kept)
+        self.offered
+            .take()
+            .filter(|g| g.kept().id == a.kept)
+            .map(parked::Offered::into_inner)
     }
 
     /// Parks again the group this rank offered, where the ranks did not
     /// take it over.
     fn offer_back(&mut self, comm: Comm) {
         if let (Some(group), Some(owners)) = (self.offered.take(), self.level_owners(comm)) {
-            parked::park_group(owners, group);
+            parked::park_group_again(owners, group);
         }
     }
 
@@ -1476,7 +1479,7 @@ impl Module {
             .level_owners(comm)
             .and_then(|owners| parked::take_out_group(&owners))
             .filter(|g| g.cfg == self.cfg);
-        facts.kept = self.offered.as_ref().map(parked::Group::kept);
+        facts.kept = self.offered.as_ref().map(|g| g.kept());
         let open: Open = Box::new(move |a: &Announce| open_socket(&cfg, loopback, a, &addrs));
         let joining = Joining::start(comm, self.cfg.clone(), facts, open)?;
         self.background.join(joining);

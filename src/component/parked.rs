@@ -26,17 +26,45 @@ pub struct Owners {
     pub members: Vec<u64>,
 }
 
-/// Kept things with an identity that every rank knows alike.
+/// Kept things with an identity that every rank knows alike, oldest first.
 struct Store<T> {
-    kept: Vec<(Owners, u64, T)>,
+    /// Each with its owners, identity and place in the order of keeping.
+    kept: Vec<(Owners, u64, u64, T)>,
+    /// The place of the next thing kept.
+    next: u64,
     /// `MPI_Finalize` began: nothing more is kept.
     closed: bool,
+}
+
+/// A kept thing taken out to be offered to a new communicator. What the
+/// ranks do not take goes back to its place in the order of keeping
+/// ([`park_group_again`], [`park_again`]): put back as new, one that only
+/// some ranks still hold (the others let it go for the bound) would
+/// outlive every later one and be offered, and refused, again and again.
+pub struct Offered<T> {
+    item: T,
+    place: u64,
+}
+
+impl<T> Offered<T> {
+    pub fn into_inner(self) -> T {
+        self.item
+    }
+}
+
+impl<T> std::ops::Deref for Offered<T> {
+    type Target = T;
+
+    fn deref(&self) -> &T {
+        &self.item
+    }
 }
 
 impl<T> Store<T> {
     const fn new() -> Self {
         Store {
             kept: Vec::new(),
+            next: 0,
             closed: false,
         }
     }
@@ -45,31 +73,42 @@ impl<T> Store<T> {
     /// gives back what is to be freed: `t` itself once closed or where
     /// nothing is kept, else the oldest beyond the limit.
     fn keep(&mut self, owners: Owners, id: u64, t: T, limit: usize) -> Vec<T> {
+        let place = self.next;
+        self.next += 1;
+        self.put(owners, id, Offered { item: t, place }, limit)
+    }
+
+    /// Puts `o` back at its place, with at most `limit` kept in all; gives
+    /// back what is to be freed, as [`Store::keep`].
+    fn put(&mut self, owners: Owners, id: u64, o: Offered<T>, limit: usize) -> Vec<T> {
         if self.closed || limit == 0 {
-            return vec![t];
+            return vec![o.item];
         }
-        self.kept.push((owners, id, t));
+        let at = self
+            .kept
+            .partition_point(|(_, _, place, _)| *place < o.place);
+        self.kept.insert(at, (owners, id, o.place, o.item));
         let over = self.kept.len().saturating_sub(limit);
-        self.kept.drain(..over).map(|(_, _, t)| t).collect()
+        self.kept.drain(..over).map(|(_, _, _, t)| t).collect()
     }
 
     /// Takes out what `owners` would be offered: of several, the one of
     /// the smallest identity, so that ranks that kept the same ones in
     /// other orders offer the same.
-    fn take_out(&mut self, owners: &Owners) -> Option<(u64, T)> {
+    fn take_out(&mut self, owners: &Owners) -> Option<(u64, Offered<T>)> {
         let (i, _) = self
             .kept
             .iter()
             .enumerate()
-            .filter(|(_, (o, _, _))| o == owners)
-            .min_by_key(|(_, (_, id, _))| *id)?;
-        let (_, id, t) = self.kept.remove(i);
-        Some((id, t))
+            .filter(|(_, (o, _, _, _))| o == owners)
+            .min_by_key(|(_, (_, id, _, _))| *id)?;
+        let (_, id, place, item) = self.kept.remove(i);
+        Some((id, Offered { item, place }))
     }
 
     fn close(&mut self) -> Vec<T> {
         self.closed = true;
-        self.kept.drain(..).map(|(_, _, t)| t).collect()
+        self.kept.drain(..).map(|(_, _, _, t)| t).collect()
     }
 }
 
@@ -119,9 +158,16 @@ pub fn park_group(owners: Owners, group: Group) {
 
 /// Takes out the group this process offers a new communicator of
 /// `owners`: the communicator takes it over where every rank offers the
-/// same, else it is parked again.
-pub fn take_out_group(owners: &Owners) -> Option<Group> {
+/// same, else it is parked again ([`park_group_again`]).
+pub fn take_out_group(owners: &Owners) -> Option<Offered<Group>> {
     groups().take_out(owners).map(|(_, group)| group)
+}
+
+/// Parks again, at its place, a group the ranks did not take over.
+pub fn park_group_again(owners: Owners, group: Offered<Group>) {
+    let (id, limit) = (group.kept().id, group.cfg.keep_freed);
+    let left = groups().put(owners, id, group, limit);
+    drop(left);
 }
 
 /// Keeps the levels of a freed communicator of `owners`, up to `limit`
@@ -138,9 +184,19 @@ pub fn park(owners: Owners, levels: Box<Levels>, limit: usize) {
 /// Takes out the levels this process offers a new communicator of
 /// `owners`, so that no other communicator takes them meanwhile: the
 /// communicator takes them over where every rank offers the same, else
-/// they are parked again.
-pub fn take_out(owners: &Owners) -> Option<Box<Levels>> {
+/// they are parked again ([`park_again`]).
+pub fn take_out(owners: &Owners) -> Option<Offered<Box<Levels>>> {
     parked().take_out(owners).map(|(_, levels)| levels)
+}
+
+/// Parks again, at their place, levels the ranks did not take over, up to
+/// `limit` levels; frees, with no lock held, what is not kept.
+pub fn park_again(owners: Owners, levels: Offered<Box<Levels>>, limit: usize) {
+    let id = levels.id;
+    let left = parked().put(owners, id, levels, limit);
+    for levels in left {
+        levels.free();
+    }
 }
 
 /// At `MPI_Finalize`: frees every kept level, and keeps none from then on
@@ -207,10 +263,11 @@ mod tests {
         assert_eq!(s.keep(owners(1), 9, "a", LIMIT), none);
         assert_eq!(s.keep(owners(1), 5, "b", LIMIT), none);
         assert_eq!(s.keep(owners(7), 3, "c", LIMIT), none);
-        assert_eq!(s.take_out(&owners(2)), None);
-        assert_eq!(s.take_out(&owners(1)), Some((5, "b")));
-        assert_eq!(s.take_out(&owners(1)), Some((9, "a")));
-        assert_eq!(s.take_out(&owners(1)), None);
+        let taken = |s: &mut Store<&'static str>, o| s.take_out(&owners(o)).map(|(id, t)| (id, *t));
+        assert_eq!(taken(&mut s, 2), None);
+        assert_eq!(taken(&mut s, 1), Some((5, "b")));
+        assert_eq!(taken(&mut s, 1), Some((9, "a")));
+        assert_eq!(taken(&mut s, 1), None);
         for id in 10..10 + LIMIT as u64 {
             let freed = s.keep(owners(1), id, "d", LIMIT);
             let oldest = id == 10 + LIMIT as u64 - 1;
@@ -222,7 +279,28 @@ mod tests {
         assert_eq!(s.keep(owners(1), 21, "f", 0), vec!["f"]);
         assert_eq!(s.close().len(), 2);
         assert_eq!(s.keep(owners(1), 1, "g", LIMIT), vec!["g"]);
-        assert_eq!(s.take_out(&owners(1)), None);
+        assert!(s.take_out(&owners(1)).is_none());
+    }
+
+    /// One that the ranks refused goes back where it was, and so is the
+    /// first to go when the store is full: put back as new, it would
+    /// outlive every later one (and be offered, and refused, again).
+    #[test]
+    fn what_the_ranks_refused_ages_as_it_would_have() {
+        const LIMIT: usize = 3;
+        let mut s = Store::new();
+        let none: Vec<&str> = Vec::new();
+        assert_eq!(s.keep(owners(1), 1, "old", LIMIT), none);
+        assert_eq!(s.keep(owners(7), 8, "other", LIMIT), none);
+        let (id, old) = s.take_out(&owners(1)).unwrap();
+        assert_eq!(s.keep(owners(1), 5, "new", LIMIT), none);
+        assert_eq!(s.put(owners(1), id, old, LIMIT), none);
+        assert_eq!(s.keep(owners(1), 6, "newer", LIMIT), vec!["old"]);
+        assert_eq!(s.keep(owners(1), 9, "newest", LIMIT), vec!["other"]);
+        let (id, new) = s.take_out(&owners(1)).unwrap();
+        assert_eq!((id, *new), (5, "new"));
+        assert_eq!(s.put(owners(1), id, new, 2), vec!["new"]);
+        assert_eq!(s.close(), vec!["newer", "newest"]);
     }
 
     #[test]

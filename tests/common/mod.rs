@@ -7,6 +7,7 @@
 use std::collections::HashMap;
 use std::path::{Path, PathBuf};
 use std::process::Command;
+use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Mutex, MutexGuard, OnceLock};
 
 pub use ipmc::base::params::Param;
@@ -345,6 +346,43 @@ pub fn mpirun_wrapped(
     )
 }
 
+/// As [`mpirun`], each rank's output written to a file of its own instead
+/// of mpirun's merged output, which cuts and joins lines when many come at
+/// once (hundreds of statistics lines). `before` is shell run first on
+/// every rank. Returns the run and each rank's output, in rank order.
+pub fn mpirun_to_files(
+    np: usize,
+    mca: &[(&str, &str)],
+    before: &str,
+    program: &str,
+    args: &[&str],
+) -> (Run, Vec<String>) {
+    to_files(np, before, |wrapper| {
+        mpirun_wrapped(np, mca, wrapper, program, args)
+    })
+}
+
+/// Runs a job of `np` ranks through `job`, which starts each rank's
+/// program through the wrapper it is given: `before`, then the program
+/// with its output in a file of the rank's own. Returns the run and each
+/// rank's output, in rank order.
+fn to_files(np: usize, before: &str, job: impl FnOnce(&[&str]) -> Run) -> (Run, Vec<String>) {
+    static JOBS: AtomicUsize = AtomicUsize::new(0);
+    let n = JOBS.fetch_add(1, Ordering::Relaxed);
+    let dir = std::env::temp_dir().join(format!("ipmc-ranks-{}-{n}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let script = format!(
+        "{before}\nexec \"$@\" >'{}'/rank.$OMPI_COMM_WORLD_RANK 2>&1",
+        dir.display()
+    );
+    let run = job(&["sh", "-c", &script, "to-files"]);
+    let ranks = (0..np)
+        .map(|r| std::fs::read_to_string(dir.join(format!("rank.{r}"))).unwrap_or_default())
+        .collect();
+    std::fs::remove_dir_all(&dir).unwrap();
+    (run, ranks)
+}
+
 /// Runs `program args` on `np` ranks of one host inside a private network
 /// namespace as a user's host has it: the loopback up, without the MULTICAST
 /// flag or a multicast route, and only the MCA parameters `mca`.
@@ -519,6 +557,20 @@ impl Cluster {
             run = self.run_script(&format!("exec {job}"));
         }
         run
+    }
+
+    /// As [`Cluster::mpirun`], each rank's output in a file of its own
+    /// ([`mpirun_to_files`]).
+    pub fn mpirun_to_files(
+        &self,
+        mca: &[(&str, &str)],
+        before: &str,
+        program: &str,
+        args: &[&str],
+    ) -> (Run, Vec<String>) {
+        to_files(self.ranks(), before, |wrapper| {
+            self.mpirun_wrapped(mca, wrapper, program, args)
+        })
     }
 
     /// Runs `program args` with `mca`, rank `rank` killed with SIGKILL
