@@ -7,7 +7,7 @@ mod common;
 
 use common::{
     cluster_mpirun, mpirun, mpirun_as_on_a_host, mpirun_to_files, mpirun_wrapped, num, print_stats,
-    stats_lines, sum, tally, world_stats, Line,
+    stats_lines, sum, tally, world_stats, Line, LATE_FREES,
 };
 
 fn run_with_loss(np: usize, percent: u32, args: &[&str]) -> Vec<Line> {
@@ -470,12 +470,6 @@ fn ranks_whose_kept_groups_drifted_apart_take_over_again() {
         }
     }
 }
-
-/// Refusals a test of kept groups allows beyond the design's: a
-/// communicator freed while its last work is pending is destroyed from
-/// Open MPI's progress when that work ends (`component::background`), on
-/// a loaded machine maybe after the next communicator offered what it kept.
-const LATE_FREES: usize = 2;
 
 /// A multicast broadcast beyond `coll_ipmc_background_limit` (1 MiB)
 /// finishes before it returns, so its message lies in the user's buffer:
