@@ -1,13 +1,13 @@
 //! How fast datagrams pass between ipmc's sockets and the kernel, without
 //! MPI: one sender multicasts MTU-sized ipmc datagrams (each with its
-//! keyed BLAKE3 tag, its GMAC tag with `--auth gmac`, or none with
+//! keyed BLAKE3 tag, its AES-128-POLYVAL tag with `--auth polyval`, or none with
 //! `--auth none`) as fast as its socket
 //! takes them, receivers read and verify them; beside it, one TCP connection moves the same bytes. Each side
 //! prints what it moved and the CPU time it took (`scripts/path-bench` runs
 //! them on the emulated cluster and makes the table).
 //!
-//!   path_bench send --group ADDR:PORT --interface NAME --seconds S --path offload|single [--auth tag|gmac|none]
-//!   path_bench recv --group ADDR:PORT --interface NAME --seconds S --path offload|single [--auth tag|gmac|none]
+//!   path_bench send --group ADDR:PORT --interface NAME --seconds S --path offload|single [--auth tag|polyval|none]
+//!   path_bench recv --group ADDR:PORT --interface NAME --seconds S --path offload|single [--auth tag|polyval|none]
 //!   path_bench tcp-send --to ADDR:PORT --seconds S
 //!   path_bench tcp-recv --listen ADDR:PORT --seconds S
 //!
@@ -92,9 +92,9 @@ fn socket(args: &Args) -> Result<(McastSocket, usize, Protection), String> {
     let mtu = interface_mtu(name).map_err(|e| format!("{name}: {e}"))?;
     let auth = match args.get("--auth").unwrap_or("tag") {
         "tag" => Auth::Tag(Key([7; KEY_LEN])),
-        "gmac" => Auth::Gmac(Key([7; KEY_LEN])),
+        "polyval" => Auth::Polyval(Key([7; KEY_LEN])),
         "none" => Auth::crc(false),
-        a => return Err(format!("--auth: tag, gmac or none, not {a}")),
+        a => return Err(format!("--auth: tag, polyval or none, not {a}")),
     };
     let fragment = fitting_fragment(65024, mtu, group.is_ipv6(), auth);
     let prot = Protection::new(auth);

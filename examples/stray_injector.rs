@@ -264,7 +264,7 @@ fn protection_like(flags: u8, rng: &mut ChaCha8Rng) -> Protection {
         0 => Auth::crc(false),
         1 => Auth::crc(true),
         f if f & 0x04 != 0 => Auth::Encrypt(Key(key)),
-        f if f & 0x08 != 0 => Auth::Gmac(Key(key)),
+        f if f & 0x10 != 0 => Auth::Polyval(Key(key)),
         _ => Auth::Tag(Key(key)),
     })
 }

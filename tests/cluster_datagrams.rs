@@ -71,11 +71,11 @@ fn check(what: &str, cluster: &Cluster, run: &Run) -> (Vec<Line>, usize, String)
     (world, fragment, told[0].to_string())
 }
 
-/// What rank 0 tells of the tag: GMAC's where the CPU computes it in
+/// What rank 0 tells of the tag: AES-128 with POLYVAL's where the CPU computes it in
 /// hardware, at any datagram size.
 fn tag_told() -> &'static str {
-    if ipmc::protocol::datagram::gmac_is_fast() {
-        "an AES-128-GMAC tag on each"
+    if ipmc::protocol::datagram::polyval_is_fast() {
+        "an AES-128-POLYVAL tag on each"
     } else {
         "a keyed BLAKE3 tag on each"
     }

@@ -14,7 +14,7 @@ fuzz_target!(|bytes: &[u8]| {
         Auth::crc(false),
         Auth::crc(true),
         Auth::Tag(KEY),
-        Auth::Gmac(KEY),
+        Auth::Polyval(KEY),
         Auth::Encrypt(KEY),
     ] {
         let prot = Protection::new(auth);

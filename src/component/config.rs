@@ -396,7 +396,7 @@ mod tests {
         }
         // Each `authenticate` value names the primitives it may use.
         let key = Key([1; crate::protocol::datagram::KEY_LEN]);
-        for (v, also) in [(0, None), (1, Some(Auth::Gmac(key))), (2, None)] {
+        for (v, also) in [(0, None), (1, Some(Auth::Polyval(key))), (2, None)] {
             let cfg = Config {
                 authenticate: v,
                 ..Config::default()

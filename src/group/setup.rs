@@ -30,7 +30,7 @@ use crate::protocol::datagram::{self, Auth, Key, KEY_LEN};
 
 /// Layout version of the setup messages (part of [`Config::digest`], so
 /// that builds whose messages differ never try to agree).
-pub(crate) const VERSION: u8 = 6;
+pub(crate) const VERSION: u8 = 7;
 /// Bytes of round 0's message: the address families, the smallest MTU and
 /// receive buffer, the kept group the rank's subtree offers alike, and what
 /// it states alike.
@@ -163,7 +163,7 @@ impl Announce {
             Auth::Off { crc } => (u8::from(crc), Key([0; KEY_LEN])),
             Auth::Tag(k) => (2, k),
             Auth::Encrypt(k) => (3, k),
-            Auth::Gmac(k) => (4, k),
+            Auth::Polyval(k) => (5, k),
         };
         out.push(mode);
         out.extend_from_slice(&self.digest.to_be_bytes());
@@ -197,7 +197,7 @@ impl Announce {
                     1 => Auth::crc(true),
                     2 => Auth::Tag(key),
                     3 => Auth::Encrypt(key),
-                    4 => Auth::Gmac(key),
+                    5 => Auth::Polyval(key),
                     _ => return None,
                 }
             },
@@ -537,9 +537,10 @@ pub struct Agreement<S, M: MessageIo> {
     /// The identity of the kept group this rank's subtree offers alike (0:
     /// none, or not alike).
     kept_alike: u64,
-    /// This rank's CPU computes AES-128-GMAC in hardware, then (on rank 0)
-    /// every rank's does: a tag is then GMAC's ([`datagram::gmac_is_fast`]).
-    fast_gmac: bool,
+    /// This rank's CPU computes AES-128 and POLYVAL in hardware, then (on
+    /// rank 0) every rank's does: a tag is then theirs
+    /// ([`datagram::polyval_is_fast`]).
+    fast_polyval: bool,
     draw: usize,
     /// The verdict on this draw, as rank 0 sends it.
     verdict: Vec<u8>,
@@ -579,7 +580,7 @@ impl<S, M: MessageIo> Agreement<S, M> {
             stated,
             kept,
             kept_alike: kept.map_or(0, |k| k.id),
-            fast_gmac: datagram::gmac_is_fast(),
+            fast_polyval: datagram::polyval_is_fast(),
             draw: 1,
             verdict: Vec::new(),
             announce: None,
@@ -655,12 +656,12 @@ impl<S, M: MessageIo> Agreement<S, M> {
                 // `got`: the children's families and smallest MTUs.
                 let own = u8::from(self.families.0)
                     | (u8::from(self.families.1) << 1)
-                    | (u8::from(self.fast_gmac) << 2);
+                    | (u8::from(self.fast_polyval) << 2);
                 let bits = got
                     .iter()
                     .fold(own, |bits, b| bits & b.first().copied().unwrap_or(0));
                 self.families = (bits & 1 != 0, bits & 2 != 0);
-                self.fast_gmac = bits & 4 != 0;
+                self.fast_polyval = bits & 4 != 0;
                 let word = |b: &[u8], at: usize| {
                     Some(u32::from_be_bytes(b.get(at..at + 4)?.try_into().ok()?))
                 };
@@ -788,7 +789,8 @@ impl<S, M: MessageIo> Agreement<S, M> {
         if range != self.cfg.group_range {
             log::info!("not every rank's interface has IPv4: groups from {range}");
         }
-        let (mtu, fast_gmac, rcvbuf, stated) = (self.mtu, self.fast_gmac, self.rcvbuf, self.stated);
+        let (mtu, fast_polyval, rcvbuf, stated) =
+            (self.mtu, self.fast_polyval, self.rcvbuf, self.stated);
         let window_param = self.cfg.flow_window;
         let announce = Announce::draw(&self.cfg, &range).map(|mut a| {
             let fitting =
@@ -797,8 +799,8 @@ impl<S, M: MessageIo> Agreement<S, M> {
                 log::info!("fragments of {fitting} bytes: datagrams fit the smallest MTU, {mtu}");
             }
             a.fragment_size = fitting as u64;
-            if let (Auth::Tag(key), true) = (a.auth, fast_gmac) {
-                a.auth = Auth::Gmac(key);
+            if let (Auth::Tag(key), true) = (a.auth, fast_polyval) {
+                a.auth = Auth::Polyval(key);
             }
             let datagram_len = fitting + datagram::Protection::new(a.auth).overhead();
             a.window = flow_window(window_param, rcvbuf, datagram_len);
@@ -927,7 +929,7 @@ mod tests {
     use crate::engine::inherited::{held, stated, Held};
     use crate::testing::test_net::run_messages;
 
-    /// A rank's interface families, MTU and whether its CPU computes GMAC
+    /// A rank's interface families, MTU and whether its CPU computes AES-128 and POLYVAL
     /// in hardware.
     type RankFacts = ((bool, bool), u32, bool);
     const RCVBUF: u32 = 1 << 20;
@@ -935,7 +937,7 @@ mod tests {
     /// Runs the agreement on `size` ranks; `open(rank, draw)` is each rank's
     /// result of opening its socket (its socket stands for the announcement
     /// it opened), `families(rank)` its interface's address families and
-    /// MTU, and whether its CPU computes GMAC in hardware.
+    /// MTU, and whether its CPU computes AES-128 and POLYVAL in hardware.
     fn agree_on(
         size: usize,
         open: fn(usize, usize) -> Result<(), OpenError>,
@@ -965,7 +967,7 @@ mod tests {
         run_messages(size, move |rank, msgs| {
             let cfg = Config::default();
             let mut opened = Vec::new();
-            let (families, mtu, fast_gmac) = families(rank);
+            let (families, mtu, fast_polyval) = families(rank);
             let facts = Facts {
                 families,
                 mtu,
@@ -974,7 +976,7 @@ mod tests {
                 kept: kept(rank),
             };
             let mut a = Agreement::start(msgs, rank, size, cfg, facts).unwrap();
-            a.fast_gmac = fast_gmac;
+            a.fast_polyval = fast_polyval;
             let agreed = a
                 .finish(msgs, &mut |a| {
                     opened.push(*a);
@@ -1224,11 +1226,11 @@ mod tests {
         assert_eq!(fitting_fragment(4096, 300, false, auth), MIN_FRAGMENT);
     }
 
-    /// A tag is AES-128-GMAC's where every rank's CPU computes it in
+    /// A tag is AES-128 with POLYVAL's where every rank's CPU computes it in
     /// hardware, on datagrams of any size, and keyed BLAKE3's as soon as one
     /// rank's does not; every rank takes part either way.
     #[test]
-    fn the_tag_is_gmac_only_where_every_rank_accelerates_it() {
+    fn the_tag_is_polyval_only_where_every_rank_accelerates_it() {
         type Case = (fn(usize) -> RankFacts, bool);
         let runs: [Case; 4] = [
             (|_| ((true, false), 1500, true), true),
@@ -1236,13 +1238,13 @@ mod tests {
             (|_| ((true, false), 9000, true), true),
             (|r| ((true, false), 9000, r != 0), false),
         ];
-        for (facts, want_gmac) in runs {
+        for (facts, want_polyval) in runs {
             let ranks = agree_on(6, |_, _| Ok(()), facts);
             for (agreed, _) in &ranks {
                 assert_eq!(agreed.joined, Joined::All);
                 let auth = agreed.announce.unwrap().auth;
-                assert_eq!(matches!(auth, Auth::Gmac(_)), want_gmac, "{auth:?}");
-                assert_eq!(matches!(auth, Auth::Tag(_)), !want_gmac, "{auth:?}");
+                assert_eq!(matches!(auth, Auth::Polyval(_)), want_polyval, "{auth:?}");
+                assert_eq!(matches!(auth, Auth::Tag(_)), !want_polyval, "{auth:?}");
             }
         }
     }
@@ -1266,7 +1268,7 @@ mod tests {
                 Auth::crc(true),
                 Auth::crc(false),
                 Auth::Encrypt(Key([8; KEY_LEN])),
-                Auth::Gmac(Key([9; KEY_LEN])),
+                Auth::Polyval(Key([9; KEY_LEN])),
             ] {
                 let b = Announce { auth, ..a };
                 assert_eq!(Announce::decode(&b.encode()), Some(b));

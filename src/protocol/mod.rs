@@ -3,4 +3,5 @@
 
 pub mod datagram;
 pub mod flow;
+pub mod polyval_mac;
 pub mod two_stage;

@@ -1287,7 +1287,7 @@ mod tests {
         use crate::protocol::datagram::Key;
         for auth in [
             Auth::Tag(Key([1; 32])),
-            Auth::Gmac(Key([1; 32])),
+            Auth::Polyval(Key([1; 32])),
             Auth::Encrypt(Key([1; 32])),
         ] {
             let p = Params {
@@ -1302,7 +1302,7 @@ mod tests {
             let mut b = Broadcast::new(p);
             let wrong_key = match auth {
                 Auth::Tag(_) => Auth::Tag(Key([2; 32])),
-                Auth::Gmac(_) => Auth::Gmac(Key([2; 32])),
+                Auth::Polyval(_) => Auth::Polyval(Key([2; 32])),
                 _ => Auth::Encrypt(Key([2; 32])),
             };
             for bcast in [p.bcast, p.bcast + 1] {
