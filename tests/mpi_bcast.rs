@@ -430,18 +430,20 @@ fn algorithms_go_by_name_and_a_wrong_one_is_told_once() {
             ("coll_ipmc_print_statistics", "1"),
             ("coll_ipmc_bcast_algorithm", wrong),
         ];
+        let told = |run: &Run| {
+            run.output
+                .matches("An invalid value was supplied for an enum variable")
+                .count()
+        };
         let mut run = mpirun(4, &mca, "bcast_check", &args);
-        for _ in 0..2 {
-            if !open_mpi_lost_its_help(&run.output) {
+        for _ in 0..3 {
+            if told(&run) > 0 || !open_mpi_lost_its_help(&run.output) {
                 break;
             }
             run = mpirun(4, &mca, "bcast_check", &args);
         }
         let world = world_stats(&run, 4);
-        let told = run
-            .output
-            .matches("An invalid value was supplied for an enum variable")
-            .count();
+        let told = told(&run);
         assert_eq!(told, 1, "told once, not per rank:\n{}", run.output);
         assert!(
             run.output.contains(&format!("Value        : {wrong}"))
@@ -461,12 +463,16 @@ fn algorithms_go_by_name_and_a_wrong_one_is_told_once() {
 }
 
 /// Open MPI 4.1.4's `mpirun` now and then cannot unpack the help messages
-/// its ranks send it (`ORTE_ERROR_LOG: Data unpack would read past end of
-/// buffer` in `orte/util/show_help.c`) and prints none of them: its own
-/// defect, with or without ipmc, after which the run is made again.
+/// its ranks send it (`ORTE_ERROR_LOG` in `orte/util/show_help.c`: "Data
+/// unpack would read past end of buffer", "Out of resource", "Data unpack
+/// had inadequate space"), in about half of the runs of 4 ranks here, with
+/// or without ipmc. Most lose only the copies it would have counted
+/// together with the one it prints; when it lost that one too, the run is
+/// made again.
 fn open_mpi_lost_its_help(output: &str) -> bool {
-    output.contains("Data unpack would read past end of buffer in file")
-        && output.contains("show_help.c")
+    output
+        .lines()
+        .any(|l| l.contains("ORTE_ERROR_LOG") && l.contains("show_help.c"))
 }
 
 #[test]
