@@ -11,16 +11,16 @@
  * largest messages, whose every round is long, can use fewer.
  *
  * Before the rounds of each size, W rounds of that size (with the targets
- * in turn; default 128 up to 128 KiB, 48 above) go
+ * in turn; default 144 up to 128 KiB, 48 above) go
  * unrecorded, as OSU's benchmarks skip their first iterations: connections
  * are set up then, and a component that chooses its algorithm by measuring
  * its first calls has chosen, on calls made as the measured ones are
- * (ipmc's automatic choice: up to 4 candidates of 8 calls up to 8 KiB, 3 of
+ * (ipmc's automatic choice: up to 4 candidates of 8 calls up to 8 KiB, 5 of
  * 2 above, then 16 calls while the ranks agree, and a closer look of 4
  * times as many calls where the times were short up to 128 KiB; its
- * measured calls end by call 56 on one level; over two levels the whole
+ * measured calls end by call 66 on one level; over two levels the whole
  * communicator measures up to 6 candidates more once its leaders may have
- * decided: to call 72 up to 8 KiB, 128 up to 128 KiB, 46 above; a unit
+ * decided: to call 72 up to 8 KiB, 138 up to 128 KiB, 46 above; a unit
  * test of ipmc's choice checks these bounds).
  * W = 0 records from the first call.
  *
@@ -385,7 +385,7 @@ int main(int argc, char **argv)
         size_t len = sizes[s];
         int size_rounds = len >= big_from ? big_rounds : rounds;
         double hi = 0, lo = 1e30, simple;
-        int size_warmup = warmup >= 0 ? warmup : len <= 131072 ? 128 : 48;
+        int size_warmup = warmup >= 0 ? warmup : len <= 131072 ? 144 : 48;
         for (int w = 0; w < size_warmup; w++) {
             int target = (root + 1 + w % (p - 1)) % p;
             one_round(MPI_COMM_WORLD, rank, target, buf, len, w, root_delay_us);

@@ -40,10 +40,10 @@ def options(argv):
     ap.add_argument("--big-rounds", type=int, help="rounds for sizes of --big-from bytes or more")
     ap.add_argument("--big-from", type=parse_bytes, help="the size from which --big-rounds applies (default 1M)")
     ap.add_argument("--warmup", type=int,
-                    help="unrecorded rounds of each size before its rounds (default: the benchmark's, 128 "
+                    help="unrecorded rounds of each size before its rounds (default: the benchmark's, 144 "
                          "up to 128 KiB and 48 above): connections are made and ipmc's "
-                         "automatic choice has measured its candidates (by a class's 56th call on one "
-                         "level; over two levels by the 72nd up to 8 KiB, 128th up to 128 KiB, 46th above)")
+                         "automatic choice has measured its candidates (by a class's 66th call on one "
+                         "level; over two levels by the 72nd up to 8 KiB, 138th up to 128 KiB, 46th above)")
     ap.add_argument("--repeat", type=int, default=1,
                     help="mpirun runs per peer and p, the peers taking turns (default 1); a point is "
                          "the run with the median time: on this testbed two runs of one configuration "

@@ -94,7 +94,7 @@ def write_table_md(path, res, targets):
         f"{'' if m.get('mtu', 1500) == 1500 else ' with an MTU of ' + str(m['mtu'])}, "
         f"multicast loss {m.get('loss_percent', 0)} %; rounds {m['rounds']} "
         f"({m['big_rounds']} from {human_bytes(m['big_from'])}), after "
-        f"{'128 (48 above 128 KiB)' if m.get('warmup', 0) is None else m.get('warmup', 0)} unrecorded "
+        f"{'144 (48 above 128 KiB)' if m.get('warmup', 0) is None else m.get('warmup', 0)} unrecorded "
         "rounds of each size.",
         "",
         ({"barrier": "Times in ms: the slowest rank's median time of one barrier (bench/barrier_bench.c)",

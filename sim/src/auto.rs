@@ -11,7 +11,8 @@
 //! (short messages at their root, until every rank answered, with a tag of
 //! their own, as the component does).
 //!
-//! Open MPI's binomial and binary trees, candidates up to 2 KiB, are models
+//! Open MPI's binomial and binary trees, candidates up to 2 KiB (the
+//! binomial one again from 16 to 128 KiB), are models
 //! too. With barriers for calls (`--only barrier-auto`), ipmc's barrier runs
 //! against models of the linear and Bruck barriers; with allgathers
 //! (`--only allgather-auto`), ipmc's (every block a broadcast through the

@@ -247,6 +247,7 @@ pub(crate) mod tests {
         let turns = [
             (Algorithm::Previous, 10_000),
             (Algorithm::SplitBinary, 8_000),
+            (Algorithm::Binomial, 9_000),
             (Algorithm::Multicast, 5_000),
         ];
         for (alg, took) in turns {
@@ -260,7 +261,7 @@ pub(crate) mod tests {
         }
         // The vote went after the last measured call: best times, then the
         // loss (as delivered + 1).
-        assert_eq!(io.sent, vec![(k, vec![10_000, 5_000, 8_000, 1001])]);
+        assert_eq!(io.sent, vec![(k, vec![10_000, 5_000, 8_000, 9_000, 1001])]);
         // Meanwhile multicast serves, without waiting for the vote.
         for _ in 0..tuning::VOTE_CALLS {
             let next = choice.plan(k, Algorithm::Chain, &mut io).unwrap();
@@ -271,7 +272,7 @@ pub(crate) mod tests {
             choice.plan(k, Algorithm::Chain, &mut io).unwrap(),
             Next::AwaitVote
         );
-        io.ended.push((k, vec![10_000, 6_000, 9_000, 1001]));
+        io.ended.push((k, vec![10_000, 6_000, 9_000, 9_500, 1001]));
         let decided = choice.settle(&mut io);
         assert_eq!(decided.len(), 1);
         assert_eq!(decided[0].1.alg, Algorithm::Multicast);
