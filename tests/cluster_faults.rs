@@ -201,6 +201,11 @@ fn burst_of_64k(cluster: &Cluster, calls: &str) -> (Run, String) {
     burst(cluster, calls, 65536, &[])
 }
 
+/// Whether a decision `row` chose one of `algorithms`.
+fn decided_one_of(row: &str, algorithms: &[&str]) -> bool {
+    algorithms.iter().any(|a| row.contains(&format!(": {a} (")))
+}
+
 /// Runs `bcast_check` with `calls` broadcasts of `bytes` on `cluster` (and
 /// `more` arguments), with statistics and the decision tables on; the run
 /// and `MPI_COMM_WORLD`'s decision row for the class of `bytes`.
@@ -270,19 +275,17 @@ fn with_every_datagram_lost_multicast_is_given_up_after_its_measured_calls() {
         ..Cluster::hosts(6)
     };
     let (run, row) = burst_of_64k(&cluster, "60");
-    let open_mpis = [": previous (", ": split_binary (", ": binomial ("]
-        .iter()
-        .any(|a| row.contains(a));
-    assert!(open_mpis && row.contains("multicast loss 100.0%"), "{row}");
+    let open_mpis = ["previous", "split_binary", "binomial"];
+    assert!(
+        decided_one_of(&row, &open_mpis) && row.contains("multicast loss 100.0%"),
+        "{row}"
+    );
     let world = world_stats(&run, cluster.ranks());
     for s in &world {
         // At most 2 measured and 16 interim calls of the 64 KiB class, and
         // whatever the sweep of 0 and 1 byte took.
         let multicast = tally(s, "multicast");
-        let open_mpi = ["previous", "split_binary", "binomial"]
-            .map(|a| tally(s, a).1)
-            .iter()
-            .sum::<u64>();
+        let open_mpi: u64 = open_mpis.iter().map(|a| tally(s, a).1).sum();
         assert!(multicast.1 <= 18 * 65536 + multicast.0, "{s:?}");
         assert!(open_mpi >= (60 - 18) * 65536, "{s:?}");
     }
@@ -315,9 +318,7 @@ fn one_host_without_multicast_does_not_make_the_others_give_it_up() {
         "{}",
         run.output
     );
-    let fast = [": multicast (", ": split_binary (", ": binomial ("]
-        .iter()
-        .any(|a| row.contains(a));
+    let fast = decided_one_of(&row, &["multicast", "split_binary", "binomial"]);
     assert!(fast && row.contains("multicast loss 0.0%"), "{row}");
     // Multicast served 2 measured and 16 interim calls of 64 KiB at least
     // (the sweep's calls of 1 byte add less than one to the count of its
