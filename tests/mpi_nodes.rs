@@ -478,7 +478,11 @@ fn two_levels_are_measured_against_open_mpis_broadcast() {
     // first (4 candidates), then the parent measures 2 calls of each way
     // (the levels both through the nodes' segments and from their leaders'
     // memory, which the kernel allows here: the tests run as one user) and
-    // decides, with calls to spare (86 were too few).
+    // decides. The parent cannot know whether the leaders looked closer, so
+    // it begins as late as if they had (`Tuner::first_measured`: 8 measured
+    // calls, 16 while they agree, 32 on a closer look and 16 more): at the
+    // 73rd call, and its 8 measured calls and 16 while its ranks agree end
+    // at the 96th (86 broadcasts were too few).
     let args = bursts("100", "65536");
     let run = cluster.mpirun(&mca, "bcast_check", &args);
     assert_passed(&run);
