@@ -25,8 +25,9 @@ pub const VERSION: u8 = 2;
 pub const HEADER_LEN: usize = 36;
 /// Bytes of the CRC-32 trailer, when present.
 pub const CRC_LEN: usize = 4;
-/// Bytes of the authentication tag trailer, when present.
-pub const TAG_LEN: usize = 16;
+/// Bytes of the authentication tag trailer, when present: one AES block in
+/// every mode (GCM's tag, POLYVAL's, keyed BLAKE3's cut to it).
+pub const TAG_LEN: usize = polyval_mac::TAG_LEN;
 /// Bytes of a communicator's secret key.
 pub const KEY_LEN: usize = 32;
 /// Largest payload a datagram can carry (its length field is 16 bits).

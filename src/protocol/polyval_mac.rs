@@ -22,7 +22,7 @@ use aes::Aes128;
 use polyval::universal_hash::UniversalHash;
 use polyval::Polyval;
 
-/// Bytes of a tag.
+/// Bytes of a tag: one AES block.
 pub const TAG_LEN: usize = 16;
 /// Bytes of a nonce.
 pub const NONCE_LEN: usize = 12;
