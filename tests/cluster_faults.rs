@@ -457,7 +457,7 @@ fn four_ranks_on_each_of_4_hosts() {
     ranks_per_host(4, 4);
 }
 
-/// On hosts of several ranks, ipmc broadcasts over two levels (seed 001),
+/// On hosts of several ranks, ipmc broadcasts over two levels,
 /// by itself or with one of its algorithms forced by `mca`: on each
 /// communicator the program checks, every rank's calls go that way and none
 /// of its ranks multicasts; the leaders' communicator of each holds one rank

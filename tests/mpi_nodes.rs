@@ -654,7 +654,7 @@ fn pipelined_levels_are_measured_above_a_mebibyte() {
     }
 }
 
-/// Seed 001's dynamic choice of the receiving process: on 3 hosts of 2
+/// The dynamic choice of the receiving process (Mamidala et al.): on 3 hosts of 2
 /// ranks, one rank enters every broadcast 2 ms late, with roots on every
 /// rank and every kind of message `bcast_check` sends. A late leader (rank
 /// 2) gives the lead of its node to the other rank there (`leader_moves`),

@@ -99,7 +99,7 @@ def target_never_slower(res):
 
 
 def target_barrier(res):
-    """Issue 30's barrier target: ipmc at 8 and 16 hosts ≤ 0.7 × the fastest of
+    """The barrier target: ipmc at 8 and 16 hosts ≤ 0.7 × the fastest of
     tuned's barriers and Open MPI's default."""
     name = "barrier: ipmc at its defaults ≤ 0.7 × the fastest of tuned's barriers and the default, p = 8, 16"
     rows = []
@@ -116,7 +116,7 @@ def target_barrier(res):
 
 
 def target_allgather_bound(res):
-    """Issue 30's allgather target: at 16 hosts, blocks of 4 KiB and more, ipmc
+    """The allgather target: at 16 hosts, blocks of 4 KiB and more, ipmc
     at its defaults ≤ 1.15 × what each host must receive at its link rate."""
     name = "allgather: ≤ 1.15 × (p − 1) blocks at the link rate, p = 16, blocks ≥ 4 KiB"
     rows = [(res.time("ipmc", 16, b) / (15 * res.wire_us(b)), b) for b in res.sizes

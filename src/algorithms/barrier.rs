@@ -1,5 +1,5 @@
-//! The shape of ipmc's `MPI_Barrier` (after seed 000, Chen, Carrasco and
-//! Apon): every rank reports its arrival to rank 0 along a tree of empty
+//! The shape of ipmc's `MPI_Barrier` (after Chen, Carrasco and Apon, MPI
+//! collective operations over IP multicast, 2000): every rank reports its arrival to rank 0 along a tree of empty
 //! point-to-point messages, and rank 0 then releases all of them at once by
 //! one multicast datagram. The datagram makes the release early; empty
 //! point-to-point releases down a second tree guarantee it (a rank whose

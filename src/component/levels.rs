@@ -1,5 +1,5 @@
-//! Two levels for a communicator whose nodes hold several ranks (seed 001,
-//! Mamidala et al.): the message crosses the network once per node, among
+//! Two levels for a communicator whose nodes hold several ranks (after
+//! Mamidala et al., SMP-aware broadcast over InfiniBand's multicast): the message crosses the network once per node, among
 //! one leader per node, and each leader hands it to the ranks of its node.
 //!
 //! Both levels are communicators of their own, split from this one at its
@@ -249,7 +249,7 @@ fn own_lateness(means: &[Mean]) -> Vec<i64> {
         .collect()
 }
 
-/// Seed 001's dynamic choice of the receiving process, per communicator: a
+/// Mamidala et al.'s dynamic choice of the receiving process, per communicator: a
 /// node whose leader enters broadcasts late holds its other ranks back by
 /// that much, so every so many broadcasts the ranks of each node compare
 /// their entries ([`own_lateness`]), and where the leader was later than

@@ -521,7 +521,7 @@ impl Module {
         Ok(())
     }
 
-    /// Seed 001's dynamic choice of the receiving process over two levels
+    /// Mamidala et al.'s dynamic choice of the receiving process over two levels
     /// ([`crate::component::levels::Lookout`]): counts this rank's entry
     /// into this broadcast (`entry`, where `follows`) and, at a look (the
     /// same broadcast on every rank), moves the lead of each node whose

@@ -1,4 +1,4 @@
-//! A node's shared segment (seed 001's shared-memory step): the leader of a
+//! A node's shared segment (Mamidala et al.'s shared-memory step): the leader of a
 //! node gives the message to every other rank of its node at once, where a
 //! broadcast on the node's communicator passes it down a tree, rank to rank.
 //!
