@@ -654,13 +654,14 @@ fn pipelined_levels_are_measured_above_a_mebibyte() {
     }
 }
 
-/// The dynamic choice of the receiving process (Mamidala et al.): on 3 hosts of 2
-/// ranks, one rank enters every broadcast 2 ms late, with roots on every
-/// rank and every kind of message `bcast_check` sends. A late leader (rank
-/// 2) gives the lead of its node to the other rank there (`leader_moves`),
-/// which then hands the message over to it without waiting (`handovers`);
-/// a late rank that does not lead (rank 3) is handed the message over, and
-/// no lead moves. Every byte arrives on every rank either way.
+/// The dynamic choice of the receiving process (Mamidala et al.): on 3
+/// hosts of 2 ranks, one rank enters every broadcast 2 ms late, with roots
+/// on every rank and every kind of message `bcast_check` sends. A late
+/// leader (rank 2) gives the lead of its node to the other rank there
+/// (`leader_moves`), which then hands the message over to it without
+/// waiting (`handovers`); a late rank that does not lead (rank 3) is handed
+/// the message over, and no lead moves. Every byte arrives on every rank
+/// either way.
 fn late_rank_on_two_levels(late: usize, moves: u64) {
     let cluster = three_hosts_of_two();
     let mca = [("coll_ipmc_print_statistics", "1")];

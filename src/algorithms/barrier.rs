@@ -1,11 +1,12 @@
 //! The shape of ipmc's `MPI_Barrier` (after Chen, Carrasco and Apon, MPI
-//! collective operations over IP multicast, 2000): every rank reports its arrival to rank 0 along a tree of empty
-//! point-to-point messages, and rank 0 then releases all of them at once by
-//! one multicast datagram. The datagram makes the release early; empty
-//! point-to-point releases down a second tree guarantee it (a rank whose
-//! datagram was lost leaves on its parent's), with no timeout and no
-//! acknowledgement. Rank 0 sends the datagram and its releases only once
-//! every rank arrived, and a rank forwards a release only once released.
+//! collective operations over IP multicast, 2000): every rank reports its
+//! arrival to rank 0 along a tree of empty point-to-point messages, and
+//! rank 0 then releases all of them at once by one multicast datagram. The
+//! datagram makes the release early; empty point-to-point releases down a
+//! second tree guarantee it (a rank whose datagram was lost leaves on its
+//! parent's), with no timeout and no acknowledgement. Rank 0 sends the
+//! datagram and its releases only once every rank arrived, and a rank
+//! forwards a release only once released.
 //!
 //! The two trees differ: arrivals fan in wide, so that they take few steps;
 //! releases fan out by two, so that rank 0 sends two messages, not p − 1,

@@ -1,6 +1,7 @@
 //! Two levels for a communicator whose nodes hold several ranks (after
-//! Mamidala et al., SMP-aware broadcast over InfiniBand's multicast): the message crosses the network once per node, among
-//! one leader per node, and each leader hands it to the ranks of its node.
+//! Mamidala et al., SMP-aware broadcast over InfiniBand's multicast): the
+//! message crosses the network once per node, among one leader per node,
+//! and each leader hands it to the ranks of its node.
 //!
 //! Both levels are communicators of their own, split from this one at its
 //! first broadcast (as Open MPI's `han` does), so that each gets the
@@ -249,13 +250,13 @@ fn own_lateness(means: &[Mean]) -> Vec<i64> {
         .collect()
 }
 
-/// Mamidala et al.'s dynamic choice of the receiving process, per communicator: a
-/// node whose leader enters broadcasts late holds its other ranks back by
-/// that much, so every so many broadcasts the ranks of each node compare
-/// their entries ([`own_lateness`]), and where the leader was later than
-/// another rank by more than `coll_ipmc_leader_lateness` at two looks in a
-/// row, the least late rank leads the node from then on (the levels are
-/// split again).
+/// Mamidala et al.'s dynamic choice of the receiving process, per
+/// communicator: a node whose leader enters broadcasts late holds its other
+/// ranks back by that much, so every so many broadcasts the ranks of each
+/// node compare their entries ([`own_lateness`]), and where the leader was
+/// later than another rank by more than `coll_ipmc_leader_lateness` at two
+/// looks in a row, the least late rank leads the node from then on (the
+/// levels are split again).
 #[derive(Clone, Debug)]
 pub struct Lookout {
     arrivals: Arrivals,

@@ -521,14 +521,13 @@ impl Module {
         Ok(())
     }
 
-    /// Mamidala et al.'s dynamic choice of the receiving process over two levels
-    /// ([`crate::component::levels::Lookout`]): counts this rank's entry
-    /// into this broadcast (`entry`, where `follows`) and, at a look (the
-    /// same broadcast on every rank), moves the lead of each node whose
-    /// leader was late to its least late rank,
-    /// splitting the communicator again, and has the leader
-    /// of a node with a late rank hand the message over; either change has
-    /// the size classes measured again.
+    /// Mamidala et al.'s dynamic choice of the receiving process over two
+    /// levels ([`crate::component::levels::Lookout`]): counts this rank's entry
+    /// into this broadcast (`entry`, where `follows`) and, at a look (the same
+    /// broadcast on every rank), moves the lead of each node whose leader was
+    /// late to its least late rank, splitting the communicator again, and has
+    /// the leader of a node with a late rank hand the message over; either
+    /// change has the size classes measured again.
     fn follow_late_leaders(
         &mut self,
         comm: Comm,

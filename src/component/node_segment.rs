@@ -1,6 +1,7 @@
-//! A node's shared segment (Mamidala et al.'s shared-memory step): the leader of a
-//! node gives the message to every other rank of its node at once, where a
-//! broadcast on the node's communicator passes it down a tree, rank to rank.
+//! A node's shared segment (Mamidala et al.'s shared-memory step): the
+//! leader of a node gives the message to every other rank of its node at
+//! once, where a broadcast on the node's communicator passes it down a
+//! tree, rank to rank.
 //!
 //! The ranks take it in one of two ways ([`Copies`]), the node agreeing
 //! when the segment is made on what it can do, and each step's way coming
