@@ -16,6 +16,7 @@ use std::time::Instant;
 use common::{
     levels_tally, num, print_stats, stats_lines, sum, tally, world_stats, Cluster, Line, Run,
 };
+use ipmc::engine::tuning::PREFER_PREVIOUS_PERMILLE;
 
 /// The largest message of the size sweep: the largest one that multicasts.
 const SWEEP: &str = "1048576";
@@ -207,8 +208,8 @@ fn decided_one_of(row: &str, algorithms: &[&str]) -> bool {
 }
 
 /// Whether a decision `row` chose as its measured times say: the fastest, or
-/// Open MPI's own broadcast if it came within 3 % of that (the tuner's
-/// preference for it, `PREFER_PREVIOUS_PERMILLE`).
+/// Open MPI's own broadcast if it came within the tuner's preference for it
+/// ([`PREFER_PREVIOUS_PERMILLE`], 3 %).
 fn decided_by_the_times(row: &str) -> bool {
     let Some((_, rest)) = row.split_once(": ") else {
         return false;
@@ -231,7 +232,9 @@ fn decided_by_the_times(row: &str) -> bool {
     };
     let previous = times.iter().find(|(alg, _)| *alg == "previous");
     decided == fastest
-        || (decided == "previous" && previous.is_some_and(|(_, us)| us * 1000 <= best * 1030))
+        || (decided == "previous"
+            && previous
+                .is_some_and(|(_, us)| us * 1000 <= best * (1000 + PREFER_PREVIOUS_PERMILLE)))
 }
 
 /// Runs `bcast_check` with `calls` broadcasts of `bytes` on `cluster` (and

@@ -102,7 +102,7 @@ pub const LONG_ANSWER_WAIT: Duration = Duration::from_millis(100);
 const ANSWER_CALLS: u64 = 8;
 /// Open MPI's own broadcast is kept unless another is faster by more than
 /// this (per mille): it needs no datagrams, and measurements are noisy.
-const PREFER_PREVIOUS_PERMILLE: u64 = 30;
+pub const PREFER_PREVIOUS_PERMILLE: u64 = 30;
 /// Multicast that got more than this share (per mille) of a message to
 /// every rank by the chain instead is not chosen, however fast: a network
 /// that drops most multicast (a firewall, IGMP snooping without a querier)
