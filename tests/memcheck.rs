@@ -19,7 +19,6 @@ mod common;
 
 use std::collections::BTreeMap;
 use std::process::Command;
-use std::sync::atomic::{AtomicUsize, Ordering};
 
 use common::{num, Cluster, Run};
 
@@ -125,15 +124,12 @@ impl std::fmt::Display for Report {
 /// memcheck ran to its end and that none reported an error of ipmc's, and
 /// returns the run. Open MPI's own errors are counted and shown.
 fn under_memcheck(cluster: &Cluster, mca: &[(&str, &str)], program: &str, args: &[&str]) -> Run {
-    static JOBS: AtomicUsize = AtomicUsize::new(0);
     let valgrind = Command::new("valgrind").arg("--version").output();
     assert!(
         valgrind.is_ok_and(|o| o.status.success()),
         "valgrind is missing: scripts/deps installs it"
     );
-    let n = JOBS.fetch_add(1, Ordering::Relaxed);
-    let dir = std::env::temp_dir().join(format!("ipmc-memcheck-{}-{n}", std::process::id()));
-    std::fs::create_dir_all(&dir).unwrap();
+    let dir = common::job_dir("memcheck");
     // One file per rank, named by its rank: a job that runs again (when
     // mpirun splices its output) writes the same files again.
     let xml_file = format!(

@@ -362,15 +362,22 @@ pub fn mpirun_to_files(
     })
 }
 
+/// A new, empty directory for the files of one job's ranks, in the
+/// temporary directory, named after `what`, this process and a count.
+pub fn job_dir(what: &str) -> PathBuf {
+    static JOBS: AtomicUsize = AtomicUsize::new(0);
+    let n = JOBS.fetch_add(1, Ordering::Relaxed);
+    let dir = std::env::temp_dir().join(format!("ipmc-{what}-{}-{n}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    dir
+}
+
 /// Runs a job of `np` ranks through `job`, which starts each rank's
 /// program through the wrapper it is given: `before`, then the program
 /// with its output in a file of the rank's own. Returns the run and each
 /// rank's output, in rank order.
 fn to_files(np: usize, before: &str, job: impl FnOnce(&[&str]) -> Run) -> (Run, Vec<String>) {
-    static JOBS: AtomicUsize = AtomicUsize::new(0);
-    let n = JOBS.fetch_add(1, Ordering::Relaxed);
-    let dir = std::env::temp_dir().join(format!("ipmc-ranks-{}-{n}", std::process::id()));
-    std::fs::create_dir_all(&dir).unwrap();
+    let dir = job_dir("ranks");
     let script = format!(
         "{before}\nexec \"$@\" >'{}'/rank.$OMPI_COMM_WORLD_RANK 2>&1",
         dir.display()
