@@ -10,10 +10,12 @@
 //! Open MPI's own reports (its TCP transport sends structures with padding)
 //! are left to Open MPI: an error counts as ipmc's where the innermost frame
 //! outside the C library, the loader and memcheck's replacements lies in
-//! `mca_coll_ipmc.so`, and a read or write out of bounds or a bad free also
-//! where ipmc is anywhere on its stack. Leaks are not checked: Open MPI
-//! unloads the components it does not select, and memcheck then names the
-//! library loaded at the same address, often ipmc, for their allocations.
+//! `mca_coll_ipmc.so`; a read or write out of bounds or a bad free also
+//! where ipmc is anywhere on its stack; and uninitialised bytes also where
+//! ipmc allocated the block that holds them (a buffer it gave Open MPI to
+//! send). Leaks are not checked: Open MPI unloads the components it does
+//! not select, and memcheck then names the library loaded at the same
+//! address, often ipmc, for their allocations.
 
 mod common;
 
@@ -32,6 +34,9 @@ struct Report {
     objects: Vec<String>,
     /// Each frame's function where memcheck knows it, else `?`.
     functions: Vec<String>,
+    /// The objects of the second stack, where the block the error concerns
+    /// was allocated (or freed); empty where there is none (the stack).
+    block: Vec<String>,
 }
 
 /// The text between the first `open` and the next `close` in `text`.
@@ -55,6 +60,20 @@ fn all_between<'a>(text: &'a str, open: &str, close: &str) -> Vec<&'a str> {
     found
 }
 
+/// The frames of a stack, none where there is no stack.
+fn frames_of(stack: Option<&str>) -> Vec<&str> {
+    all_between(stack.unwrap_or(""), "<frame>", "</frame>")
+}
+
+/// The element `tag` of each frame, `?` where a frame has none.
+fn field(frames: &[&str], tag: &str) -> Vec<String> {
+    let (open, close) = (format!("<{tag}>"), format!("</{tag}>"));
+    frames
+        .iter()
+        .map(|f| between(f, &open, &close).unwrap_or("?").to_string())
+        .collect()
+}
+
 /// The errors of one rank's XML log (`valgrind --xml=yes`).
 fn reports(xml: &str) -> Vec<Report> {
     all_between(xml, "<error>", "</error>")
@@ -62,10 +81,10 @@ fn reports(xml: &str) -> Vec<Report> {
         .map(|error| {
             // The first stack is where the error happened; later ones say
             // where the memory it concerns was allocated or freed.
-            let frames = all_between(
-                between(error, "<stack>", "</stack>").unwrap_or(""),
-                "<frame>",
-                "</frame>",
+            let stacks = all_between(error, "<stack>", "</stack>");
+            let (error_frames, block_frames) = (
+                frames_of(stacks.first().copied()),
+                frames_of(stacks.get(1).copied()),
             );
             Report {
                 kind: between(error, "<kind>", "</kind>")
@@ -74,14 +93,9 @@ fn reports(xml: &str) -> Vec<Report> {
                 what: between(error, "<what>", "</what>")
                     .unwrap_or("")
                     .to_string(),
-                objects: frames
-                    .iter()
-                    .map(|f| between(f, "<obj>", "</obj>").unwrap_or("?").to_string())
-                    .collect(),
-                functions: frames
-                    .iter()
-                    .map(|f| between(f, "<fn>", "</fn>").unwrap_or("?").to_string())
-                    .collect(),
+                objects: field(&error_frames, "obj"),
+                functions: field(&error_frames, "fn"),
+                block: field(&block_frames, "obj"),
             }
         })
         .collect()
@@ -98,14 +112,23 @@ fn is_runtime(object: &str) -> bool {
     name.starts_with("libc.so") || name.starts_with("ld-linux") || name.starts_with("vgpreload_")
 }
 
+/// Whether the innermost frame of `objects` outside the runtime is ipmc's.
+fn called_from_ipmc(objects: &[String]) -> bool {
+    objects
+        .iter()
+        .find(|o| !is_runtime(o))
+        .is_some_and(|o| in_ipmc(o))
+}
+
 /// Whether ipmc made the error `r` (the module's documentation says how).
 fn made_by_ipmc(r: &Report) -> bool {
     let out_of_bounds =
         r.kind.starts_with("Invalid") || r.kind == "MismatchedFree" || r.kind == "Overlap";
-    let caller = r.objects.iter().find(|o| !is_runtime(o));
+    let uninitialised = r.kind.starts_with("Uninit") || r.kind == "SyscallParam";
     !r.kind.starts_with("Leak_")
-        && (caller.is_some_and(|o| in_ipmc(o))
-            || out_of_bounds && r.objects.iter().any(|o| in_ipmc(o)))
+        && (called_from_ipmc(&r.objects)
+            || out_of_bounds && r.objects.iter().any(|o| in_ipmc(o))
+            || uninitialised && called_from_ipmc(&r.block))
 }
 
 impl std::fmt::Display for Report {
@@ -243,21 +266,30 @@ fn every_collective_over_two_levels_makes_no_memory_error() {
 }
 
 /// A log as memcheck writes it, with one error of `kind` whose stack's
-/// frames are in `objects`, innermost first.
-fn log_of(kind: &str, objects: &[&str]) -> String {
-    let frames: String = objects
-        .iter()
-        .enumerate()
-        .map(|(i, o)| format!("<frame><ip>0x{i:x}</ip><obj>{o}</obj><fn>f{i}</fn></frame>\n"))
-        .collect();
-    // The error's stack, then the stack of the block it concerns.
-    let allocated = format!("<frame><ip>0x9</ip><obj>{IPMC}</obj><fn>alloc</fn></frame>");
+/// frames are in `objects`, innermost first, about a block allocated by
+/// frames in `block` (none: memory on a stack).
+fn log_of(kind: &str, objects: &[&str], block: &[&str]) -> String {
+    let stack = |objects: &[&str]| -> String {
+        let frames: String = objects
+            .iter()
+            .enumerate()
+            .map(|(i, o)| format!("<frame><ip>0x{i:x}</ip><obj>{o}</obj><fn>f{i}</fn></frame>\n"))
+            .collect();
+        format!("<stack>\n{frames}</stack>\n")
+    };
+    let about = if block.is_empty() {
+        "<auxwhat>Address 0x1 is on thread 1's stack</auxwhat>\n".to_string()
+    } else {
+        format!(
+            "<auxwhat>Address 0x1 is 8 bytes inside a block</auxwhat>\n{}",
+            stack(block)
+        )
+    };
     format!(
         "<valgrindoutput>\n<error>\n<unique>0x0</unique>\n<tid>1</tid>\n\
-         <kind>{kind}</kind>\n<what>test</what>\n<stack>\n{frames}</stack>\n\
-         <auxwhat>Address 0x1 is 8 bytes inside a block</auxwhat>\n\
-         <stack>\n{allocated}\n</stack>\n</error>\n\
-         <status>\n<state>FINISHED</state>\n</status>\n</valgrindoutput>\n"
+         <kind>{kind}</kind>\n<what>test</what>\n{}{about}</error>\n\
+         <status>\n<state>FINISHED</state>\n</status>\n</valgrindoutput>\n",
+        stack(objects)
     )
 }
 
@@ -271,16 +303,14 @@ const OPAL: &str = "/usr/lib/x86_64-linux-gnu/libopen-pal.so.40.30.2";
 /// cannot pass for a parser that finds nothing.
 #[test]
 fn errors_are_laid_at_the_right_door() {
-    let ipmcs = |kind: &str, objects: &[&str]| {
-        let all = reports(&log_of(kind, objects));
+    let on_block = |kind: &str, objects: &[&str], block: &[&str]| {
+        let all = reports(&log_of(kind, objects, block));
         assert_eq!(all.len(), 1, "{all:?}");
-        assert_eq!(
-            all[0].objects.len(),
-            objects.len(),
-            "only the first stack: {all:?}"
-        );
+        assert_eq!(all[0].objects.len(), objects.len(), "{all:?}");
+        assert_eq!(all[0].block.len(), block.len(), "{all:?}");
         made_by_ipmc(&all[0])
     };
+    let ipmcs = |kind: &str, objects: &[&str]| on_block(kind, objects, &[PRELOAD, OPAL]);
     // Open MPI's TCP transport, progressed from inside an ipmc call.
     assert!(!ipmcs("SyscallParam", &[LIBC, LIBC, BTL_TCP, OPAL, IPMC]));
     assert!(!ipmcs("UninitCondition", &[OPAL, IPMC, IPMC]));
@@ -293,15 +323,24 @@ fn errors_are_laid_at_the_right_door() {
     assert!(ipmcs("InvalidWrite", &[OPAL, OPAL, IPMC]));
     assert!(!ipmcs("InvalidWrite", &[OPAL, BTL_TCP]));
     assert!(!ipmcs("Leak_DefinitelyLost", &[PRELOAD, IPMC]));
+    // Uninitialised bytes that Open MPI sends: ipmc's where ipmc allocated
+    // them (a buffer it gave Open MPI), not where Open MPI did, even inside
+    // an ipmc call, nor on a stack.
+    let sent = [LIBC, BTL_TCP, OPAL];
+    assert!(on_block("SyscallParam", &sent, &[PRELOAD, IPMC, IPMC]));
+    assert!(on_block("UninitCondition", &[OPAL], &[PRELOAD, IPMC]));
+    assert!(!on_block("SyscallParam", &sent, &[PRELOAD, OPAL, IPMC]));
+    assert!(!on_block("SyscallParam", &sent, &[]));
+    assert!(!on_block("InvalidRead", &[OPAL], &[PRELOAD, IPMC]));
 
     // A complete log of two errors, neither ipmc's, passes with its kinds
     // counted; an error of ipmc's, or a log cut short, fails.
-    let two = log_of("SyscallParam", &[LIBC, BTL_TCP]).replace(
+    let two = log_of("SyscallParam", &[LIBC, BTL_TCP], &[]).replace(
         "<status>",
         &format!(
             "{}<status>",
             between(
-                &log_of("InvalidRead", &[OPAL]),
+                &log_of("InvalidRead", &[OPAL], &[]),
                 "<valgrindoutput>",
                 "<status>"
             )
@@ -316,7 +355,7 @@ fn errors_are_laid_at_the_right_door() {
             ("SyscallParam".to_string(), 1)
         ]
     );
-    let found = findings(&log_of("InvalidRead", &[PRELOAD, IPMC]));
+    let found = findings(&log_of("InvalidRead", &[PRELOAD, IPMC], &[]));
     assert!(
         found
             .as_ref()
