@@ -2,9 +2,10 @@
 //! each fits the smallest MTU of the ranks' interfaces in one IP packet, on
 //! IPv4 and IPv6, with jumbo frames and with one host of a smaller MTU (the
 //! kernel counts no IP fragment anywhere); each way of passing them to
-//! the kernel, forced, carries every byte; and flow control keeps a receiver
-//! that keeps stopping from losing datagrams to its receive buffer; a send
-//! that the sending host refuses leaves segmentation offload on.
+//! the kernel, forced, carries every byte; flow control keeps a receiver
+//! that keeps stopping from losing datagrams to its receive buffer, and one
+//! that enters late from making the others lose any; and a send that the
+//! sending host refuses leaves segmentation offload on.
 
 mod common;
 
@@ -222,18 +223,7 @@ fn receive_buffer_drops(
     } else {
         "sleep 1 &".to_string()
     };
-    let run = cluster.run_script(&format!(
-        "hosts=$(echo \"$CLUSTER_HOSTS\" | tr , ' ' | sed 's/:[0-9]*//g'); \
-         last=${{hosts##* }}; \
-         {stopper} stopper=$!; \
-         timeout --kill-after=10 {} mpirun $CLUSTER_MPIRUN --host \"$CLUSTER_HOSTS\" -np {} {job}; \
-         rc=$?; kill $stopper 2>/dev/null; wait $stopper 2>/dev/null; \
-         for h in $hosts; do \
-           echo \"rcvbuf_errors $h $(ip netns exec $h awk '/^Udp: [A-Z]/ {{for (i = 2; i <= NF; i++) if ($i == \"RcvbufErrors\") c = i}} /^Udp: [0-9]/ {{print $c}}' /proc/net/snmp)\"; \
-         done; exit $rc",
-        common::JOB_TIMEOUT,
-        cluster.ranks(),
-    ));
+    let (run, errors) = counting_drops(cluster, &job, &stopper);
     let world = world_stats(&run, cluster.ranks());
     // Every communicator's: any of their sockets may overflow.
     let all = common::stats_lines(&run.output);
@@ -242,6 +232,25 @@ fn receive_buffer_drops(
     if let Some(line) = run.output.lines().find(|l| l.starts_with("stopper:")) {
         eprintln!("{line}");
     }
+    (errors, world, stalls)
+}
+
+/// Runs `job` (an mpirun job line) on `cluster` beside `beside` (a shell
+/// command that ends in `&`; `$last` names the last host); afterwards the
+/// datagrams the kernel of each host dropped for a full receive buffer.
+fn counting_drops(cluster: &Cluster, job: &str, beside: &str) -> (Run, Vec<u64>) {
+    let run = cluster.run_script(&format!(
+        "hosts=$(echo \"$CLUSTER_HOSTS\" | tr , ' ' | sed 's/:[0-9]*//g'); \
+         last=${{hosts##* }}; \
+         {beside} beside=$!; \
+         timeout --kill-after=10 {} mpirun $CLUSTER_MPIRUN --host \"$CLUSTER_HOSTS\" -np {} {job}; \
+         rc=$?; kill $beside 2>/dev/null; wait $beside 2>/dev/null; \
+         for h in $hosts; do \
+           echo \"rcvbuf_errors $h $(ip netns exec $h awk '/^Udp: [A-Z]/ {{for (i = 2; i <= NF; i++) if ($i == \"RcvbufErrors\") c = i}} /^Udp: [0-9]/ {{print $c}}' /proc/net/snmp)\"; \
+         done; exit $rc",
+        common::JOB_TIMEOUT,
+        cluster.ranks(),
+    ));
     let errors: Vec<u64> = run
         .output
         .lines()
@@ -254,7 +263,7 @@ fn receive_buffer_drops(
         })
         .collect();
     assert_eq!(errors.len(), cluster.hosts, "{}", run.output);
-    (errors, world, stalls)
+    (run, errors)
 }
 
 fn ten_gigabit(hosts: usize) -> Cluster {
@@ -303,6 +312,73 @@ fn a_receiver_that_keeps_stopping_loses_nothing_to_its_buffer() {
     let (unpaced, _, _) = receive_buffer_drops(&cluster, "1099511627776", true);
     eprintln!("no flow control: receive buffer errors per host {unpaced:?}");
     assert!(unpaced.iter().sum::<u64>() > 0, "{unpaced:?}");
+}
+
+/// Rank 1 enters every 16 MiB broadcast 300 ms late, with multicast forced,
+/// links unlimited (the hosts are the limit) and 1 MiB receive buffers: the
+/// root, without its reports, goes on at the pace of the others, so the late
+/// host alone loses datagrams to its buffer and the others take nothing from
+/// the chain. (The root once sent the rest unpaced after its second stall,
+/// which overran every receiver here.) A run in which a host on time lost
+/// datagrams is tried again, since a receiver descheduled for the stall
+/// limit is left out as well.
+#[test]
+fn a_late_receiver_alone_loses_datagrams() {
+    const TRIES: usize = 3;
+    let cluster = Cluster::hosts(3);
+    let mca = [
+        ("coll_ipmc_print_statistics", "1"),
+        ("coll_ipmc_bcast_algorithm", "3"),
+        ("coll_ipmc_rcvbuf", "1048576"),
+    ];
+    let args = [
+        "--sizes",
+        "16777216",
+        "--rounds",
+        "2",
+        "--warmup",
+        "0",
+        "--late-rank",
+        "1",
+        "--late-us",
+        "300000",
+    ];
+    let job = common::job_line(&mca, "bcast_bench", &args);
+    let mut overran = Vec::new();
+    loop {
+        let (run, errors) = counting_drops(&cluster, &job, "sleep 1 &");
+        assert!(run.ok, "{}", run.output);
+        let stats = common::stats_lines(&run.output);
+        print_stats(&stats);
+        eprintln!("receive buffer errors per host {errors:?}");
+        let rank = |r: &str| {
+            let world = stats
+                .iter()
+                .find(|s| s["comm"] == "MPI_COMM_WORLD" && s["rank"] == r);
+            world.unwrap_or_else(|| panic!("no statistics of rank {r}:\n{}", run.output))
+        };
+        // The root's own count, from its MPI_T variables (`bcast_bench`).
+        let stalls = run
+            .output
+            .split_whitespace()
+            .find_map(|w| w.strip_prefix("coll_ipmc_flow_stalls="));
+        assert!(
+            stalls.is_some_and(|n| n != "0"),
+            "no stall:\n{}",
+            run.output
+        );
+        assert!(errors[1] > 0, "the late host lost nothing: {errors:?}");
+        assert!(common::num(rank("1"), "chain_bytes") > 0);
+        if errors[0] == 0 && errors[2] == 0 {
+            assert_eq!(common::num(rank("2"), "chain_bytes"), 0);
+            return;
+        }
+        overran.push(errors);
+        assert!(
+            overran.len() < TRIES,
+            "hosts on time lost datagrams in every run: {overran:?}"
+        );
+    }
 }
 
 /// With two ranks on each host, each counted a node of its own (one level),

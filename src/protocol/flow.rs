@@ -21,10 +21,13 @@
 //! withholds a report for good; a root whose receivers report nothing for
 //! [`STALL_LIMIT`] (every datagram of a window lost, a receiver stopped)
 //! sends one more window without waiting, and after a second such stall of
-//! the same broadcast the rest; the chain repairs what that costs. A receiver
-//! stopped for a little longer than the limit is then overrun by at most a
-//! window, not by the rest of the message, and one still computing, or one
-//! that lost every datagram, holds the root back by two limits at most.
+//! the same broadcast leaves the children that hold it back out of its
+//! credit: the others pace it, and a child is counted again once its
+//! reports no longer hold the root back. The chain repairs what that costs.
+//! A receiver stopped for a little longer than the limit is then overrun by
+//! at most a window, one still computing, or one that lost every datagram,
+//! holds the root back by two limits at most, and it alone loses datagrams:
+//! the rest of the message is not sent unpaced to every receiver.
 //!
 //! The tree numbers the ranks from the root backwards along the ring (node
 //! `i` is the rank at distance `size - i` from the root), so that no report
@@ -65,6 +68,8 @@ pub struct Flow {
     children: Vec<usize>,
     /// The highest checkpoint each child reported.
     reported_by: Vec<u32>,
+    /// Root: the children left out of its credit after a stall.
+    left_out: Vec<bool>,
     /// Non-root: fragments this rank is past, and the highest checkpoint it
     /// reported to its parent.
     progress: u32,
@@ -107,6 +112,7 @@ impl Flow {
             step,
             checkpoints,
             reported_by: vec![0; children.len()],
+            left_out: vec![false; children.len()],
             parent,
             children,
             progress: 0,
@@ -131,7 +137,7 @@ impl Flow {
         if self.checkpoints == 0 {
             return fragments;
         }
-        let passed = self.subtree_passed().unwrap_or(self.checkpoints);
+        let passed = self.counted_passed().unwrap_or(self.checkpoints);
         self.step
             .saturating_mul(passed)
             .saturating_add(self.window)
@@ -141,15 +147,27 @@ impl Flow {
 
     /// Root: no report came for [`STALL_LIMIT`] while it had multicast
     /// `sent` fragments and had no credit for more: it may send one more
-    /// window, and after a second stall everything.
+    /// window, and after a second stall leaves out of its credit the
+    /// children that hold it back (with none left, it sends the rest).
     pub fn stalled(&mut self, sent: u32) {
-        let grant = if self.stalls == 0 {
-            sent.saturating_add(self.window)
-        } else {
-            u32::MAX
-        };
-        self.granted = self.granted.max(grant);
+        if self.stalls == 0 {
+            self.granted = self.granted.max(sent.saturating_add(self.window));
+        } else if let Some(slowest) = self.counted_passed() {
+            for (out, &r) in self.left_out.iter_mut().zip(&self.reported_by) {
+                *out |= r == slowest;
+            }
+        }
         self.stalls += 1;
+    }
+
+    /// Root, having multicast `sent` fragments: a child left out of its
+    /// credit is counted again once its reports would let the root have
+    /// sent them, so that it paces the root again without holding it back.
+    pub fn count_again(&mut self, sent: u32) {
+        let (step, window) = (self.step, self.window);
+        for (out, &r) in self.left_out.iter_mut().zip(&self.reported_by) {
+            *out &= step.saturating_mul(r).saturating_add(window) < sent;
+        }
     }
 
     /// Root: the stalls of this broadcast so far.
@@ -166,6 +184,17 @@ impl Flow {
     /// The checkpoint every child reported; `None` without children.
     fn subtree_passed(&self) -> Option<u32> {
         self.reported_by.iter().copied().min()
+    }
+
+    /// Root: the checkpoint every child its credit counts reported; `None`
+    /// when it counts none.
+    fn counted_passed(&self) -> Option<u32> {
+        self.reported_by
+            .iter()
+            .zip(&self.left_out)
+            .filter(|&(_, &out)| !out)
+            .map(|(&r, _)| r)
+            .min()
     }
 
     /// Non-root: the report due to the parent now, if one is: the highest
@@ -311,7 +340,8 @@ mod tests {
     }
 
     /// A first stall grants one window past what was sent; reports that
-    /// catch up take over from it; a second stall grants everything.
+    /// catch up take over from it; a second stall, with every child holding
+    /// the root back, grants everything.
     #[test]
     fn a_stall_grants_a_window_and_a_second_the_rest() {
         let (fragments, window) = (1000, 20);
@@ -325,6 +355,34 @@ mod tests {
         assert_eq!(root.credit(fragments), 320);
         root.stalled(320);
         assert_eq!(root.credit(fragments), fragments);
+        assert_eq!(root.stalls(), 2);
+    }
+
+    /// A child still computing is left out at the second stall; the other
+    /// goes on pacing the root; the late one is counted again once its
+    /// reports no longer hold the root back.
+    #[test]
+    fn a_late_child_is_left_out_and_the_others_pace_the_root() {
+        let (fragments, window) = (1000, 20);
+        let mut root = Flow::new(fragments, window, 3, 0);
+        root.on_report(2, &1u32.to_le_bytes()).unwrap();
+        root.stalled(20);
+        assert_eq!(root.credit(fragments), 40);
+        root.stalled(40);
+        assert_eq!(root.credit(fragments), 40, "distance 2 still counts");
+        root.on_report(2, &10u32.to_le_bytes()).unwrap();
+        root.count_again(40);
+        assert_eq!(root.credit(fragments), 120, "paced by distance 2 alone");
+        // Distance 1 arrives and reads its buffer: still behind, left out.
+        root.on_report(1, &2u32.to_le_bytes()).unwrap();
+        root.count_again(120);
+        assert_eq!(root.credit(fragments), 120);
+        // Its reports catch up with what was sent: counted again.
+        root.on_report(1, &11u32.to_le_bytes()).unwrap();
+        root.count_again(120);
+        assert_eq!(root.credit(fragments), 120);
+        root.on_report(2, &30u32.to_le_bytes()).unwrap();
+        assert_eq!(root.credit(fragments), 130, "held back by distance 1 again");
         assert_eq!(root.stalls(), 2);
     }
 

@@ -470,6 +470,7 @@ impl Broadcast {
         if self.next_multicast >= self.fragments || self.stage1_start().is_none_or(|t| now < t) {
             return 0;
         }
+        self.flow.count_again(self.next_multicast);
         if self.flow.credit(self.fragments) <= self.next_multicast {
             let since = *self.blocked_since.get_or_insert(now);
             if now.saturating_sub(since) < flow::STALL_LIMIT {
