@@ -45,6 +45,7 @@ fuzz_target!(|data: &[u8]| {
         auth: Auth::crc(true),
         root_wait: Duration::ZERO,
         window: u32::from(input.byte() % 8),
+        frame_bytes: usize::from(input.u16()),
     };
     let prot = Protection::new(params.auth);
     let mut b = Broadcast::new(params);

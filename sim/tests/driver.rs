@@ -231,8 +231,9 @@ fn ten_gigabit() -> Network {
 }
 
 /// Flow control: receivers slower than the root lose no datagram to their
-/// receive buffers (without it they lose thousands), and the slowest rank is
-/// done sooner than when the chain repairs what they lost.
+/// receive buffers (without it they lose thousands). (Since the chain
+/// repairs a block of fragments per frame, the slowest rank is done no
+/// later without flow control here: `docs/flow-control.md`.)
 #[test]
 fn slow_receivers_lose_nothing_to_their_buffers() {
     let net = Network {
@@ -243,8 +244,11 @@ fn slow_receivers_lose_nothing_to_their_buffers() {
     let mut s = ipmc(8, 16 << 20, net);
     let paced = run(&s);
     assert_eq!(paced.counters.rcvbuf_drops, 0);
+    // The chain carries at most the tail of datagrams still on their way
+    // when a slow rank asked (a frame of a block can overtake them), not
+    // losses.
     for d in receivers(&s, &paced) {
-        assert_eq!(d.bytes_chain, 0, "{d:?}");
+        assert!(d.bytes_chain < (16 << 20) / 8, "{d:?}");
     }
     s.ipmc.flow_window = usize::MAX;
     let unpaced = run(&s);
@@ -253,7 +257,6 @@ fn slow_receivers_lose_nothing_to_their_buffers() {
         "{:?}",
         unpaced.counters
     );
-    assert!(paced.completion_max_ns() < unpaced.completion_max_ns());
 }
 
 /// A receiver that stops for 10 ms costs about 10 ms, and no datagram.

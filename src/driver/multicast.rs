@@ -19,7 +19,7 @@ use crate::base::io::{DatagramIo, MessageIo, Place, Wait};
 use crate::platform::ompi::{Comm, Messages};
 use crate::protocol::datagram::{self, Auth};
 use crate::protocol::flow;
-use crate::protocol::two_stage::{Broadcast, Lent, Params, Verdict};
+use crate::protocol::two_stage::{self, Broadcast, Lent, Params, Verdict};
 
 use super::spares;
 
@@ -132,14 +132,20 @@ impl<M: MessageIo> Run<M> {
     /// what arrived to the protocol, and sends what it offers.
     pub fn turn(&mut self, wait: Wait) -> Result<()> {
         let (pred, succ) = (self.pred, self.succ);
-        while self.recvs.len() < self.b.chain_frames_certain() as usize
-            && self.recvs.len() < CHAIN_WINDOW
-        {
-            let id = self.msgs.recv(pred, self.b.max_chain_frame())?;
-            self.recvs.push_back(id);
-        }
-        // Frames from one peer complete in the order they were posted.
-        while let Some(&id) = self.recvs.front() {
+        // Frames from one peer complete in the order they were posted. A
+        // frame handed on may leave more frames certain to come (a block
+        // the predecessor sends in several), so the receives are topped up
+        // after each: the turn ends with one posted while any is to come.
+        loop {
+            while self.recvs.len() < self.b.chain_frames_certain() as usize
+                && self.recvs.len() < CHAIN_WINDOW
+            {
+                let id = self.msgs.recv(pred, self.b.max_chain_frame())?;
+                self.recvs.push_back(id);
+            }
+            let Some(&id) = self.recvs.front() else {
+                break;
+            };
             let Some(frame) = self.test(id, wait)? else {
                 break;
             };
@@ -382,6 +388,7 @@ impl<S: DatagramIo> Driver<S> {
             auth: self.auth,
             root_wait: self.root_wait,
             window: self.window,
+            frame_bytes: two_stage::FRAME_BYTES,
         }
     }
 

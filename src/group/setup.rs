@@ -30,7 +30,7 @@ use crate::protocol::datagram::{self, Auth, Key, KEY_LEN};
 
 /// Layout version of the setup messages (part of [`Config::digest`], so
 /// that builds whose messages differ never try to agree).
-pub(crate) const VERSION: u8 = 7;
+pub(crate) const VERSION: u8 = 8;
 /// Bytes of round 0's message: the address families, the smallest MTU and
 /// receive buffer, the kept group the rank's subtree offers alike, and what
 /// it states alike.

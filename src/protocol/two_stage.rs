@@ -35,8 +35,19 @@
 //! `END` travels on the reliable channel, and every fragment a rank asks for
 //! reaches its predecessor by the same rule, the root owning everything.
 //!
+//! A chain frame carries a run of fragments the `NEED` listed, consecutive
+//! in the list, within one *block* of [`Params::frame_bytes`]: whatever of
+//! the run the sender owns when it sends. A rank that lost a long run (one
+//! that entered late, or lost every datagram) is repaired in messages of
+//! tens of kilobytes, not one per datagram, and a fragment still goes as
+//! soon as the sender owns it. A block with a fragment still to come is
+//! certain to send one more frame, so the receiver knows how many receives
+//! it may post.
+//!
 //! Chain frame (predecessor to successor): a little-endian `u32` fragment
-//! index and exactly that fragment's payload, or the index [`END`] alone.
+//! index and the payloads of that fragment and of the ones the `NEED` listed
+//! after it in its block, as many as the frame's length holds; or the index
+//! [`END`] alone.
 //! Reply (successor to predecessor): [`NEED`] and the missing fragment
 //! indices, ascending, each a little-endian `u32` (`docs/datagram.md`).
 
@@ -50,6 +61,10 @@ use crate::protocol::flow::{self, Flow, ReportError};
 
 /// Bytes of a chain frame before the fragment's payload.
 pub const CHAIN_HEADER_LEN: usize = 4;
+/// Payload bytes of a chain frame's block ([`Params::frame_bytes`]) in every
+/// broadcast: 43 datagrams of 1,420 bytes or 15 fragments of 4 KiB, one
+/// message within Open MPI's TCP eager limit (64 KiB), which goes at once.
+pub const FRAME_BYTES: usize = 60 * 1024;
 /// The chain frame index that says "the root has multicast every fragment".
 pub const END: u32 = u32::MAX;
 /// The first word of a reply.
@@ -78,6 +93,10 @@ pub struct Params {
     /// Flow control's window, in datagrams: how far the root may run ahead
     /// of its slowest receiver (0: no flow control; [`crate::protocol::flow`]).
     pub window: u32,
+    /// Payload bytes of a chain frame's block: `frame_bytes /
+    /// fragment_size` consecutive fragments, at least one. A frame carries
+    /// fragments of one block.
+    pub frame_bytes: usize,
 }
 
 /// What became of one received datagram.
@@ -110,10 +129,10 @@ pub enum Verdict {
 /// reliable channel delivered something this broadcast does not expect.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum ChainError {
-    /// Shorter than its header, or its payload length is not the fragment's.
+    /// Shorter than its header, or its payload length is not its fragments'.
     BadLength,
-    /// Its fragment index is beyond the message, not one asked for, or not
-    /// ascending in a reply.
+    /// Its fragment index is beyond the message, not one asked for and not
+    /// yet received, or not ascending in a reply.
     BadFragment,
     /// More frames or replies than the protocol sends.
     TooMany,
@@ -125,7 +144,7 @@ pub enum ChainError {
 /// What [`Broadcast::next_chain_send`] put into the frame.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Frame {
-    /// Fragment `k`, which the successor asked for.
+    /// Fragments the successor asked for, from fragment `k` on.
     Data(u32),
     /// [`END`]: the root has multicast every fragment.
     End,
@@ -253,19 +272,29 @@ pub struct Broadcast {
     offered: u32,
     /// The last fragment's datagram came: stage 1 is as good as over.
     last_seen: bool,
+    /// Fragments in a chain frame's block.
+    block: u32,
     /// From the predecessor: whether its `END` came, what this rank's `NEED`
-    /// asked for (once sent), and which of those fragments are still to come.
+    /// asked for (once sent), which of those fragments are still to come
+    /// (and how many in each block, and in how many blocks), and the data
+    /// frames received.
     end_received: bool,
     requested: Option<Vec<u32>>,
     awaited: Bits,
-    awaited_count: usize,
-    /// To the successor: whether `END` went, whether its `NEED` came, the
-    /// fragments it asked for that this rank does not own yet, and those it
-    /// owns and has not sent yet (in the order they became sendable).
+    awaited_in_block: Vec<u32>,
+    blocks_awaited: usize,
+    frames_received: u32,
+    /// To the successor: whether `END` went, whether its `NEED` came and
+    /// what it listed, the fragments it asked for that this rank does not
+    /// own yet, those not sent yet, and those it owns and has not sent yet
+    /// (in the order they became sendable; one already sent in another's
+    /// frame is skipped).
     end_sent: bool,
     succ_need_came: bool,
+    succ_need: Vec<u32>,
     owed: Bits,
-    owed_count: usize,
+    unsent: Bits,
+    unsent_count: usize,
     ready: VecDeque<u32>,
     data_sent: u32,
     bytes_by_multicast: u64,
@@ -341,13 +370,20 @@ impl Broadcast {
             offered: 0,
             last_seen: false,
             end_received: false,
+            block: u32::try_from(params.frame_bytes / params.fragment_size)
+                .unwrap_or(u32::MAX)
+                .max(1),
             requested: None,
             awaited: Bits::new(fragments),
-            awaited_count: 0,
+            awaited_in_block: Vec::new(),
+            blocks_awaited: 0,
+            frames_received: 0,
             end_sent: false,
             succ_need_came: false,
+            succ_need: Vec::new(),
             owed: Bits::new(fragments),
-            owed_count: 0,
+            unsent: Bits::new(fragments),
+            unsent_count: 0,
             ready: VecDeque::new(),
             data_sent: 0,
             bytes_by_multicast: 0,
@@ -445,7 +481,6 @@ impl Broadcast {
                 self.ready.push_back(k);
             }
         }
-        self.owed_count = 0;
     }
 
     /// Root only (tests): the next datagram of stage 1, encoded into `out`, or `None`
@@ -587,24 +622,25 @@ impl Broadcast {
     /// Frames from the predecessor that are certain to come and have not
     /// been handed to [`Broadcast::on_chain`]: the driver may have that many
     /// receives posted, and no more, since a receive beyond them could match
-    /// a frame of the next broadcast. That is `END` until it came, plus the
-    /// fragments this rank's `NEED` asked for that have not come.
+    /// a frame of the next broadcast. That is `END` until it came, plus one
+    /// frame for each block with a fragment this rank's `NEED` asked for
+    /// that has not come.
     pub fn chain_frames_certain(&self) -> u32 {
         if !self.has_predecessor() || self.fragments == 0 {
             return 0;
         }
-        u32::from(!self.end_received) + self.awaited_count as u32
+        u32::from(!self.end_received) + self.blocks_awaited as u32
     }
 
     /// Frames received from the predecessor so far, `END` included.
     pub fn chain_frames_received(&self) -> u32 {
-        let asked = self.requested.as_ref().map_or(0, Vec::len);
-        u32::from(self.end_received) + (asked - self.awaited_count) as u32
+        u32::from(self.end_received) + self.frames_received
     }
 
     /// Largest chain frame of this broadcast, for sizing receive buffers.
     pub fn max_chain_frame(&self) -> usize {
-        CHAIN_HEADER_LEN + self.params.fragment_size.min(self.params.message_len)
+        let block = self.params.fragment_size * self.block as usize;
+        CHAIN_HEADER_LEN + block.min(self.params.message_len)
     }
 
     /// Largest reply of this broadcast: [`NEED`] and every fragment index.
@@ -640,20 +676,40 @@ impl Broadcast {
         if k >= self.fragments {
             return Err(ChainError::BadFragment);
         }
-        if payload.len() != self.range(k).len() {
-            return Err(ChainError::BadLength);
-        }
-        if self.requested.is_none() {
+        let Some(requested) = &self.requested else {
             return Err(ChainError::Unexpected);
-        }
+        };
         if !self.awaited.get(k) {
             return Err(ChainError::BadFragment);
         }
-        self.awaited.clear(k);
-        self.awaited_count -= 1;
-        if !self.owns(k) {
-            self.take(k, payload);
-            self.bytes_by_chain += payload.len() as u64;
+        // The fragments the frame carries: k and those listed after it in
+        // its block, as far as its length goes.
+        let from = requested.partition_point(|&m| m < k);
+        let block_end = in_block(requested, k / self.block, self.block).end;
+        let (mut to, mut len) = (from, 0);
+        while len < payload.len() && to < block_end && self.awaited.get(requested[to]) {
+            len += self.range(requested[to]).len();
+            to += 1;
+        }
+        if len != payload.len() {
+            return Err(ChainError::BadLength);
+        }
+        self.frames_received += 1;
+        let mut at = 0;
+        for i in from..to {
+            let m = self.requested.as_ref().expect("asked")[i];
+            let piece = &payload[at..at + self.range(m).len()];
+            at += piece.len();
+            self.awaited.clear(m);
+            let left = &mut self.awaited_in_block[(m / self.block) as usize];
+            *left -= 1;
+            if *left == 0 {
+                self.blocks_awaited -= 1;
+            }
+            if !self.owns(m) {
+                self.take(m, piece);
+                self.bytes_by_chain += piece.len() as u64;
+            }
         }
         Ok(())
     }
@@ -672,12 +728,31 @@ impl Broadcast {
             out.extend_from_slice(&END.to_le_bytes());
             return Some(Frame::End);
         }
-        let k = self.ready.pop_front()?;
+        let k = loop {
+            let k = self.ready.pop_front()?;
+            if self.unsent.get(k) {
+                break k;
+            }
+        };
+        // With k go the fragments listed after it in its block that this
+        // rank owns and has not sent, up to the first it lacks.
+        let from = self.succ_need.partition_point(|&m| m < k);
+        let block_end = in_block(&self.succ_need, k / self.block, self.block).end;
+        let mut to = from + 1;
+        while to < block_end && self.owns(self.succ_need[to]) && self.unsent.get(self.succ_need[to])
+        {
+            to += 1;
+        }
         self.data_sent += 1;
         out.clear();
         out.extend_from_slice(&k.to_le_bytes());
-        self.data
-            .read(self.range(k), |payload| out.extend_from_slice(payload));
+        self.unsent_count -= to - from;
+        for i in from..to {
+            let m = self.succ_need[i];
+            self.unsent.clear(m);
+            self.data
+                .read(self.range(m), |payload| out.extend_from_slice(payload));
+        }
         Some(Frame::Data(k))
     }
 
@@ -706,7 +781,14 @@ impl Broadcast {
             out.extend_from_slice(&k.to_le_bytes());
             self.awaited.set(k);
         }
-        self.awaited_count = missing.len();
+        if !missing.is_empty() {
+            self.awaited_in_block = vec![0; self.fragments.div_ceil(self.block) as usize];
+        }
+        for &k in &missing {
+            let left = &mut self.awaited_in_block[(k / self.block) as usize];
+            self.blocks_awaited += usize::from(*left == 0);
+            *left += 1;
+        }
         self.requested = Some(missing);
         true
     }
@@ -735,14 +817,16 @@ impl Broadcast {
             return Err(ChainError::BadFragment);
         }
         self.succ_need_came = true;
-        for k in need {
+        self.unsent_count = need.len();
+        for &k in &need {
+            self.unsent.set(k);
             if self.owns(k) {
                 self.ready.push_back(k);
             } else {
                 self.owed.set(k);
-                self.owed_count += 1;
             }
         }
+        self.succ_need = need;
         Ok(())
     }
 
@@ -823,10 +907,7 @@ impl Broadcast {
         let from_pred = !self.has_predecessor()
             || (self.requested.is_some() && self.chain_frames_certain() == 0);
         let to_succ = !self.has_successor()
-            || (self.end_sent
-                && self.succ_need_came
-                && self.owed_count == 0
-                && self.ready.is_empty());
+            || (self.end_sent && self.succ_need_came && self.unsent_count == 0);
         self.is_complete() && self.stage1_done() && from_pred && to_succ && self.flow.is_done()
     }
 
@@ -913,10 +994,17 @@ impl Broadcast {
         }
         if self.owed.get(k) {
             self.owed.clear(k);
-            self.owed_count -= 1;
             self.ready.push_back(k);
         }
     }
+}
+
+/// Where the fragments of block `b` (of `block` fragments each) lie in
+/// `list`, ascending fragment indices.
+fn in_block(list: &[u32], b: u32, block: u32) -> Range<usize> {
+    let first = b.saturating_mul(block);
+    let start = list.partition_point(|&k| k < first);
+    start..list.partition_point(|&k| k < first.saturating_add(block))
 }
 
 #[cfg(test)]
@@ -939,6 +1027,7 @@ mod tests {
             auth: Auth::crc(true),
             root_wait: Duration::ZERO,
             window: 0,
+            frame_bytes: 0,
         }
     }
 
@@ -1384,8 +1473,6 @@ mod tests {
             Err(ChainError::BadFragment)
         );
         assert_eq!(b.on_chain(&frame(NEED, &[])), Err(ChainError::BadFragment));
-        assert_eq!(b.on_chain(&frame(0, &[0; 255])), Err(ChainError::BadLength));
-        assert_eq!(b.on_chain(&frame(2, &[0; 256])), Err(ChainError::BadLength));
         assert_eq!(b.on_chain(&frame(END, &[0])), Err(ChainError::BadLength));
         assert_eq!(
             b.on_chain(&frame(1, &[1; 256])),
@@ -1405,6 +1492,8 @@ mod tests {
         assert_eq!(b.requested(), Some(&[0, 2][..]));
         assert!(!b.need_due() && !b.next_reply(&mut out), "one NEED only");
         assert_eq!(b.chain_frames_certain(), 2);
+        assert_eq!(b.on_chain(&frame(0, &[0; 255])), Err(ChainError::BadLength));
+        assert_eq!(b.on_chain(&frame(2, &[0; 256])), Err(ChainError::BadLength));
         // Only what was asked for, each once, in any order.
         assert_eq!(
             b.on_chain(&frame(1, &[1; 256])),
@@ -1624,6 +1713,112 @@ mod tests {
         // Each rank asked its predecessor for everything.
         assert_eq!(ranks[0].chain_frames_sent(), 20);
         assert_eq!(ranks[1].chain_frames_sent(), 20);
+    }
+
+    /// With blocks of 4 fragments, a frame carries the fragments asked for
+    /// in a block that the sender owns: a rank that lost everything is
+    /// repaired in one frame per block; fragments the sender receives later
+    /// go in frames of their own, as soon as they come.
+    #[test]
+    fn a_frame_carries_every_fragment_asked_for_in_its_block() {
+        let params = |v| Params {
+            frame_bytes: 1024,
+            ..params(v, 4, 5000, 256)
+        };
+        let mut ranks: Vec<Broadcast> = (0..4).map(|v| Broadcast::new(params(v))).collect();
+        assert_eq!(ranks[1].max_chain_frame(), CHAIN_HEADER_LEN + 1024);
+        for (i, byte) in ranks[0].data_mut().iter_mut().enumerate() {
+            *byte = (i * 7 % 251) as u8;
+        }
+        ranks[0].start_root(Duration::ZERO);
+        let lost: [&[u32]; 4] = [&[], &[], &[1, 2, 9], &[2, 13]];
+        let mut out = Vec::new();
+        while let Some(k) = ranks[0].next_multicast(Duration::ZERO, &mut out) {
+            ranks[0].multicast_done();
+            // Rank 1 enters after stage 1: it has nothing.
+            for v in 2..4 {
+                if !lost[v].contains(&k) {
+                    assert_eq!(ranks[v].on_datagram(&out), Verdict::Useful);
+                }
+            }
+        }
+        // Rank 2 asks first; its frame of block 0 must wait for rank 1.
+        assert!(ranks[2].next_reply(&mut out));
+        ranks[1].on_reply(&out).unwrap();
+        assert_eq!(ranks[1].next_chain_send(&mut out), None);
+        assert_eq!(ranks[2].chain_frames_certain(), 3, "END, blocks 0 and 2");
+        let not_asked = frame(3, &[0; 256]);
+        assert_eq!(ranks[2].on_chain(&not_asked), Err(ChainError::BadFragment));
+        for (k, len) in [(1, 300), (1, 768), (9, 512)] {
+            // Not the fragments listed from k on in k's block.
+            let bad = frame(k, &vec![0; len]);
+            assert_eq!(ranks[2].on_chain(&bad), Err(ChainError::BadLength), "{k}");
+        }
+        settle(&mut ranks);
+        assert!(ranks
+            .iter()
+            .all(|b| b.is_done() && b.data() == ranks[0].data()));
+        let by_chain: Vec<u64> = ranks.iter().map(Broadcast::bytes_by_chain).collect();
+        assert_eq!(by_chain, [0, 5000, 768, 512]);
+        let frames: Vec<u32> = ranks.iter().map(Broadcast::chain_frames_sent).collect();
+        assert_eq!(frames, [5, 2, 2, 0]);
+    }
+
+    /// Rings of 2 to 9 ranks with random message, fragment and block sizes
+    /// and loss, datagrams delivered and chain steps taken in random order:
+    /// every frame is accepted (its fragments are what the receiver reads
+    /// in it), and every rank ends done with the root's bytes.
+    #[test]
+    fn random_rings_with_blocks_complete() {
+        for seed in 0..400 {
+            let mut rng = ChaCha8Rng::seed_from_u64(seed);
+            let mut draw = |n: u32| (rng.next_u32() % n) as usize;
+            let size = 2 + draw(8);
+            let (len, fragment) = (1 + draw(20_000), 1 + draw(1_500));
+            let (frame_bytes, loss) = (draw(8_000), draw(101));
+            let mut ranks: Vec<Broadcast> = (0..size)
+                .map(|v| {
+                    Broadcast::new(Params {
+                        frame_bytes,
+                        ..params(v, size, len, fragment)
+                    })
+                })
+                .collect();
+            for (i, byte) in ranks[0].data_mut().iter_mut().enumerate() {
+                *byte = (i * 13 % 251) as u8;
+            }
+            ranks[0].start_root(Duration::ZERO);
+            let (mut out, mut datagrams) = (Vec::new(), Vec::new());
+            while ranks[0].next_multicast(Duration::ZERO, &mut out).is_some() {
+                ranks[0].multicast_done();
+                datagrams.push(out.clone());
+            }
+            let mut pending: Vec<(usize, usize)> = (1..size)
+                .flat_map(|v| (0..datagrams.len()).map(move |d| (v, d)))
+                .collect();
+            while !pending.is_empty() {
+                if draw(2) == 0 {
+                    let (v, d) = pending.swap_remove(draw(pending.len() as u32));
+                    if draw(100) >= loss {
+                        ranks[v].on_datagram(&datagrams[d]);
+                    }
+                    continue;
+                }
+                let v = draw(size as u32);
+                if v + 1 < size && ranks[v].next_chain_send(&mut out).is_some() {
+                    let taken = ranks[v + 1].on_chain(&out);
+                    assert_eq!(taken, Ok(()), "seed {seed}");
+                }
+                if v > 0 && ranks[v].next_reply(&mut out) {
+                    ranks[v - 1].on_reply(&out).unwrap();
+                }
+            }
+            settle(&mut ranks);
+            for b in &ranks {
+                assert!(b.is_done(), "seed {seed}");
+                assert_eq!(b.data(), ranks[0].data(), "seed {seed}");
+            }
+        }
     }
 
     #[test]
