@@ -691,7 +691,7 @@ impl Broadcast {
             len += self.range(requested[to]).len();
             to += 1;
         }
-        if len != payload.len() {
+        if to == from || len != payload.len() {
             return Err(ChainError::BadLength);
         }
         self.frames_received += 1;
@@ -1493,6 +1493,7 @@ mod tests {
         assert!(!b.need_due() && !b.next_reply(&mut out), "one NEED only");
         assert_eq!(b.chain_frames_certain(), 2);
         assert_eq!(b.on_chain(&frame(0, &[0; 255])), Err(ChainError::BadLength));
+        assert_eq!(b.on_chain(&frame(0, &[])), Err(ChainError::BadLength));
         assert_eq!(b.on_chain(&frame(2, &[0; 256])), Err(ChainError::BadLength));
         // Only what was asked for, each once, in any order.
         assert_eq!(
