@@ -684,10 +684,9 @@ impl Broadcast {
         }
         // The fragments the frame carries: k and those listed after it in
         // its block, as far as its length goes.
-        let from = requested.partition_point(|&m| m < k);
-        let block_end = in_block(requested, k / self.block, self.block).end;
-        let (mut to, mut len) = (from, 0);
-        while len < payload.len() && to < block_end && self.awaited.get(requested[to]) {
+        let listed = from_in_block(requested, k, self.block);
+        let (from, mut to, mut len) = (listed.start, listed.start, 0);
+        while len < payload.len() && to < listed.end && self.awaited.get(requested[to]) {
             len += self.range(requested[to]).len();
             to += 1;
         }
@@ -736,10 +735,11 @@ impl Broadcast {
         };
         // With k go the fragments listed after it in its block that this
         // rank owns and has not sent, up to the first it lacks.
-        let from = self.succ_need.partition_point(|&m| m < k);
-        let block_end = in_block(&self.succ_need, k / self.block, self.block).end;
-        let mut to = from + 1;
-        while to < block_end && self.owns(self.succ_need[to]) && self.unsent.get(self.succ_need[to])
+        let listed = from_in_block(&self.succ_need, k, self.block);
+        let (from, mut to) = (listed.start, listed.start + 1);
+        while to < listed.end
+            && self.owns(self.succ_need[to])
+            && self.unsent.get(self.succ_need[to])
         {
             to += 1;
         }
@@ -999,12 +999,11 @@ impl Broadcast {
     }
 }
 
-/// Where the fragments of block `b` (of `block` fragments each) lie in
-/// `list`, ascending fragment indices.
-fn in_block(list: &[u32], b: u32, block: u32) -> Range<usize> {
-    let first = b.saturating_mul(block);
-    let start = list.partition_point(|&k| k < first);
-    start..list.partition_point(|&k| k < first.saturating_add(block))
+/// Where fragment `k` and those after it in its block (of `block`
+/// fragments) lie in `list`, ascending fragment indices.
+fn from_in_block(list: &[u32], k: u32, block: u32) -> Range<usize> {
+    let end = (k / block).saturating_mul(block).saturating_add(block);
+    list.partition_point(|&m| m < k)..list.partition_point(|&m| m < end)
 }
 
 #[cfg(test)]
