@@ -325,6 +325,64 @@ fn the_automatic_choice_completes_ranks_broadcasts_ahead() {
     });
 }
 
+/// A rank whose predecessor on the ring enters late returns once it owns
+/// the message and has served its successor: it does not wait for that
+/// predecessor's `END` (`late_predecessor`: rank 1 of 4 enters only once
+/// rank 2 returned, or after 10 s). Above `coll_ipmc_background_limit`,
+/// where the message lies in the user's buffer (4 MiB), and below it with
+/// the limit at 0 (64 KiB). A run where rank 2 lacked a datagram, which only
+/// its predecessor can repair, proves nothing and runs again (up to 3).
+#[test]
+fn a_rank_returns_without_waiting_for_a_late_predecessor() {
+    returns_before_a_late_predecessor("0");
+}
+
+/// The same with `MPI_Ibcast`: a request whose message lies in the user's
+/// buffer completes once the rank will touch it no more.
+#[test]
+fn an_ibcast_completes_without_waiting_for_a_late_predecessor() {
+    returns_before_a_late_predecessor("1");
+}
+
+fn returns_before_a_late_predecessor(ibcast: &str) {
+    const TRIES: usize = 3;
+    for (bytes, limit) in [("4194304", "1048576"), ("65536", "0")] {
+        let mca = [
+            ("coll_ipmc_print_statistics", "1"),
+            ("coll_ipmc_bcast_algorithm", "3"),
+            ("coll_ipmc_background_limit", limit),
+        ];
+        let args = ["--bytes", bytes, "--wait-s", "10", "--ibcast", ibcast];
+        for tried in 1.. {
+            let run = mpirun(4, &mca, "late_predecessor", &args);
+            assert!(
+                run.ok && run.output.contains("late_predecessor: PASS"),
+                "{}",
+                run.output
+            );
+            let stats = common::stats_lines(&run.output);
+            let rank2 = stats
+                .iter()
+                .find(|s| s["comm"] == "MPI_COMM_WORLD" && s["rank"] == "2")
+                .unwrap_or_else(|| panic!("no statistics of rank 2:\n{}", run.output));
+            assert!(common::tally(rank2, "multicast").0 > 0, "{rank2:?}");
+            if common::num(rank2, "chain_bytes") == 0 {
+                assert!(
+                    !run.output.contains("without the token"),
+                    "rank 2 waited for rank 1 ({bytes} bytes):\n{}",
+                    run.output
+                );
+                break;
+            }
+            assert!(
+                tried < TRIES,
+                "rank 2 lacked datagrams in every run:\n{}",
+                run.output
+            );
+        }
+    }
+}
+
 /// `early_return --ahead K` on 4 ranks, 4 B and 1 KiB: every byte right,
 /// and `each` holds for every rank's statistics of `MPI_COMM_WORLD` (if
 /// ipmc ran).

@@ -54,8 +54,9 @@ pub struct IpmcParams {
     pub root_wait: Duration,
     /// Bytes of messages whose broadcasts may leave what they still owe
     /// their neighbours to the background (`coll_ipmc_background_limit`); a
-    /// larger message finishes before it returns, and a call waits for the
-    /// oldest broadcasts to finish while the background would hold more.
+    /// larger message lies in the caller's memory and returns once it will
+    /// touch it no more, and a call waits for the oldest broadcasts to
+    /// finish while the background would hold more.
     pub background_limit: usize,
     /// `coll_ipmc_flow_window`: bytes the root may run ahead of its slowest
     /// receiver; 0 sized from the receive buffer as ipmc sizes it.
@@ -219,8 +220,9 @@ impl IpmcRank {
     fn check_finished(&mut self) -> Result<(), String> {
         for b in self.queue.take_finished() {
             let n = b.params().bcast;
-            // A lent message was checked when its call returned, done.
-            if !b.is_lent() && b.data() != &self.messages[n as usize][..] {
+            // A lent message, or one given up, was checked when its call
+            // returned.
+            if b.held_bytes() > 0 && b.data() != &self.messages[n as usize][..] {
                 return Err(format!(
                     "broadcast {n} ended with other bytes than the root's"
                 ));

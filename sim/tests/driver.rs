@@ -197,9 +197,9 @@ fn back_to_back_broadcasts_with_changing_roots_deliver_every_byte() {
 /// A call returns once the rank owns the message and leaves the rest to the
 /// background, so a root starts its next broadcast at once and broadcasts
 /// back to back pipeline on the wire: 20 of 64 KiB on 16 nodes take little
-/// more than 20 wire times. Above `background_limit` a call finishes its
-/// part before it returns, and the root, which waits for its neighbours in
-/// every call, is done with its calls later.
+/// more than 20 wire times. Above `background_limit` a call returns only
+/// once it has served its successor, and the root, which waits for its
+/// successor's `NEED` in every call, is done with its calls later.
 #[test]
 fn early_returning_ranks_pipeline_back_to_back_broadcasts() {
     let mut s = ipmc(16, 65536, Network::emulated());
@@ -280,6 +280,29 @@ fn a_stalled_receiver_costs_time_not_bytes() {
         out.completion_max_ns() / 1000,
         steady / 1000
     );
+}
+
+/// A rank whose predecessor on the ring stalls returns once it owns the
+/// message and has served its successor, without waiting for the late
+/// rank's `END`: ranks 2 and 3 of 4 return about when flow control stops
+/// waiting for rank 1 (two stall limits), long before rank 1 wakes. The
+/// message lies in the caller's memory (beyond the background limit).
+#[test]
+fn a_rank_after_a_stalled_one_returns_without_it() {
+    let stall = 300_000_000;
+    let s = ipmc(
+        4,
+        16 << 20,
+        Network {
+            stall: Some((1, 0, stall)),
+            ..ten_gigabit()
+        },
+    );
+    assert!(s.size > s.ipmc.background_limit, "{s:?}");
+    let out = run(&s);
+    let t = &out.returned_ns;
+    assert!(t[0] > stall && t[1] > stall, "{t:?}");
+    assert!(t[2] < stall * 2 / 3 && t[3] < stall * 2 / 3, "{t:?}");
 }
 
 /// Small windows on rings larger than a node's children (reports pass

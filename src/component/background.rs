@@ -206,8 +206,12 @@ impl Work<McastSocket> for Ibcast {
                 if loan.is_some() {
                     // The message is in the user's buffer: the request
                     // completes when nothing will touch it again.
-                    if run.is_done() {
+                    let done = run.is_done();
+                    if done || run.may_return_without_message() {
                         queue::account(run.broadcast(), "ibcast", "completes", stats);
+                        if !done {
+                            run.give_up_message();
+                        }
                         *loan = None;
                         request.take().expect("completes once").complete(Ok(()));
                     }

@@ -207,6 +207,18 @@ impl<M: MessageIo> Run<M> {
         self.b.deliver_into(dst);
     }
 
+    /// Whether the call may return without the message, which it would
+    /// touch no more ([`Broadcast::message_settled`]): what is left is
+    /// the predecessor's `END` and flow reports, which need no buffer.
+    pub fn may_return_without_message(&self) -> bool {
+        self.may_return() && self.b.message_settled()
+    }
+
+    /// See [`Broadcast::give_up_message`].
+    pub fn give_up_message(&mut self) {
+        self.b.give_up_message();
+    }
+
     /// The protocol state, once the run is over.
     pub fn into_broadcast(self) -> Broadcast {
         self.b

@@ -11,12 +11,16 @@
 //! - A blocking broadcast returns once this rank owns the message (the root:
 //!   once every datagram went to the socket) and has told its predecessor
 //!   what it lacked; what it still owes its neighbours stays here as a
-//!   job when the message is at most `background_limit` bytes, else it
-//!   finishes before returning, and its message may then lie in the
-//!   caller's buffer ([`Queue::enter_lent_bcast`]).
+//!   job when the message is at most `background_limit` bytes. A larger
+//!   one, whose message may lie in the caller's buffer
+//!   ([`Queue::enter_lent_bcast`]), returns once it will touch the message
+//!   no more: it owes its successor none of it either. What is left, the
+//!   predecessor's `END` and flow reports, stays here without the message,
+//!   so a rank after a late one on the ring does not wait for it.
 //! - A blocking broadcast may begin while the blocking broadcasts before it
 //!   still owe chain frames, up to `background_limit` bytes of messages held
-//!   in all (beyond it, the oldest work finishes first): its stage 1 runs
+//!   in all (beyond it, the oldest work finishes first; a message in the
+//!   caller's buffer, or one given up, is not held): its stage 1 runs
 //!   alongside their chains, and a root whose datagrams are out, or a rank
 //!   that got the whole message by multicast, returns and leaves its chain to
 //!   follow theirs (up to [`AHEAD_LIMIT`] bytes of such broadcasts), so that
@@ -363,8 +367,8 @@ impl<S: DatagramIo, M: MessageIo, W: Work<S>> Queue<S, M, W> {
         self.jobs
             .iter()
             .map(|job| match job {
-                Job::Rest(run) => Some(run.broadcast().params().message_len),
-                Job::Later(later) => Some(later.b.params().message_len),
+                Job::Rest(run) => Some(run.broadcast().held_bytes()),
+                Job::Later(later) => Some(later.b.held_bytes()),
                 // Its messages go when its turn comes, as a chain's do.
                 Job::Vote(_) => Some(0),
                 Job::Work(_) => None,
@@ -452,8 +456,14 @@ impl<S: DatagramIo, M: MessageIo, W: Work<S>> Queue<S, M, W> {
                     lent,
                 } => {
                     // The oldest work finishes first while the queue would
-                    // hold more than the limit.
-                    if !self.jobs.is_empty() && !self.fits(len, in_background) {
+                    // hold more than the limit with this message, which a
+                    // lent one adds nothing to (one beyond the limit in a
+                    // buffer of its own may not begin alongside at all).
+                    let adds = match lent {
+                        Some(_) => Some(0),
+                        None => Some(len).filter(|_| in_background),
+                    };
+                    if !self.jobs.is_empty() && !self.fits(adds) {
                         self.call = Some(Call::Entered {
                             at,
                             len,
@@ -461,7 +471,7 @@ impl<S: DatagramIo, M: MessageIo, W: Work<S>> Queue<S, M, W> {
                             lent,
                         });
                         self.turn(now, wait)?;
-                        if self.jobs.is_empty() || self.fits(len, in_background) {
+                        if self.jobs.is_empty() || self.fits(adds) {
                             continue;
                         }
                         return Ok(Turn::Pending);
@@ -518,7 +528,15 @@ impl<S: DatagramIo, M: MessageIo, W: Work<S>> Queue<S, M, W> {
                         run.deliver_into(data);
                     }
                     let done = run.is_done();
-                    if !(done || in_background && run.may_return()) {
+                    // A broadcast beyond the limit returns once it would
+                    // touch its message no more, and leaves the rest
+                    // without it.
+                    let returns = if in_background {
+                        run.may_return()
+                    } else {
+                        run.may_return_without_message()
+                    };
+                    if !(done || returns) {
                         self.call = Some(Call::Chain(run));
                         return Ok(Turn::Pending);
                     }
@@ -527,6 +545,9 @@ impl<S: DatagramIo, M: MessageIo, W: Work<S>> Queue<S, M, W> {
                     if done {
                         self.finish(run.into_broadcast());
                     } else {
+                        if !in_background {
+                            run.give_up_message();
+                        }
                         self.jobs.push_back(Job::Rest(run));
                     }
                     return Ok(Turn::Returned);
@@ -545,12 +566,13 @@ impl<S: DatagramIo, M: MessageIo, W: Work<S>> Queue<S, M, W> {
         }
     }
 
-    /// Whether a broadcast of `len` bytes may begin alongside the queued work.
-    fn fits(&self, len: usize, in_background: bool) -> bool {
-        in_background
-            && self
-                .multicast_bytes()
-                .is_some_and(|held| held + len <= self.limit)
+    /// Whether a broadcast that `adds` bytes to the messages the queue
+    /// holds (`None`: it may not begin alongside work) may begin alongside
+    /// the queued work.
+    fn fits(&self, adds: Option<usize>) -> bool {
+        let held = self.multicast_bytes();
+        adds.zip(held)
+            .is_some_and(|(adds, held)| held + adds <= self.limit)
     }
 }
 

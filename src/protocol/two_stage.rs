@@ -219,6 +219,9 @@ enum Message {
     Own(Vec<u8>),
     /// In the caller's.
     Lent(Box<dyn Lent>),
+    /// Nowhere: given up once this rank would touch it no more
+    /// ([`Broadcast::give_up_message`]).
+    GivenUp,
 }
 
 impl Message {
@@ -231,6 +234,7 @@ impl Message {
                 l.read(range, &mut |b| out = f.take().map(|f| f(b)));
                 out.expect("a lent read calls back once")
             }
+            Message::GivenUp => panic!("{GIVEN_UP}"),
         }
     }
 
@@ -238,6 +242,7 @@ impl Message {
         match self {
             Message::Own(v) => v[at..at + src.len()].copy_from_slice(src),
             Message::Lent(l) => l.write(at, src),
+            Message::GivenUp => panic!("{GIVEN_UP}"),
         }
     }
 
@@ -245,9 +250,12 @@ impl Message {
         match self {
             Message::Own(v) => v,
             Message::Lent(_) => panic!("the message lies in the caller's memory"),
+            Message::GivenUp => panic!("{GIVEN_UP}"),
         }
     }
 }
+
+const GIVEN_UP: &str = "the message was given up: this rank would touch it no more";
 
 /// One rank's state in one two-stage broadcast.
 pub struct Broadcast {
@@ -416,6 +424,37 @@ impl Broadcast {
         matches!(self.data, Message::Lent(_))
     }
 
+    /// Bytes of the message held in a buffer of the broadcast's own: none
+    /// where it lies in lent memory or was given up.
+    pub fn held_bytes(&self) -> usize {
+        match &self.data {
+            Message::Own(v) => v.len(),
+            Message::Lent(_) | Message::GivenUp => 0,
+        }
+    }
+
+    /// Whether this rank will neither write nor read its message again:
+    /// it owns every fragment (nothing more is written), the root has
+    /// multicast them all, and the successor's `NEED` came and every
+    /// fragment it listed went (nothing more is read). What may be left,
+    /// the predecessor's `END` and the flow control reports, carries none
+    /// of the message.
+    pub fn message_settled(&self) -> bool {
+        let to_succ = !self.expects_reply() || (self.succ_need_came && self.unsent_count == 0);
+        self.is_complete() && self.stage1_done() && to_succ
+    }
+
+    /// Lets the message go once [`Broadcast::message_settled`]: the lent
+    /// memory goes back to its lender, a buffer of its own is freed, and
+    /// the rest of the broadcast runs without either.
+    ///
+    /// # Panics
+    /// If the message is not settled; and any later use of it panics.
+    pub fn give_up_message(&mut self) {
+        assert!(self.message_settled(), "the message may still be used");
+        self.data = Message::GivenUp;
+    }
+
     /// Copies the fragments this rank took since the last call into `dst`,
     /// the caller's buffer of the message: called as datagrams come, it
     /// fills that buffer while the link is busy, rather than all of it
@@ -450,7 +489,7 @@ impl Broadcast {
     pub fn into_data(self) -> Vec<u8> {
         match self.data {
             Message::Own(v) => v,
-            Message::Lent(_) => Vec::new(),
+            Message::Lent(_) | Message::GivenUp => Vec::new(),
         }
     }
 
@@ -462,6 +501,7 @@ impl Broadcast {
         match &mut self.data {
             Message::Own(v) => v,
             Message::Lent(_) => panic!("the message lies in the caller's memory"),
+            Message::GivenUp => panic!("{GIVEN_UP}"),
         }
     }
 
@@ -1542,6 +1582,64 @@ mod tests {
         b.on_chain(&end()).unwrap();
         assert!(b.next_reply(&mut out));
         assert_eq!(out, need(&[1, 2]));
+    }
+
+    #[test]
+    fn the_message_is_settled_once_owned_and_served() {
+        let mut out = Vec::new();
+        let lent = Arc::new(Mutex::new(vec![0u8; 600]));
+        let mut b = Broadcast::in_lent(params(1, 3, 600, 256), Box::new(Arc::clone(&lent)));
+        let p = *b.params();
+        b.on_datagram(&datagram_of(&p, 0, &[5; 256], |_| {}));
+        b.on_datagram(&datagram_of(&p, 1, &[6; 256], |_| {}));
+        assert!(!b.message_settled(), "fragment 2 still to be written");
+        b.on_datagram(&datagram_of(&p, 2, &[7; 88], |_| {}));
+        assert!(b.next_reply(&mut out));
+        assert!(!b.message_settled(), "the successor's NEED still to come");
+        b.on_reply(&need(&[1])).unwrap();
+        assert!(!b.message_settled(), "fragment 1 still to be read");
+        assert_eq!(b.next_chain_send(&mut out), Some(Frame::End));
+        assert_eq!(b.next_chain_send(&mut out), Some(Frame::Data(1)));
+        assert!(b.message_settled() && !b.end_received());
+        b.give_up_message();
+        assert_eq!(b.held_bytes(), 0);
+        // The predecessor's END still comes, and touches no message.
+        assert_eq!(b.on_chain(&end()), Ok(()));
+        assert_eq!(b.chain_frames_certain(), 0);
+        assert_eq!(lent.lock().unwrap()[255..258], [5, 6, 6]);
+        // A buffer of its own goes too; the last rank owes no one.
+        let mut b = Broadcast::new(params(2, 3, 600, 256));
+        for (k, len) in [(0, 256), (1, 256), (2, 88)] {
+            b.on_datagram(&datagram_of(&p, k, &vec![5; len], |_| {}));
+        }
+        assert_eq!(b.held_bytes(), 600);
+        assert!(b.message_settled());
+        b.give_up_message();
+        assert_eq!(b.held_bytes(), 0);
+    }
+
+    #[test]
+    #[should_panic(expected = "the message may still be used")]
+    fn a_message_still_owed_is_not_given_up() {
+        let mut b = Broadcast::new(params(1, 3, 600, 256));
+        let p = *b.params();
+        for (k, len) in [(0, 256), (1, 256), (2, 88)] {
+            b.on_datagram(&datagram_of(&p, k, &vec![5; len], |_| {}));
+        }
+        b.give_up_message();
+    }
+
+    #[test]
+    #[should_panic(expected = "the message was given up")]
+    fn a_message_given_up_is_never_read() {
+        let mut b = Broadcast::new(params(0, 1, 600, 256));
+        b.start_root(Duration::ZERO);
+        let mut out = Vec::new();
+        while b.next_multicast(Duration::from_secs(1), &mut out).is_some() {
+            b.multicast_done();
+        }
+        b.give_up_message();
+        b.data();
     }
 
     #[test]
