@@ -205,13 +205,11 @@ impl Work<McastSocket> for Ibcast {
                 d.step(run, now, wait, stats)?;
                 if loan.is_some() {
                     // The message is in the user's buffer: the request
-                    // completes when nothing will touch it again.
-                    let done = run.is_done();
-                    if done || run.may_return_without_message() {
+                    // completes when nothing will touch it again (true of
+                    // a run that is over as well).
+                    if run.may_return_without_message() {
                         queue::account(run.broadcast(), "ibcast", "completes", stats);
-                        if !done {
-                            run.give_up_message();
-                        }
+                        run.give_up_message();
                         *loan = None;
                         request.take().expect("completes once").complete(Ok(()));
                     }

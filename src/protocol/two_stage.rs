@@ -946,9 +946,8 @@ impl Broadcast {
         }
         let from_pred = !self.has_predecessor()
             || (self.requested.is_some() && self.chain_frames_certain() == 0);
-        let to_succ = !self.has_successor()
-            || (self.end_sent && self.succ_need_came && self.unsent_count == 0);
-        self.is_complete() && self.stage1_done() && from_pred && to_succ && self.flow.is_done()
+        let end_handed_on = !self.has_successor() || self.end_sent;
+        self.message_settled() && from_pred && end_handed_on && self.flow.is_done()
     }
 
     /// Payload bytes that first arrived by multicast, and by the chain.
