@@ -51,6 +51,13 @@ int ipmc_isend_bytes(const void *buf, size_t len, int dst, int tag,
     return MCA_PML_CALL(isend(buf, len, MPI_BYTE, dst, tag, MCA_PML_BASE_SEND_STANDARD, comm, req));
 }
 
+int ipmc_issend_bytes(const void *buf, size_t len, int dst, int tag,
+                      struct ompi_communicator_t *comm, struct ompi_request_t **req)
+{
+    return MCA_PML_CALL(isend(buf, len, MPI_BYTE, dst, tag, MCA_PML_BASE_SEND_SYNCHRONOUS, comm,
+                              req));
+}
+
 int ipmc_irecv_bytes(void *buf, size_t len, int src, int tag, struct ompi_communicator_t *comm,
                      struct ompi_request_t **req)
 {

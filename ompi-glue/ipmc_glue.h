@@ -53,6 +53,11 @@ int ipmc_isend_bytes(const void *buf, size_t len, int dst, int tag,
                      struct ompi_communicator_t *comm, struct ompi_request_t **req);
 int ipmc_irecv_bytes(void *buf, size_t len, int src, int tag, struct ompi_communicator_t *comm,
                      struct ompi_request_t **req);
+/* As ipmc_isend_bytes, in synchronous mode: the request completes only once
+   the receiver has matched the message, also where Open MPI would send it
+   eagerly and complete it at once. */
+int ipmc_issend_bytes(const void *buf, size_t len, int dst, int tag,
+                      struct ompi_communicator_t *comm, struct ompi_request_t **req);
 /* Empty messages with the barrier tag, not the bcast or queue tag, so that
    they never meet those: a measured broadcast's answers, which time it at its root (every
    other rank sends the root one after its part of the call; the root waits

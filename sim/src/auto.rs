@@ -495,7 +495,7 @@ impl Program for AutoRank {
                         Action::AnswerRoot => {
                             let root = self.plan.front().expect("a call in progress").root;
                             let mut p2p = self.io.p2p.borrow_mut();
-                            p2p.send_tagged(root, ANSWERS, 0, Vec::new());
+                            p2p.send_tagged(root, ANSWERS, 0, Vec::new(), false);
                             Doing::Ask
                         }
                         Action::TimeAtRoot { until } => {

@@ -78,7 +78,7 @@ impl BarrierRank {
         let id = self
             .p2p
             .borrow_mut()
-            .send_tagged(to, BARRIER, 0, Vec::new());
+            .send_tagged(to, BARRIER, 0, Vec::new(), false);
         self.sends.push(id);
     }
 

@@ -38,6 +38,11 @@ enum Body {
     },
     Request(NetMsg),
     Clear(NetMsg),
+    /// The receiver matched the synchronous send `send_id` of the host the
+    /// packet goes to.
+    Matched {
+        send_id: usize,
+    },
     /// A TCP acknowledgement of `bytes` of the connection to its sender.
     Ack {
         bytes: usize,
@@ -58,7 +63,7 @@ impl Packet {
     fn is_stream(&self) -> bool {
         matches!(
             self.body,
-            Body::Segment { .. } | Body::Request(_) | Body::Clear(_)
+            Body::Segment { .. } | Body::Request(_) | Body::Clear(_) | Body::Matched { .. }
         )
     }
 }
@@ -114,6 +119,8 @@ struct Message {
     send_id: usize,
     len: usize,
     data: Vec<u8>,
+    /// Sent in synchronous mode.
+    matched: bool,
 }
 
 /// One direction of a link: one FIFO queue in front of the wire, shaped as
@@ -641,6 +648,7 @@ impl Engine {
                 tag,
                 len,
                 data,
+                matched,
             } => {
                 self.counters.messages_sent += 1;
                 let msg = self.messages.len() as NetMsg;
@@ -651,6 +659,7 @@ impl Engine {
                     send_id: id,
                     len,
                     data,
+                    matched,
                 }));
                 if self.net.is_eager(len) {
                     self.send_segments(h, at, msg);
@@ -663,6 +672,10 @@ impl Engine {
                 let src = self.message(msg).src;
                 let wire = network::segment_wire(network::CONTROL_BYTES);
                 self.send_packet(h, at, Some(src), wire, Body::Clear(msg));
+            }
+            Out::Matched { src, send_id } => {
+                let wire = network::segment_wire(network::CONTROL_BYTES);
+                self.send_packet(h, at, Some(src), wire, Body::Matched { send_id });
             }
         }
     }
@@ -1093,7 +1106,15 @@ impl Engine {
                 self.counters.messages_delivered += 1;
                 let mut p2p = self.hosts[h].io.p2p.borrow_mut();
                 if self.net.is_eager(m.len) {
-                    p2p.eager(m.src, m.tag, m.len, m.data);
+                    let ack = m.matched.then_some(m.send_id);
+                    p2p.eager(m.src, m.tag, m.len, m.data, ack);
+                    // A receive already posted answers a synchronous send.
+                    let outs: Vec<Out> = std::mem::take(&mut p2p.out);
+                    drop(p2p);
+                    let at = self.now.max(self.hosts[h].busy_until);
+                    for out in outs {
+                        self.start_message(h, at, out);
+                    }
                 } else {
                     p2p.rendezvous_data(*msg, m.len, m.data);
                     drop(p2p);
@@ -1109,6 +1130,10 @@ impl Engine {
                 for out in outs {
                     self.start_message(h, at, out);
                 }
+            }
+            Body::Matched { send_id } => {
+                self.hosts[h].io.p2p.borrow_mut().matched(*send_id);
+                self.wake(h);
             }
             Body::Clear(msg) => {
                 let at = self.now.max(self.hosts[h].busy_until);

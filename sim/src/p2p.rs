@@ -1,7 +1,9 @@
 //! Point-to-point messages in the simulator, matched as MPI matches them:
 //! per sender in the order posted. A message up to the eager limit travels
 //! at once and waits at the receiver if no receive is posted; a longer one
-//! sends a request and travels when the receiver has posted its receive.
+//! sends a request and travels when the receiver has posted its receive. A
+//! synchronous send (`MPI_Issend`) up to the eager limit travels at once
+//! too, and completes when the receiver's answer to its match arrives.
 
 use std::cell::RefCell;
 use std::collections::{HashMap, VecDeque};
@@ -30,28 +32,39 @@ pub const QUEUE: Tag = 4;
 
 /// What a rank asked of the network during a step.
 pub enum Out {
-    /// Start message `id` (a send of this rank) of `len` bytes to `dst`.
+    /// Start message `id` (a send of this rank) of `len` bytes to `dst`;
+    /// `matched`: in synchronous mode.
     Send {
         id: usize,
         dst: usize,
         tag: Tag,
         len: usize,
         data: Vec<u8>,
+        matched: bool,
     },
     /// Tell the sender of rendezvous message `msg` to go ahead.
     Clear { msg: NetMsg },
+    /// Tell `src` that its synchronous send `send_id` was matched.
+    Matched { src: usize, send_id: usize },
 }
 
 /// What arrived from one sender and is not matched yet.
 enum Arrival {
-    /// A whole eager message.
-    Eager { len: usize, data: Vec<u8> },
+    /// A whole eager message; `ack`: the sender's id of a synchronous send,
+    /// answered when it is matched.
+    Eager {
+        len: usize,
+        data: Vec<u8>,
+        ack: Option<usize>,
+    },
     /// A rendezvous request.
     Request { msg: NetMsg },
 }
 
 struct Slot {
     is_recv: bool,
+    /// A synchronous send: done when its match is answered, not when it left.
+    matched: bool,
     len: usize,
     data: Vec<u8>,
     done: bool,
@@ -89,7 +102,7 @@ impl P2pState {
     /// Starts a send of `len` bytes (`data` is empty for the models, which
     /// move no bytes).
     pub fn send(&mut self, dst: usize, len: usize, data: Vec<u8>) -> usize {
-        self.send_tagged(dst, BCAST, len, data)
+        self.send_tagged(dst, BCAST, len, data, false)
     }
 
     /// Posts a receive from `src`.
@@ -97,12 +110,21 @@ impl P2pState {
         self.recv_tagged(src, BCAST)
     }
 
-    /// Starts a send of `len` bytes with tag `tag`.
-    pub fn send_tagged(&mut self, dst: usize, tag: Tag, len: usize, data: Vec<u8>) -> usize {
+    /// Starts a send of `len` bytes with tag `tag`, in synchronous mode if
+    /// `matched`.
+    pub fn send_tagged(
+        &mut self,
+        dst: usize,
+        tag: Tag,
+        len: usize,
+        data: Vec<u8>,
+        matched: bool,
+    ) -> usize {
         self.messages += 1;
         self.bytes += len as u64;
         let id = self.slot(Slot {
             is_recv: false,
+            matched,
             len,
             data: Vec::new(),
             done: false,
@@ -113,6 +135,7 @@ impl P2pState {
             tag,
             len,
             data,
+            matched,
         });
         id
     }
@@ -122,6 +145,7 @@ impl P2pState {
         self.messages += 1;
         let id = self.slot(Slot {
             is_recv: true,
+            matched: false,
             len: 0,
             data: Vec::new(),
             done: false,
@@ -150,16 +174,25 @@ impl P2pState {
         Some((slot.len, slot.data))
     }
 
-    /// The network: send `id` left this host.
+    /// The network: send `id` left this host (a synchronous one of eager
+    /// size waits for [`Self::matched`]).
     pub fn sent(&mut self, id: usize) {
+        if let Some(slot) = self.slots[id].as_mut().filter(|s| !s.matched) {
+            slot.done = true;
+        }
+    }
+
+    /// The network: the receiver matched synchronous send `id`.
+    pub fn matched(&mut self, id: usize) {
         if let Some(slot) = self.slots[id].as_mut() {
             slot.done = true;
         }
     }
 
-    /// The network: a whole eager message from `src` with tag `tag`.
-    pub fn eager(&mut self, src: usize, tag: Tag, len: usize, data: Vec<u8>) {
-        self.arrive((src, tag), Arrival::Eager { len, data });
+    /// The network: a whole eager message from `src` with tag `tag`; `ack`:
+    /// the sender's id of a synchronous send.
+    pub fn eager(&mut self, src: usize, tag: Tag, len: usize, data: Vec<u8>, ack: Option<usize>) {
+        self.arrive((src, tag), Arrival::Eager { len, data, ack });
     }
 
     /// The network: a rendezvous request from `src` with tag `tag`.
@@ -199,7 +232,15 @@ impl P2pState {
             }
             let id = posted.pop_front().expect("checked");
             match arrived.pop_front().expect("checked") {
-                Arrival::Eager { len, data } => self.complete(id, len, data),
+                Arrival::Eager { len, data, ack } => {
+                    self.complete(id, len, data);
+                    if let Some(send_id) = ack {
+                        self.out.push(Out::Matched {
+                            src: from.0,
+                            send_id,
+                        });
+                    }
+                }
                 Arrival::Request { msg } => {
                     self.bound.insert(msg, id);
                     self.out.push(Out::Clear { msg });
@@ -229,7 +270,18 @@ impl MessageIo for SimMessages {
 
     fn send(&mut self, peer: usize, data: Vec<u8>) -> Result<usize> {
         let len = data.len();
-        Ok(self.0.borrow_mut().send_tagged(peer, self.1, len, data))
+        Ok(self
+            .0
+            .borrow_mut()
+            .send_tagged(peer, self.1, len, data, false))
+    }
+
+    fn send_matched(&mut self, peer: usize, data: Vec<u8>) -> Result<usize> {
+        let len = data.len();
+        Ok(self
+            .0
+            .borrow_mut()
+            .send_tagged(peer, self.1, len, data, true))
     }
 
     fn recv(&mut self, peer: usize, _capacity: usize) -> Result<usize> {

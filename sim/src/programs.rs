@@ -431,7 +431,7 @@ impl Program for Schedule {
                 {
                     break;
                 }
-                self.id[i] = Some(p2p.send_tagged(to, self.tag, len, Vec::new()));
+                self.id[i] = Some(p2p.send_tagged(to, self.tag, len, Vec::new(), false));
                 self.active.push(i);
                 self.next_send += 1;
             }

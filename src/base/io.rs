@@ -107,6 +107,14 @@ pub trait MessageIo {
     type Id: Copy + fmt::Debug;
     /// Starts sending `data` to `peer`.
     fn send(&mut self, peer: usize, data: Vec<u8>) -> Result<Self::Id>;
+    /// As [`Self::send`], but the send completes only once `peer` has
+    /// matched it with a receive (`MPI_Issend`): a sender that keeps a
+    /// bounded number of these in flight leaves the receiver no more than
+    /// that many unexpected, whatever the transport buffers. By default a
+    /// plain send, for transports that never complete a send earlier.
+    fn send_matched(&mut self, peer: usize, data: Vec<u8>) -> Result<Self::Id> {
+        self.send(peer, data)
+    }
     /// Starts receiving a message of at most `capacity` bytes from `peer`.
     fn recv(&mut self, peer: usize, capacity: usize) -> Result<Self::Id>;
     /// `Some(buffer)` once the message completed: for a receive the bytes
@@ -129,6 +137,10 @@ impl<M: MessageIo + ?Sized> MessageIo for &mut M {
 
     fn send(&mut self, peer: usize, data: Vec<u8>) -> Result<Self::Id> {
         (**self).send(peer, data)
+    }
+
+    fn send_matched(&mut self, peer: usize, data: Vec<u8>) -> Result<Self::Id> {
+        (**self).send_matched(peer, data)
     }
 
     fn recv(&mut self, peer: usize, capacity: usize) -> Result<Self::Id> {

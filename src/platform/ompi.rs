@@ -896,6 +896,14 @@ struct Slot {
     is_recv: bool,
 }
 
+/// What a [`Messages`] request does.
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum Kind {
+    Recv,
+    Send,
+    SendMatched,
+}
+
 /// Point-to-point messages on a communicator whose buffers the messages own:
 /// a request can never outlive the memory it reads or writes, whatever the
 /// caller does. The multicast algorithm's chain and its setup use it.
@@ -931,35 +939,41 @@ impl Messages {
         }
     }
 
-    fn start(&mut self, buf: Vec<u8>, peer: usize, is_recv: bool) -> Result<MsgId> {
+    fn start(&mut self, buf: Vec<u8>, peer: usize, kind: Kind) -> Result<MsgId> {
         let peer = c_int::try_from(peer).expect("ranks fit in an int");
         let mut slot = Slot {
             buf,
             req: ptr::null_mut(),
-            is_recv,
+            is_recv: kind == Kind::Recv,
         };
         // SAFETY: the buffer is owned by the slot, which keeps it (its heap
         // memory does not move) until the request completes; `req` is a valid
         // out-pointer.
         let rc = unsafe {
-            if is_recv {
-                sys::ipmc_irecv_bytes(
+            match kind {
+                Kind::Recv => sys::ipmc_irecv_bytes(
                     slot.buf.as_mut_ptr().cast(),
                     slot.buf.len(),
                     peer,
                     self.tag,
                     self.comm.0,
                     &mut slot.req,
-                )
-            } else {
-                sys::ipmc_isend_bytes(
-                    slot.buf.as_ptr().cast(),
-                    slot.buf.len(),
-                    peer,
-                    self.tag,
-                    self.comm.0,
-                    &mut slot.req,
-                )
+                ),
+                Kind::Send | Kind::SendMatched => {
+                    let isend = if kind == Kind::Send {
+                        sys::ipmc_isend_bytes
+                    } else {
+                        sys::ipmc_issend_bytes
+                    };
+                    isend(
+                        slot.buf.as_ptr().cast(),
+                        slot.buf.len(),
+                        peer,
+                        self.tag,
+                        self.comm.0,
+                        &mut slot.req,
+                    )
+                }
             }
         };
         ok(rc)?;
@@ -982,12 +996,17 @@ impl Messages {
 
     /// Starts sending `data` to `peer`.
     pub fn send(&mut self, peer: usize, data: Vec<u8>) -> Result<MsgId> {
-        self.start(data, peer, false)
+        self.start(data, peer, Kind::Send)
+    }
+
+    /// Starts sending `data` to `peer` in synchronous mode (`MPI_Issend`).
+    pub fn send_matched(&mut self, peer: usize, data: Vec<u8>) -> Result<MsgId> {
+        self.start(data, peer, Kind::SendMatched)
     }
 
     /// Starts receiving a message of at most `capacity` bytes from `peer`.
     pub fn recv(&mut self, peer: usize, capacity: usize) -> Result<MsgId> {
-        self.start(vec![0; capacity], peer, true)
+        self.start(vec![0; capacity], peer, Kind::Recv)
     }
 
     /// `Some(buffer)` once the message completed: for a receive the bytes
@@ -1040,6 +1059,10 @@ impl MessageIo for Messages {
 
     fn send(&mut self, peer: usize, data: Vec<u8>) -> Result<MsgId> {
         Messages::send(self, peer, data)
+    }
+
+    fn send_matched(&mut self, peer: usize, data: Vec<u8>) -> Result<MsgId> {
+        Messages::send_matched(self, peer, data)
     }
 
     fn recv(&mut self, peer: usize, capacity: usize) -> Result<MsgId> {

@@ -683,6 +683,12 @@ impl Broadcast {
         CHAIN_HEADER_LEN + block.min(self.params.message_len)
     }
 
+    /// Whether more than `frames` full chain frames' worth of what the
+    /// successor's `NEED` listed is still to be sent to it.
+    pub fn owes_more_than(&self, frames: usize) -> bool {
+        self.unsent_count > frames * self.block as usize
+    }
+
     /// Largest reply of this broadcast: [`NEED`] and every fragment index.
     pub fn max_reply(&self) -> usize {
         4 + 4 * self.fragments as usize
@@ -1615,6 +1621,32 @@ mod tests {
         assert!(b.message_settled());
         b.give_up_message();
         assert_eq!(b.held_bytes(), 0);
+    }
+
+    #[test]
+    fn what_is_still_owed_counts_in_full_frames() {
+        let mut out = Vec::new();
+        let p = Params {
+            frame_bytes: FRAME_BYTES,
+            ..params(1, 3, 1000 * 256, 256)
+        };
+        let mut b = Broadcast::new(p);
+        assert_eq!(b.block, 240, "fragments of 256 bytes to a 60 KiB frame");
+        for k in 0..1000 {
+            b.on_datagram(&datagram_of(&p, k, &[5; 256], |_| {}));
+        }
+        assert!(!b.owes_more_than(0), "nothing owed before the NEED");
+        b.on_reply(&need(&(0..1000).collect::<Vec<_>>())).unwrap();
+        assert!(
+            b.owes_more_than(4) && !b.owes_more_than(5),
+            "1,000 of 1,200"
+        );
+        assert_eq!(b.next_chain_send(&mut out), Some(Frame::End));
+        assert!(b.owes_more_than(4), "END carries no fragment");
+        assert_eq!(b.next_chain_send(&mut out), Some(Frame::Data(0)));
+        assert!(b.owes_more_than(3) && !b.owes_more_than(4), "760 of 960");
+        while b.next_chain_send(&mut out).is_some() {}
+        assert!(!b.owes_more_than(0), "everything sent");
     }
 
     #[test]

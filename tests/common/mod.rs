@@ -777,6 +777,29 @@ pub fn levels_tally(stats: &HashMap<String, String>) -> (u64, u64) {
     .fold((0, 0), |a, t| (a.0 + t.0, a.1 + t.1))
 }
 
+/// Asserts that each of the `np` ranks of a `large_bcast` run reported how
+/// much its peak memory grew in the broadcasts, all less than `bound_kib`.
+pub fn assert_no_copy_grew(run: &Run, np: usize, bound_kib: i64) {
+    // The peak is read from counters that the kernel syncs lazily, so a
+    // rank that took nothing may show a few hundred KiB less.
+    let grew: Vec<i64> = run
+        .output
+        .lines()
+        .filter_map(|l| l.split("grew_kib=").nth(1))
+        .map(|k| {
+            k.trim()
+                .parse()
+                .unwrap_or_else(|e| panic!("{e}: {k:?}\n{}", run.output))
+        })
+        .collect();
+    println!("peak memory grew by (KiB): {grew:?}");
+    assert_eq!(grew.len(), np, "{}", run.output);
+    assert!(
+        grew.iter().all(|&k| k < bound_kib),
+        "a rank took memory for a copy of its message: {grew:?} KiB"
+    );
+}
+
 pub fn num(f: &HashMap<String, String>, key: &str) -> u64 {
     f[key]
         .parse()

@@ -6,7 +6,9 @@
  *
  *   large_bcast MIB [ibcast]
  *
- * With "ibcast", each broadcast is an MPI_Ibcast waited for.
+ * The message is MIB elements of a contiguous datatype of 1 MiB, so that it
+ * may exceed the 2 GiB an int count of bytes can describe. With "ibcast",
+ * each broadcast is an MPI_Ibcast waited for.
  *
  * Prints "large_bcast: rank=R grew_kib=K" per rank and "large_bcast: PASS"
  * on rank 0 when every rank received exactly the root's bytes.
@@ -32,7 +34,7 @@ static long peak_kib(void)
 
 static unsigned char byte_at(size_t i, int root)
 {
-    return (unsigned char)(i * 7 + (i >> 16) + root);
+    return (unsigned char)(i * 7 + (i >> 16) + (i >> 31) * 13 + root);
 }
 
 int main(int argc, char **argv)
@@ -41,8 +43,12 @@ int main(int argc, char **argv)
     int rank, size;
     MPI_Comm_rank(MPI_COMM_WORLD, &rank);
     MPI_Comm_size(MPI_COMM_WORLD, &size);
-    size_t n = (size_t)(argc > 1 ? atoi(argv[1]) : 64) << 20;
+    int mib = argc > 1 ? atoi(argv[1]) : 64;
+    size_t n = (size_t)mib << 20;
     int nonblocking = argc > 2 && !strcmp(argv[2], "ibcast");
+    MPI_Datatype one_mib;
+    MPI_Type_contiguous(1 << 20, MPI_BYTE, &one_mib);
+    MPI_Type_commit(&one_mib);
     unsigned char *buf = malloc(n);
     if (!buf)
         MPI_Abort(MPI_COMM_WORLD, 2);
@@ -56,10 +62,10 @@ int main(int argc, char **argv)
             buf[i] = rank == root ? byte_at(i, root) : 0;
         if (nonblocking) {
             MPI_Request request;
-            MPI_Ibcast(buf, (int)n, MPI_BYTE, root, MPI_COMM_WORLD, &request);
+            MPI_Ibcast(buf, mib, one_mib, root, MPI_COMM_WORLD, &request);
             MPI_Wait(&request, MPI_STATUS_IGNORE);
         } else {
-            MPI_Bcast(buf, (int)n, MPI_BYTE, root, MPI_COMM_WORLD);
+            MPI_Bcast(buf, mib, one_mib, root, MPI_COMM_WORLD);
         }
         for (size_t i = 0; i < n; i++)
             wrong += buf[i] != byte_at(i, root);
@@ -71,6 +77,7 @@ int main(int argc, char **argv)
     if (rank == 0)
         printf("large_bcast: %s (%ld wrong bytes)\n", total ? "FAIL" : "PASS", total);
     free(buf);
+    MPI_Type_free(&one_mib);
     MPI_Finalize();
     return total != 0;
 }
