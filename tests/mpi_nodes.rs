@@ -796,6 +796,49 @@ fn ranks_describing_a_message_with_different_datatypes_get_every_int_over_two_le
 }
 
 /// Hosts of 3, 1 and 2 ranks.
+/// A message beyond 2 GiB (2,200 elements of 1 MiB) over two levels: 2
+/// hosts of 2 ranks, multicast forced among the leaders with 2 % of the
+/// datagrams lost on arrival, from a leader (rank 0) and from a rank that is
+/// not one (rank 1): every byte right on every rank, the leaders' chain
+/// repairing, and no rank holding a copy of the message. 8.6 GiB in all.
+#[test]
+fn two_levels_carry_a_message_beyond_2_gib() {
+    let cluster = Cluster {
+        slots: 2,
+        ..Cluster::hosts(2)
+    };
+    let mca = [
+        ("coll_ipmc_print_statistics", "1"),
+        ("coll_ipmc_bcast_algorithm", "3"),
+        ("coll_ipmc_inject_loss", "2"),
+        ("coll_ipmc_inject_seed", "11"),
+    ];
+    let run = cluster.mpirun(&mca, "large_bcast", &["2200"]);
+    assert!(
+        run.ok && run.output.contains("large_bcast: PASS"),
+        "{}",
+        run.output
+    );
+    let stats = stats_lines(&run.output);
+    let of = |comm: &str| -> Vec<&Line> { stats.iter().filter(|s| s["comm"] == comm).collect() };
+    let world = of("MPI_COMM_WORLD");
+    assert_eq!(world.len(), 4, "{}", run.output);
+    for s in world {
+        assert!(levels_tally(s).0 >= 2, "both over two levels: {s:?}");
+    }
+    let leaders = of("ipmc leaders of MPI_COMM_WORLD");
+    assert_eq!(leaders.len(), 2, "{}", run.output);
+    assert!(
+        leaders.iter().all(|s| tally(s, "multicast").0 >= 2),
+        "{leaders:?}"
+    );
+    assert!(
+        leaders.iter().any(|s| num(s, "chain_bytes") > 0),
+        "nothing repaired: {leaders:?}"
+    );
+    common::assert_no_copy_grew(&run, 4, 32 << 10);
+}
+
 fn uneven_hosts() -> Cluster {
     Cluster {
         slots_host: vec![(1, 3), (2, 1), (3, 2)],
