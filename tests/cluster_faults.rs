@@ -213,16 +213,7 @@ fn repairs_wait_for_the_receiver_not_in_its_memory() {
         ("coll_ipmc_bcast_algorithm", "3"),
     ];
     let run = cluster.mpirun(&mca, "large_bcast", &["256"]);
-    assert!(
-        run.ok && run.output.contains("large_bcast: PASS"),
-        "{}",
-        run.output
-    );
-    let world: Vec<Line> = stats_lines(&run.output)
-        .into_iter()
-        .filter(|s| s["comm"] == "MPI_COMM_WORLD")
-        .collect();
-    assert_eq!(world.len(), 3, "{}", run.output);
+    let world = common::large_bcast_passed(&run, "MPI_COMM_WORLD", 3);
     for s in &world {
         assert_eq!(tally(s, "multicast").0, 3, "{s:?}");
         assert!(num(s, "chain_bytes") > 64 << 20, "{s:?}");

@@ -814,20 +814,10 @@ fn two_levels_carry_a_message_beyond_2_gib() {
         ("coll_ipmc_inject_seed", "11"),
     ];
     let run = cluster.mpirun(&mca, "large_bcast", &["2200"]);
-    assert!(
-        run.ok && run.output.contains("large_bcast: PASS"),
-        "{}",
-        run.output
-    );
-    let stats = stats_lines(&run.output);
-    let of = |comm: &str| -> Vec<&Line> { stats.iter().filter(|s| s["comm"] == comm).collect() };
-    let world = of("MPI_COMM_WORLD");
-    assert_eq!(world.len(), 4, "{}", run.output);
-    for s in world {
-        assert!(levels_tally(s).0 >= 2, "both over two levels: {s:?}");
+    for s in common::large_bcast_passed(&run, "MPI_COMM_WORLD", 4) {
+        assert!(levels_tally(&s).0 >= 2, "both over two levels: {s:?}");
     }
-    let leaders = of("ipmc leaders of MPI_COMM_WORLD");
-    assert_eq!(leaders.len(), 2, "{}", run.output);
+    let leaders = common::large_bcast_passed(&run, "ipmc leaders of MPI_COMM_WORLD", 2);
     assert!(
         leaders.iter().all(|s| tally(s, "multicast").0 >= 2),
         "{leaders:?}"

@@ -777,6 +777,22 @@ pub fn levels_tally(stats: &HashMap<String, String>) -> (u64, u64) {
     .fold((0, 0), |a, t| (a.0 + t.0, a.1 + t.1))
 }
 
+/// Asserts that a `large_bcast` run passed; the statistics lines of
+/// communicator `comm`, one from each of its `np` ranks.
+pub fn large_bcast_passed(run: &Run, comm: &str, np: usize) -> Vec<Line> {
+    assert!(
+        run.ok && run.output.contains("large_bcast: PASS"),
+        "{}",
+        run.output
+    );
+    let lines: Vec<Line> = stats_lines(&run.output)
+        .into_iter()
+        .filter(|s| s["comm"] == comm)
+        .collect();
+    assert_eq!(lines.len(), np, "{comm}: {}", run.output);
+    lines
+}
+
 /// Asserts that each of the `np` ranks of a `large_bcast` run reported how
 /// much its peak memory grew in the broadcasts, all less than `bound_kib`.
 pub fn assert_no_copy_grew(run: &Run, np: usize, bound_kib: i64) {
