@@ -795,7 +795,6 @@ fn ranks_describing_a_message_with_different_datatypes_get_every_int_over_two_le
     }
 }
 
-/// Hosts of 3, 1 and 2 ranks.
 /// A message beyond 2 GiB (2,200 elements of 1 MiB) over two levels: 2
 /// hosts of 2 ranks, multicast forced among the leaders with 2 % of the
 /// datagrams lost on arrival, from a leader (rank 0) and from a rank that is
@@ -829,6 +828,7 @@ fn two_levels_carry_a_message_beyond_2_gib() {
     common::assert_no_copy_grew(&run, 4, 32 << 10);
 }
 
+/// Hosts of 3, 1 and 2 ranks.
 fn uneven_hosts() -> Cluster {
     Cluster {
         slots_host: vec![(1, 3), (2, 1), (3, 2)],

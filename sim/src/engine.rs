@@ -680,6 +680,16 @@ impl Engine {
         }
     }
 
+    /// Sends what host `h`'s messages asked for when something arrived
+    /// between its steps: the answers of receives already posted.
+    fn answer_now(&mut self, h: usize) {
+        let outs: Vec<Out> = std::mem::take(&mut self.hosts[h].io.p2p.borrow_mut().out);
+        let at = self.now.max(self.hosts[h].busy_until);
+        for out in outs {
+            self.start_message(h, at, out);
+        }
+    }
+
     /// Host `h` may send rendezvous message `msg`'s data. Between two
     /// processes whose connection has carried data before, one such
     /// transfer moves at a time (measured: a 512 KiB exchange takes twice a
@@ -1108,13 +1118,9 @@ impl Engine {
                 if self.net.is_eager(m.len) {
                     let ack = m.matched.then_some(m.send_id);
                     p2p.eager(m.src, m.tag, m.len, m.data, ack);
-                    // A receive already posted answers a synchronous send.
-                    let outs: Vec<Out> = std::mem::take(&mut p2p.out);
                     drop(p2p);
-                    let at = self.now.max(self.hosts[h].busy_until);
-                    for out in outs {
-                        self.start_message(h, at, out);
-                    }
+                    // A receive already posted answers a synchronous send.
+                    self.answer_now(h);
                 } else {
                     p2p.rendezvous_data(*msg, m.len, m.data);
                     drop(p2p);
@@ -1125,11 +1131,7 @@ impl Engine {
                 let tag = self.message(*msg).tag;
                 self.hosts[h].io.p2p.borrow_mut().request(p.src, tag, *msg);
                 // A receive already posted answers at once.
-                let outs: Vec<Out> = std::mem::take(&mut self.hosts[h].io.p2p.borrow_mut().out);
-                let at = self.now.max(self.hosts[h].busy_until);
-                for out in outs {
-                    self.start_message(h, at, out);
-                }
+                self.answer_now(h);
             }
             Body::Matched { send_id } => {
                 self.hosts[h].io.p2p.borrow_mut().matched(*send_id);
