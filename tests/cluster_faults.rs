@@ -221,6 +221,32 @@ fn repairs_wait_for_the_receiver_not_in_its_memory() {
     common::assert_no_copy_grew(&run, 3, 16 << 10);
 }
 
+/// The fragmented chain in segments of 8 KiB, within Open MPI's eager
+/// limit over TCP, which completes each send at once: a successor busy
+/// forwarding found every segment it had not yet asked for waiting in its
+/// memory (a 256 MiB message grew a rank by 367 to 416 MiB, 0.65 to 2.6 s
+/// a call). Every 16th segment's send completes once the successor matched
+/// it, so the chain holds the successor to about 32 segments behind: no
+/// rank grows by 16 MiB, blocking or nonblocking (which works in the user's
+/// buffer above `coll_ipmc_background_limit`).
+#[test]
+fn the_chains_segments_wait_for_the_successor_not_in_its_memory() {
+    let cluster = Cluster::hosts(3);
+    let mca = [
+        ("coll_ipmc_print_statistics", "1"),
+        ("coll_ipmc_bcast_algorithm", "2"),
+        ("coll_ipmc_chain_segment_size", "8192"),
+    ];
+    for (args, ibcasts) in [(&["256"][..], 0), (&["256", "ibcast"], 2)] {
+        let run = cluster.mpirun(&mca, "large_bcast", args);
+        for s in common::large_bcast_passed(&run, "MPI_COMM_WORLD", 3) {
+            assert!(tally(&s, "chain").1 >= 512 << 20, "{s:?}");
+            assert_eq!(num(&s, "ibcasts"), ibcasts, "{s:?}");
+        }
+        common::assert_no_copy_grew(&run, 3, 16 << 10);
+    }
+}
+
 /// Runs `bcast_check` with `calls` broadcasts of 64 KiB on `cluster`, with
 /// statistics and the decision tables on; the run and `MPI_COMM_WORLD`'s
 /// decision row for 64 KiB.

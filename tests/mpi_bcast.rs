@@ -323,6 +323,28 @@ fn every_algorithm_can_be_forced() {
     }
 }
 
+/// `MPI_Ibcast` by ipmc's linear and chain algorithms of a message above
+/// `coll_ipmc_background_limit` works in the user's buffer: a chain rank
+/// holds a few segments of its own, the linear root one copy that all its
+/// sends share, and a linear receiver the message Open MPI receives. Before,
+/// every rank held a copy of the message, and the linear root one more per
+/// send in flight (3 copies on 3 ranks).
+#[test]
+fn nonblocking_linear_and_chain_hold_no_copy_per_send() {
+    for (alg, name, bound_mib) in [("1", "linear", 64 + 16), ("2", "chain", 16)] {
+        let mca = [
+            ("coll_ipmc_print_statistics", "1"),
+            ("coll_ipmc_bcast_algorithm", alg),
+        ];
+        let run = mpirun(3, &mca, "large_bcast", &["64", "ibcast"]);
+        for s in common::large_bcast_passed(&run, "MPI_COMM_WORLD", 3) {
+            assert_eq!(num(&s, "ibcasts"), 2, "{s:?}");
+            assert!(tally(&s, name).1 >= 128 << 20, "{s:?}");
+        }
+        common::assert_no_copy_grew(&run, 3, bound_mib << 10);
+    }
+}
+
 /// Ranks may describe one message with different datatypes of one type
 /// signature (`tests/mpi/mixed_types.c`). Open MPI's split binary tree and
 /// scatter-allgather cut a message by each rank's own count, so ipmc gives

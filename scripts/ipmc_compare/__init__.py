@@ -26,6 +26,8 @@ of MCA parameters that chooses who serves MPI_Bcast:
                     defaults measures both ways and keeps the faster
   ipmc-linear, ipmc-chain, ipmc-multicast
                     ipmc forced to one of its algorithms (coll_ipmc_bcast_algorithm)
+  ipmc-chain-segS   ipmc forced to its chain with segments of S bytes
+                    (coll_ipmc_chain_segment_size; e.g. ipmc-chain-seg8k)
   default           Open MPI's own selection (ipmc not loaded)
   han               Open MPI's hierarchical component (coll_han_priority 100)
   tuned-N           tuned with fixed bcast algorithm N (coll_tuned_bcast_algorithm)

@@ -21,9 +21,10 @@
 use std::cell::RefCell;
 use std::collections::VecDeque;
 use std::rc::Rc;
+use std::sync::Arc;
 use std::time::Duration;
 
-use ipmc::algorithms::nonblocking::{Shape, Steps};
+use ipmc::algorithms::nonblocking::{Message, Shape, Steps};
 use ipmc::base::counters::Datagrams;
 use ipmc::base::error::Result as IpmcResult;
 use ipmc::base::io::Wait;
@@ -280,16 +281,16 @@ impl AutoRank {
                     .enter_bcast(ranks, len, SimMessages::queued(&self.io.p2p));
                 Serving::Multicast(root_data.unwrap_or_else(|| vec![0; len]))
             }
-            Algorithm::Linear => Serving::Steps(Box::new(Steps::new(
-                msgs,
-                Shape::Linear,
-                at,
-                len,
-                root_data,
-            ))),
-            Algorithm::Chain => {
-                let shape = Shape::Chain(self.cfg.chain_segment_size);
-                Serving::Steps(Box::new(Steps::new(msgs, shape, at, len, root_data)))
+            Algorithm::Linear | Algorithm::Chain => {
+                let shape = match alg {
+                    Algorithm::Linear => Shape::Linear,
+                    _ => Shape::Chain(self.cfg.chain_segment_size),
+                };
+                let message = match root_data {
+                    Some(data) => Message::Root(Arc::from(data)),
+                    None => Message::own(len),
+                };
+                Serving::Steps(Box::new(Steps::new(msgs, shape, at, message)))
             }
             Algorithm::Previous
             | Algorithm::Binomial

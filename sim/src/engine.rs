@@ -848,8 +848,9 @@ impl Engine {
         match &p.body {
             Body::Fragment { whole: Some(d), .. } => self.datagram_left(h, d.len()),
             Body::Segment { msg, last: true } => {
-                let id = self.message(*msg).send_id;
-                self.hosts[h].io.p2p.borrow_mut().sent(id);
+                let m = self.message(*msg);
+                let (id, eager) = (m.send_id, self.net.is_eager(m.len));
+                self.hosts[h].io.p2p.borrow_mut().sent(id, eager);
                 self.wake(h);
             }
             _ => {}

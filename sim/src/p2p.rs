@@ -174,10 +174,11 @@ impl P2pState {
         Some((slot.len, slot.data))
     }
 
-    /// The network: send `id` left this host (a synchronous one of eager
-    /// size waits for [`Self::matched`]).
-    pub fn sent(&mut self, id: usize) {
-        if let Some(slot) = self.slots[id].as_mut().filter(|s| !s.matched) {
+    /// The network: send `id` left this host, `eager` or by rendezvous (a
+    /// synchronous one of eager size waits for [`Self::matched`]; by
+    /// rendezvous its data left once the receiver matched it).
+    pub fn sent(&mut self, id: usize, eager: bool) {
+        if let Some(slot) = self.slots[id].as_mut().filter(|s| !(s.matched && eager)) {
             slot.done = true;
         }
     }

@@ -613,6 +613,19 @@ fn the_automatic_choice_follows_the_network() {
     assert!(!lossy.contains("multicast loss 0.0%"), "{lossy}");
 }
 
+/// The automatic choice measures ipmc's chain at 1 MiB, in segments of
+/// 64 KiB, beyond the eager limit: every 16th goes synchronously, and by
+/// rendezvous its send completes once its data left (it once waited for
+/// the answer an eager one gets, and no rank finished).
+#[test]
+fn the_chains_synchronous_segments_complete_by_rendezvous_too() {
+    let mut s = scenario(5, 1 << 20, Network::emulated(), Algorithm::IpmcAuto);
+    assert!(!s.net.is_eager(s.choice.chain_segment_size));
+    s.calls = vec![(0, 1 << 20); 12];
+    let table = s.run().unwrap().table.expect("rank 0's decision table");
+    assert!(table.contains(", chain "), "{table}");
+}
+
 /// Short messages: the component's choice times each measured call at its
 /// root, until every rank answered (with a tag of its own, so the answers
 /// never meet a chain's frames); the answers that come after the root's

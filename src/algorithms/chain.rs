@@ -14,6 +14,21 @@ use crate::base::transport::{ReqId, Transport};
 /// finds its receive posted while this one is forwarded.
 const RECV_AHEAD: usize = 2;
 
+/// Every this many segments, a send goes in synchronous mode. Between hosts
+/// Open MPI completes a send within its eager limit (64 KiB over TCP) at
+/// once, so a chain of smaller segments bounded nothing: a successor busy
+/// forwarding found the segments it had not yet asked for waiting,
+/// unexpected, in Open MPI's memory (a 256 MiB broadcast in segments of
+/// 8 KiB grew a rank by 416 MiB). A rank waits for one such send only when it
+/// comes to the next, so a successor that keeps up never makes it wait and
+/// one that falls behind holds at most about twice this many segments.
+pub const MATCH_EVERY: usize = 16;
+
+/// Whether segment `index` goes in synchronous mode ([`MATCH_EVERY`]).
+pub fn is_matched(index: usize) -> bool {
+    index % MATCH_EVERY == MATCH_EVERY - 1
+}
+
 /// The ring neighbours of `rank` for a broadcast from `root`: its predecessor
 /// (none for the root) and its successor (none for the last rank).
 pub fn neighbours(rank: usize, size: usize, root: usize) -> (Option<usize>, Option<usize>) {
@@ -37,7 +52,8 @@ fn segment(index: usize, segment_size: usize, len: usize) -> Range<usize> {
 /// predecessor; with several segments queued ahead of them, those answers
 /// wait and the predecessor stalls (on the emulated cluster, 8 sends in
 /// flight made 4 MiB on 8 hosts 1.3 × slower than this order, which is
-/// Open MPI's pipeline's).
+/// Open MPI's pipeline's). Every [`MATCH_EVERY`]th send is synchronous
+/// and waited for only at the next one.
 pub fn bcast<T: Transport>(t: &mut T, root: usize, segment_size: usize) -> Result<()> {
     assert!(segment_size > 0, "chain segment size must be positive");
     let len = t.len();
@@ -46,6 +62,7 @@ pub fn bcast<T: Transport>(t: &mut T, root: usize, segment_size: usize) -> Resul
     let seg = |i| segment(i, segment_size, len);
 
     let mut recvs: VecDeque<ReqId> = VecDeque::with_capacity(RECV_AHEAD);
+    let mut matched: Option<ReqId> = None;
     if let Some(pred) = pred {
         for i in 0..segments.min(RECV_AHEAD) {
             recvs.push_back(t.irecv(seg(i), pred)?);
@@ -62,9 +79,19 @@ pub fn bcast<T: Transport>(t: &mut T, root: usize, segment_size: usize) -> Resul
             }
         }
         if let Some(succ) = succ {
-            let send = t.isend(seg(i), succ)?;
-            t.wait_all(&[send])?;
+            if is_matched(i) {
+                if let Some(previous) = matched.take() {
+                    t.wait_all(&[previous])?;
+                }
+                matched = Some(t.issend(seg(i), succ)?);
+            } else {
+                let send = t.isend(seg(i), succ)?;
+                t.wait_all(&[send])?;
+            }
         }
+    }
+    if let Some(last) = matched {
+        t.wait_all(&[last])?;
     }
     Ok(())
 }
@@ -104,12 +131,31 @@ mod tests {
 
     /// One rank's view: every request completes when waited for; records
     /// what is outstanding whenever the rank waits for a segment.
+    #[derive(Default)]
     struct Recorder {
         rank: usize,
-        sends: Vec<bool>,
+        /// Per send: whether it is in flight, whether synchronous.
+        sends: Vec<(bool, bool)>,
         recvs: Vec<bool>,
-        /// (sends in flight, receives posted) at each wait for a receive.
-        at_recv_wait: Vec<(usize, usize)>,
+        /// (standard sends in flight, synchronous sends in flight, receives
+        /// posted) at each wait for a receive.
+        at_recv_wait: Vec<(usize, usize, usize)>,
+    }
+
+    impl Recorder {
+        fn send(&mut self, matched: bool) -> Result<ReqId> {
+            self.sends.push((true, matched));
+            Ok(ReqId(2 * (self.sends.len() - 1)))
+        }
+
+        fn in_flight(&self, matched: bool) -> usize {
+            self.sends.iter().filter(|&&s| s == (true, matched)).count()
+        }
+
+        /// The segments sent in synchronous mode.
+        fn matched(&self) -> Vec<usize> {
+            (0..self.sends.len()).filter(|&i| self.sends[i].1).collect()
+        }
     }
 
     impl Transport for Recorder {
@@ -123,8 +169,10 @@ mod tests {
             10 * 1000 + 1
         }
         fn isend(&mut self, _: Range<usize>, _: usize) -> Result<ReqId> {
-            self.sends.push(true);
-            Ok(ReqId(2 * (self.sends.len() - 1)))
+            self.send(false)
+        }
+        fn issend(&mut self, _: Range<usize>, _: usize) -> Result<ReqId> {
+            self.send(true)
         }
         fn irecv(&mut self, _: Range<usize>, _: usize) -> Result<ReqId> {
             self.recvs.push(true);
@@ -133,12 +181,12 @@ mod tests {
         fn wait_all(&mut self, reqs: &[ReqId]) -> Result<()> {
             for &ReqId(id) in reqs {
                 if id % 2 == 1 {
-                    let outstanding = |v: &[bool]| v.iter().filter(|&&b| b).count();
-                    self.at_recv_wait
-                        .push((outstanding(&self.sends), outstanding(&self.recvs)));
+                    let posted = self.recvs.iter().filter(|&&b| b).count();
+                    let at = (self.in_flight(false), self.in_flight(true), posted);
+                    self.at_recv_wait.push(at);
                     self.recvs[id / 2] = false;
                 } else {
-                    self.sends[id / 2] = false;
+                    self.sends[id / 2].0 = false;
                 }
             }
             Ok(())
@@ -150,9 +198,7 @@ mod tests {
         // Rank 1 of 4 from root 0: a middle rank, 11 segments.
         let mut t = Recorder {
             rank: 1,
-            sends: Vec::new(),
-            recvs: Vec::new(),
-            at_recv_wait: Vec::new(),
+            ..Recorder::default()
         };
         bcast(&mut t, 0, 1000).unwrap();
         assert_eq!(t.sends.len(), 11);
@@ -160,13 +206,35 @@ mod tests {
         // Its send completed before it waits for the next segment, whose
         // receive (and the one after) is posted.
         assert!(
-            t.at_recv_wait.iter().all(|&(s, _)| s == 0),
+            t.at_recv_wait.iter().all(|&(s, m, _)| s + m == 0),
             "{:?}",
             t.at_recv_wait
         );
-        assert_eq!(t.at_recv_wait[0].1, 2);
-        assert_eq!(t.at_recv_wait[10].1, 1);
-        assert!(!t.sends.iter().any(|&b| b), "every send completed");
+        assert_eq!(t.at_recv_wait[0].2, 2);
+        assert_eq!(t.at_recv_wait[10].2, 1);
+        assert!(t.matched().is_empty());
+        assert!(!t.sends.iter().any(|s| s.0), "every send completed");
+    }
+
+    #[test]
+    fn every_sixteenth_send_waits_for_its_match_until_the_next() {
+        // Rank 1 of 4 from root 0, 101 segments.
+        let mut t = Recorder {
+            rank: 1,
+            ..Recorder::default()
+        };
+        bcast(&mut t, 0, 100).unwrap();
+        assert_eq!(t.sends.len(), 101);
+        assert_eq!(t.matched(), [15, 31, 47, 63, 79, 95]);
+        // A synchronous send stays in flight while the rank goes on (the
+        // wait for segment 16 finds segment 15's), never two at once.
+        assert!(
+            t.at_recv_wait.iter().all(|&(s, m, _)| s == 0 && m <= 1),
+            "{:?}",
+            t.at_recv_wait
+        );
+        assert_eq!(t.at_recv_wait[16].1, 1);
+        assert!(!t.sends.iter().any(|s| s.0), "every send completed");
     }
 
     #[test]

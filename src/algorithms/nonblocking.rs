@@ -10,13 +10,19 @@
 //! targets. Linear: the root is every other rank's source and sends the
 //! whole message to each. Chain: the ring's predecessor is the source, the
 //! successor the one target, in segments of `chain_segment_size`.
+//!
+//! The message lies in a buffer of the broadcast's own, given to the user
+//! once complete, or in the user's buffer lent to it ([`Message`]); the
+//! root's, read once, is shared by all its sends.
 
 use std::collections::VecDeque;
 use std::ops::Range;
+use std::sync::Arc;
 
-use crate::algorithms::chain::neighbours;
+use crate::algorithms::chain::{self, neighbours};
 use crate::base::error::{Error, Result};
 use crate::base::io::{MessageIo, Wait};
+use crate::protocol::two_stage::Lent;
 
 /// Which point-to-point broadcast.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -29,15 +35,80 @@ pub enum Shape {
 /// Receives posted ahead and sends in flight: the linear broadcast's root
 /// keeps several targets busy; the chain moves as the blocking chain does
 /// ([`crate::algorithms::chain::bcast`]), one send at a time and two
-/// receives ahead.
+/// receives ahead, and every [`chain::MATCH_EVERY`]th send synchronous.
 const LINEAR_WINDOW: usize = 8;
 const CHAIN_RECV_AHEAD: usize = 2;
 const CHAIN_SENDS: usize = 1;
 
+/// Where a rank keeps the message.
+pub enum Message {
+    /// A buffer of its own, which a rank that receives fills.
+    Own(Vec<u8>),
+    /// The root's message, which every send of it shares.
+    Root(Arc<[u8]>),
+    /// The user's buffer lent to the broadcast: a rank that receives
+    /// writes into it, one that sends copies each segment from it as it
+    /// sends (the linear root would copy the whole message per target, so
+    /// it reads it once into [`Message::Root`] instead).
+    Lent(Box<dyn Lent>),
+}
+
+impl Message {
+    /// A buffer of `len` bytes of its own, for a rank that receives.
+    pub fn own(len: usize) -> Self {
+        Message::Own(vec![0; len])
+    }
+
+    fn len(&self) -> usize {
+        match self {
+            Message::Own(v) => v.len(),
+            Message::Root(r) => r.len(),
+            Message::Lent(l) => l.len(),
+        }
+    }
+
+    fn write(&mut self, range: Range<usize>, got: Vec<u8>) {
+        match self {
+            // The whole message in one (the linear broadcast): kept as it
+            // came, not copied.
+            Message::Own(v) if range.len() == v.len() => *v = got,
+            Message::Own(v) => v[range].copy_from_slice(&got),
+            Message::Root(_) => unreachable!("the root receives nothing"),
+            Message::Lent(l) => l.write(range.start, &got),
+        }
+    }
+
+    /// Starts sending the bytes `range` to `target`, synchronously if
+    /// `matched`.
+    fn send<M: MessageIo>(
+        &self,
+        msgs: &mut M,
+        target: usize,
+        range: Range<usize>,
+        matched: bool,
+    ) -> Result<M::Id> {
+        let bytes = match self {
+            Message::Root(r) if !matched => return msgs.send_shared(target, Arc::clone(r), range),
+            Message::Root(r) => r[range].to_vec(),
+            Message::Own(v) => v[range].to_vec(),
+            Message::Lent(l) => {
+                let mut bytes = Vec::new();
+                l.read(range, &mut |b| bytes = b.to_vec());
+                bytes
+            }
+        };
+        if matched {
+            msgs.send_matched(target, bytes)
+        } else {
+            msgs.send(target, bytes)
+        }
+    }
+}
+
 /// One rank's part of a nonblocking linear or chain broadcast.
 pub struct Steps<M: MessageIo> {
     msgs: M,
-    data: Vec<u8>,
+    message: Message,
     segment: usize,
     segments: usize,
     source: Option<usize>,
@@ -54,18 +125,22 @@ pub struct Steps<M: MessageIo> {
     /// At most this many receives posted and sends in flight.
     recv_window: usize,
     send_window: usize,
+    /// The chain: the synchronous send in flight ([`chain::is_matched`]),
+    /// beside the window; the next one waits for it.
+    paced: bool,
+    matched: Option<M::Id>,
 }
 
 impl<M: MessageIo> Steps<M> {
-    /// Rank `rank` of `size`'s part in a broadcast of `len` bytes from
-    /// `root`; `root_data` is the message on the root (ignored elsewhere).
+    /// Rank `rank` of `size`'s part in a broadcast from `root` of a message
+    /// of `message.len()` bytes, which on the root holds it.
     pub fn new(
         msgs: M,
         shape: Shape,
         (rank, size, root): (usize, usize, usize),
-        len: usize,
-        root_data: Option<Vec<u8>>,
+        message: Message,
     ) -> Self {
+        let len = message.len();
         let (segment, source, targets) = match shape {
             Shape::Linear if rank == root => {
                 (len, None, (0..size).filter(|&r| r != root).collect())
@@ -82,18 +157,9 @@ impl<M: MessageIo> Steps<M> {
             Shape::Chain(_) => (CHAIN_RECV_AHEAD, CHAIN_SENDS),
         };
         let is_root = rank == root;
-        let data = match root_data {
-            Some(d) if is_root => d,
-            _ => vec![0; len],
-        };
-        assert_eq!(
-            data.len(),
-            len,
-            "the root's message has the broadcast's length"
-        );
         Steps {
             msgs,
-            data,
+            message,
             segment,
             segments,
             source,
@@ -105,12 +171,14 @@ impl<M: MessageIo> Steps<M> {
             next_send: 0,
             recv_window,
             send_window,
+            paced: matches!(shape, Shape::Chain(_)),
+            matched: None,
         }
     }
 
     fn range(&self, k: usize) -> Range<usize> {
         let start = k * self.segment;
-        start..self.data.len().min(start + self.segment)
+        start..self.message.len().min(start + self.segment)
     }
 
     /// One turn: posts the receives and sends the window allows and takes
@@ -140,7 +208,7 @@ impl<M: MessageIo> Steps<M> {
                         );
                         return Err(Error::Truncated);
                     }
-                    self.data[range].copy_from_slice(&got);
+                    self.message.write(range, got);
                     self.have += 1;
                     moved = true;
                 }
@@ -152,8 +220,17 @@ impl<M: MessageIo> Steps<M> {
                 && self.next_send / per < self.have
             {
                 let (k, target) = (self.next_send / per, self.targets[self.next_send % per]);
-                let bytes = self.data[self.range(k)].to_vec();
-                self.sends.push_back(self.msgs.send(target, bytes)?);
+                let matched = self.paced && chain::is_matched(k);
+                if matched && self.matched.is_some() {
+                    break;
+                }
+                let range = self.range(k);
+                let id = self.message.send(&mut self.msgs, target, range, matched)?;
+                if matched {
+                    self.matched = Some(id);
+                } else {
+                    self.sends.push_back(id);
+                }
                 self.next_send += 1;
                 moved = true;
             }
@@ -163,6 +240,12 @@ impl<M: MessageIo> Steps<M> {
                 }
                 self.sends.pop_front();
                 moved = true;
+            }
+            if let Some(id) = self.matched {
+                if self.msgs.test(id, wait)?.is_some() {
+                    self.matched = None;
+                    moved = true;
+                }
             }
             if !moved {
                 return Ok(());
@@ -181,17 +264,33 @@ impl<M: MessageIo> Steps<M> {
         self.has_message()
             && self.recvs.is_empty()
             && self.sends.is_empty()
+            && self.matched.is_none()
             && self.next_send == self.segments * self.targets.len()
     }
 
-    /// The message as far as this rank has it.
+    /// Whether this rank will read or write its message no more: it has
+    /// it and every send is posted (each owns the bytes it sends, or shares
+    /// the root's).
+    pub fn leaves_message(&self) -> bool {
+        self.has_message() && self.next_send == self.segments * self.targets.len()
+    }
+
+    /// The message as far as this rank has it, where it is not in a lent
+    /// buffer.
     pub fn data(&self) -> &[u8] {
-        &self.data
+        match &self.message {
+            Message::Own(v) => v,
+            Message::Root(r) => r,
+            Message::Lent(_) => panic!("the message lies in the lent buffer"),
+        }
     }
 }
 
 #[cfg(test)]
 mod tests {
+    use std::cell::{Cell, RefCell};
+    use std::sync::Mutex;
+
     use super::*;
     use crate::testing::test_net::run_messages;
 
@@ -200,12 +299,23 @@ mod tests {
     }
 
     /// Every rank ends with the root's bytes, turning its machine (a rank
-    /// whose part is not over keeps turning, as the background does).
-    fn bcast(size: usize, root: usize, len: usize, shape: Shape) {
+    /// whose part is not over keeps turning, as the background does); in a
+    /// buffer lent to it if `lent`, else in its own (the root's shared).
+    fn bcast(size: usize, root: usize, len: usize, shape: Shape, lent: bool) {
         let message: Vec<u8> = (0..len).map(pattern).collect();
         let got = run_messages(size, move |rank, m| {
-            let data = (rank == root).then(|| message.clone());
-            let mut s = Steps::new(m, shape, (rank, size, root), len, data);
+            let is_root = rank == root;
+            let user = Arc::new(Mutex::new(if is_root {
+                message.clone()
+            } else {
+                vec![0; len]
+            }));
+            let store = match (lent, is_root) {
+                (true, _) => Message::Lent(Box::new(Arc::clone(&user))),
+                (false, true) => Message::Root(Arc::from(message.clone())),
+                (false, false) => Message::own(len),
+            };
+            let mut s = Steps::new(m, shape, (rank, size, root), store);
             let deadline = std::time::Instant::now() + std::time::Duration::from_secs(20);
             while !s.is_done() {
                 s.turn(Wait::Progress).unwrap();
@@ -215,13 +325,19 @@ mod tests {
                 );
                 std::thread::yield_now();
             }
-            s.data().to_vec()
+            if lent {
+                assert!(s.leaves_message());
+                drop(s);
+                Arc::try_unwrap(user).unwrap().into_inner().unwrap()
+            } else {
+                s.data().to_vec()
+            }
         });
         for (rank, data) in got.into_iter().enumerate() {
             let wrong = (0..len).filter(|&i| data[i] != pattern(i)).count();
             assert_eq!(
                 wrong, 0,
-                "{shape:?} rank {rank} of {size} root {root} {len} bytes"
+                "{shape:?} rank {rank} of {size} root {root} {len} bytes, lent {lent}"
             );
         }
     }
@@ -231,8 +347,10 @@ mod tests {
         for size in [2, 3, 5] {
             for root in 0..size {
                 for len in [0, 1, 4096, 70_001] {
-                    bcast(size, root, len, Shape::Linear);
-                    bcast(size, root, len, Shape::Chain(1000));
+                    for lent in [false, true] {
+                        bcast(size, root, len, Shape::Linear, lent);
+                        bcast(size, root, len, Shape::Chain(1000), lent);
+                    }
                 }
             }
         }
@@ -240,15 +358,75 @@ mod tests {
 
     #[test]
     fn a_long_chain_keeps_its_window() {
-        bcast(4, 1, 300_000, Shape::Chain(256));
+        bcast(4, 1, 300_000, Shape::Chain(256), false);
+        bcast(4, 1, 300_000, Shape::Chain(256), true);
+    }
+
+    /// A root's messages: standard sends complete at once, synchronous ones
+    /// only once `matching` is set.
+    #[derive(Default)]
+    struct Root {
+        /// Per send: whether synchronous.
+        sends: RefCell<Vec<bool>>,
+        matching: Cell<bool>,
+    }
+
+    impl Root {
+        fn start(&self, matched: bool) -> Result<usize> {
+            let mut sends = self.sends.borrow_mut();
+            sends.push(matched);
+            Ok(sends.len() - 1)
+        }
+
+        /// How many segments went, and which synchronously.
+        fn sent(&self) -> (usize, Vec<usize>) {
+            let sends = self.sends.borrow();
+            let matched = (0..sends.len()).filter(|&k| sends[k]).collect();
+            (sends.len(), matched)
+        }
+    }
+
+    impl MessageIo for &Root {
+        type Id = usize;
+        fn send(&mut self, _: usize, _: Vec<u8>) -> Result<usize> {
+            self.start(false)
+        }
+        fn send_matched(&mut self, _: usize, _: Vec<u8>) -> Result<usize> {
+            self.start(true)
+        }
+        fn recv(&mut self, _: usize, _: usize) -> Result<usize> {
+            unreachable!("the root receives nothing")
+        }
+        fn test(&mut self, id: usize, _: Wait) -> Result<Option<Vec<u8>>> {
+            Ok((!self.sends.borrow()[id] || self.matching.get()).then(Vec::new))
+        }
+    }
+
+    #[test]
+    fn the_chain_sends_every_sixteenth_segment_synchronously_one_at_a_time() {
+        let root = Root::default();
+        let len = 10_001;
+        let message = Message::Root(Arc::from(vec![7; len]));
+        let mut s = Steps::new(&root, Shape::Chain(100), (0, 4, 0), message);
+        s.turn(Wait::Progress).unwrap();
+        // Segment 31 waits for the match of segment 15.
+        assert_eq!(root.sent(), (31, vec![15]));
+        assert!(!s.is_done());
+        root.matching.set(true);
+        s.turn(Wait::Progress).unwrap();
+        assert_eq!(root.sent(), (101, vec![15, 31, 47, 63, 79, 95]));
+        assert!(s.is_done());
     }
 
     #[test]
     fn a_shorter_message_is_truncate() {
         let errs = run_messages(2, |rank, m| {
             let len = if rank == 0 { 10 } else { 20 };
-            let data = (rank == 0).then(|| vec![1; 10]);
-            let mut s = Steps::new(m, Shape::Linear, (rank, 2, 0), len, data);
+            let message = match rank {
+                0 => Message::Root(Arc::from(vec![1; len])),
+                _ => Message::own(len),
+            };
+            let mut s = Steps::new(m, Shape::Linear, (rank, 2, 0), message);
             let deadline = std::time::Instant::now() + std::time::Duration::from_secs(20);
             loop {
                 if let Err(e) = s.turn(Wait::Progress) {

@@ -5,6 +5,7 @@
 
 use std::fmt;
 use std::ops::Range;
+use std::sync::Arc;
 
 use crate::base::error::Result;
 
@@ -115,6 +116,16 @@ pub trait MessageIo {
     fn send_matched(&mut self, peer: usize, data: Vec<u8>) -> Result<Self::Id> {
         self.send(peer, data)
     }
+    /// Starts sending the bytes `range` of `data`, which other sends may
+    /// share, to `peer`. By default a send of a copy of them.
+    fn send_shared(
+        &mut self,
+        peer: usize,
+        data: Arc<[u8]>,
+        range: Range<usize>,
+    ) -> Result<Self::Id> {
+        self.send(peer, data[range].to_vec())
+    }
     /// Starts receiving a message of at most `capacity` bytes from `peer`.
     fn recv(&mut self, peer: usize, capacity: usize) -> Result<Self::Id>;
     /// `Some(buffer)` once the message completed: for a receive the bytes
@@ -141,6 +152,15 @@ impl<M: MessageIo + ?Sized> MessageIo for &mut M {
 
     fn send_matched(&mut self, peer: usize, data: Vec<u8>) -> Result<Self::Id> {
         (**self).send_matched(peer, data)
+    }
+
+    fn send_shared(
+        &mut self,
+        peer: usize,
+        data: Arc<[u8]>,
+        range: Range<usize>,
+    ) -> Result<Self::Id> {
+        (**self).send_shared(peer, data, range)
     }
 
     fn recv(&mut self, peer: usize, capacity: usize) -> Result<Self::Id> {

@@ -7,7 +7,8 @@
 
 use std::ops::Range;
 
-/// A request started by [`Transport::isend`] or [`Transport::irecv`].
+/// A request started by [`Transport::isend`], [`Transport::issend`] or
+/// [`Transport::irecv`].
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct ReqId(pub usize);
 
@@ -29,6 +30,13 @@ pub trait Transport {
     }
     /// Starts sending the bytes `range` of the buffer to `peer`.
     fn isend(&mut self, range: Range<usize>, peer: usize) -> Result<ReqId>;
+    /// As [`Transport::isend`], but the send completes only once `peer` has
+    /// matched it with a receive (`MPI_Issend`), whatever the transport
+    /// buffers. By default a plain send, for transports that never complete
+    /// a send earlier.
+    fn issend(&mut self, range: Range<usize>, peer: usize) -> Result<ReqId> {
+        self.isend(range, peer)
+    }
     /// Starts receiving from `peer` into the bytes `range` of the buffer.
     fn irecv(&mut self, range: Range<usize>, peer: usize) -> Result<ReqId>;
     /// Waits until every request in `reqs` has completed.

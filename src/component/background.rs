@@ -34,7 +34,7 @@ use std::time::{Duration, Instant};
 
 use log::warn;
 
-use crate::algorithms::nonblocking::{Shape, Steps};
+use crate::algorithms::nonblocking::{Message, Shape, Steps};
 use crate::base::counters::Datagrams;
 use crate::base::error::{Error, Result};
 use crate::base::io::Wait;
@@ -102,9 +102,11 @@ impl Joining {
 /// One `MPI_Ibcast`: it begins when the work before it is over, and its
 /// request completes once this rank owns the message (the root: once every
 /// datagram went to the socket, or every send was posted); it stays until it
-/// owes its neighbours nothing. A multicast one of more than
+/// owes its neighbours nothing. One of more than
 /// `coll_ipmc_background_limit` bytes of a contiguous datatype works in the
-/// user's buffer instead, and its request completes when it is over.
+/// user's buffer instead (but the linear root, which reads the message once
+/// for its sends to share), and its request completes when it will touch
+/// that buffer no more.
 pub struct Ibcast {
     comm: Comm,
     at: Ranks,
@@ -114,7 +116,7 @@ pub struct Ibcast {
     loan: Option<Loan>,
     request: Option<Request>,
     how: How,
-    /// Whether a multicast one may work in the user's buffer.
+    /// Whether it may work in the user's buffer.
     in_place: bool,
 }
 
@@ -227,15 +229,32 @@ impl Work<McastSocket> for Ibcast {
             }
             How::PointToPoint(shape, state) => {
                 if state.is_none() {
-                    let data = root_data(message, at)?;
+                    // The linear root's sends each carry the whole message:
+                    // it reads it once, for all to share.
+                    let shares = at.rank == at.root && *shape == Shape::Linear;
+                    let lent = message.lend().filter(|_| *in_place && !shares);
+                    let data = match lent {
+                        Some((l, lent)) => {
+                            *loan = Some(l);
+                            Message::Lent(Box::new(lent))
+                        }
+                        None if at.rank == at.root => Message::Root(message.read_shared()?),
+                        None => Message::own(message.bytes()),
+                    };
                     let rank = (at.rank, at.size, at.root);
                     let msgs = Messages::queued(*comm);
-                    let steps = Steps::new(msgs, *shape, rank, message.bytes(), data);
-                    *state = Some(Box::new(steps));
+                    *state = Some(Box::new(Steps::new(msgs, *shape, rank, data)));
                 }
                 let steps = state.as_mut().expect("begun above");
                 steps.turn(wait)?;
-                if request.is_some() && steps.has_message() {
+                if loan.is_some() {
+                    // The message is in the user's buffer: the request
+                    // completes when nothing will touch it again.
+                    if steps.leaves_message() {
+                        *loan = None;
+                        request.take().expect("completes once").complete(Ok(()));
+                    }
+                } else if request.is_some() && steps.has_message() {
                     complete(request, message, at, steps.data())?;
                 }
                 Ok(steps.is_done())

@@ -11,7 +11,7 @@ use std::marker::PhantomData;
 use std::ops::Range;
 use std::ptr;
 use std::ptr::NonNull;
-use std::sync::{Mutex, MutexGuard};
+use std::sync::{Arc, Mutex, MutexGuard};
 
 use super::c_line;
 use super::lent::{LentBuffer, Loan};
@@ -469,6 +469,20 @@ impl UserMessage {
     /// The root's message, packed.
     pub fn read(&self) -> Result<Vec<u8>> {
         let mut out = vec![0; self.bytes];
+        self.read_into(&mut out)?;
+        Ok(out)
+    }
+
+    /// The root's message, packed, in memory its sends can share (read
+    /// into it, no second copy).
+    pub fn read_shared(&self) -> Result<Arc<[u8]>> {
+        let mut out: Arc<[u8]> = std::iter::repeat_n(0, self.bytes).collect();
+        self.read_into(Arc::get_mut(&mut out).expect("a new Arc is unique"))?;
+        Ok(out)
+    }
+
+    /// Packs the message into `out`, of [`Self::bytes`] bytes.
+    fn read_into(&self, out: &mut [u8]) -> Result<()> {
         // SAFETY: MPI lends the message until the request completes, and the
         // datatype is retained.
         match unsafe { self.layout.contiguous_start() } {
@@ -478,9 +492,9 @@ impl UserMessage {
                 out.copy_from_slice(unsafe { std::slice::from_raw_parts(start, self.bytes) })
             }
             // SAFETY: as above.
-            None => unsafe { self.layout.pack(&mut out) }?,
+            None => unsafe { self.layout.pack(out) }?,
         }
-        Ok(out)
+        Ok(())
     }
 
     /// The user's buffer lent to the broadcast, where the datatype is
@@ -625,6 +639,40 @@ impl<'a> PmlTransport<'a> {
     }
 }
 
+/// The glue's `ipmc_isend_bytes` and `ipmc_issend_bytes`: a send in
+/// standard or in synchronous mode.
+type IsendFn = unsafe extern "C" fn(
+    *const c_void,
+    usize,
+    c_int,
+    c_int,
+    *mut ompi_communicator_t,
+    *mut *mut ompi_request_t,
+) -> c_int;
+
+impl PmlTransport<'_> {
+    /// Starts sending the bytes `range` to `peer` with the glue's `isend`
+    /// (standard or synchronous mode).
+    fn send(&mut self, range: Range<usize>, peer: usize, isend: IsendFn) -> Result<ReqId> {
+        let (data, peer) = (self.part(&range), self.peer(peer));
+        let mut req = ptr::null_mut();
+        // SAFETY: `data..data+range.len()` lies inside the borrowed buffer
+        // (checked by `part`), which outlives the request (waited for at the
+        // latest in `drop`); `req` is a valid out-pointer.
+        let rc = unsafe {
+            isend(
+                data.cast(),
+                range.len(),
+                peer,
+                bcast_tag(),
+                self.comm.0,
+                &mut req,
+            )
+        };
+        self.started(rc, req, None)
+    }
+}
+
 impl Transport for PmlTransport<'_> {
     fn rank(&self) -> usize {
         self.rank
@@ -639,22 +687,11 @@ impl Transport for PmlTransport<'_> {
     }
 
     fn isend(&mut self, range: Range<usize>, peer: usize) -> Result<ReqId> {
-        let (data, peer) = (self.part(&range), self.peer(peer));
-        let mut req = ptr::null_mut();
-        // SAFETY: `data..data+range.len()` lies inside the borrowed buffer
-        // (checked by `part`), which outlives the request (waited for at the
-        // latest in `drop`); `req` is a valid out-pointer.
-        let rc = unsafe {
-            sys::ipmc_isend_bytes(
-                data.cast(),
-                range.len(),
-                peer,
-                bcast_tag(),
-                self.comm.0,
-                &mut req,
-            )
-        };
-        self.started(rc, req, None)
+        self.send(range, peer, sys::ipmc_isend_bytes)
+    }
+
+    fn issend(&mut self, range: Range<usize>, peer: usize) -> Result<ReqId> {
+        self.send(range, peer, sys::ipmc_issend_bytes)
     }
 
     fn irecv(&mut self, range: Range<usize>, peer: usize) -> Result<ReqId> {
@@ -891,9 +928,18 @@ fn bcast_tag() -> c_int {
 pub struct MsgId(usize);
 
 struct Slot {
-    buf: Vec<u8>,
+    bytes: Bytes,
     req: *mut ompi_request_t,
     is_recv: bool,
+}
+
+/// The memory a [`Messages`] request reads or writes, which its slot keeps
+/// (its heap memory does not move) until the request completes.
+enum Bytes {
+    /// A buffer of the request's own, given back when it completes.
+    Own(Vec<u8>),
+    /// Bytes of a message that other sends share.
+    Shared(Arc<[u8]>, Range<usize>),
 }
 
 /// What a [`Messages`] request does.
@@ -939,35 +985,43 @@ impl Messages {
         }
     }
 
-    fn start(&mut self, buf: Vec<u8>, peer: usize, kind: Kind) -> Result<MsgId> {
+    fn start(&mut self, bytes: Bytes, peer: usize, kind: Kind) -> Result<MsgId> {
         let peer = c_int::try_from(peer).expect("ranks fit in an int");
         let mut slot = Slot {
-            buf,
+            bytes,
             req: ptr::null_mut(),
             is_recv: kind == Kind::Recv,
         };
-        // SAFETY: the buffer is owned by the slot, which keeps it (its heap
-        // memory does not move) until the request completes; `req` is a valid
-        // out-pointer.
+        let (data, len) = match &mut slot.bytes {
+            Bytes::Own(buf) => (buf.as_mut_ptr(), buf.len()),
+            Bytes::Shared(message, range) => {
+                assert!(kind != Kind::Recv, "a shared message is only sent");
+                let part = &message[range.clone()];
+                (part.as_ptr().cast_mut(), part.len())
+            }
+        };
+        // SAFETY: `data..data+len` is memory the slot keeps until the request
+        // completes: a buffer it owns, written by a receive, or a shared
+        // message, only read by a send; `req` is a valid out-pointer.
         let rc = unsafe {
             match kind {
                 Kind::Recv => sys::ipmc_irecv_bytes(
-                    slot.buf.as_mut_ptr().cast(),
-                    slot.buf.len(),
+                    data.cast(),
+                    len,
                     peer,
                     self.tag,
                     self.comm.0,
                     &mut slot.req,
                 ),
                 Kind::Send | Kind::SendMatched => {
-                    let isend = if kind == Kind::Send {
+                    let isend: IsendFn = if kind == Kind::Send {
                         sys::ipmc_isend_bytes
                     } else {
                         sys::ipmc_issend_bytes
                     };
                     isend(
-                        slot.buf.as_ptr().cast(),
-                        slot.buf.len(),
+                        data.cast_const().cast(),
+                        len,
                         peer,
                         self.tag,
                         self.comm.0,
@@ -996,17 +1050,28 @@ impl Messages {
 
     /// Starts sending `data` to `peer`.
     pub fn send(&mut self, peer: usize, data: Vec<u8>) -> Result<MsgId> {
-        self.start(data, peer, Kind::Send)
+        self.start(Bytes::Own(data), peer, Kind::Send)
+    }
+
+    /// Starts sending the bytes `range` of `data`, which other sends may
+    /// share, to `peer`.
+    pub fn send_shared(
+        &mut self,
+        peer: usize,
+        data: Arc<[u8]>,
+        range: Range<usize>,
+    ) -> Result<MsgId> {
+        self.start(Bytes::Shared(data, range), peer, Kind::Send)
     }
 
     /// Starts sending `data` to `peer` in synchronous mode (`MPI_Issend`).
     pub fn send_matched(&mut self, peer: usize, data: Vec<u8>) -> Result<MsgId> {
-        self.start(data, peer, Kind::SendMatched)
+        self.start(Bytes::Own(data), peer, Kind::SendMatched)
     }
 
     /// Starts receiving a message of at most `capacity` bytes from `peer`.
     pub fn recv(&mut self, peer: usize, capacity: usize) -> Result<MsgId> {
-        self.start(vec![0; capacity], peer, Kind::Recv)
+        self.start(Bytes::Own(vec![0; capacity]), peer, Kind::Recv)
     }
 
     /// `Some(buffer)` once the message completed: for a receive the bytes
@@ -1045,7 +1110,10 @@ impl Messages {
     fn finish(&mut self, id: MsgId, count: usize) -> Vec<u8> {
         let slot = &mut self.slots[id.0];
         slot.req = ptr::null_mut();
-        let mut buf = std::mem::take(&mut slot.buf);
+        let mut buf = match std::mem::replace(&mut slot.bytes, Bytes::Own(Vec::new())) {
+            Bytes::Own(buf) => buf,
+            Bytes::Shared(..) => Vec::new(),
+        };
         if slot.is_recv {
             buf.truncate(count);
         }
@@ -1063,6 +1131,10 @@ impl MessageIo for Messages {
 
     fn send_matched(&mut self, peer: usize, data: Vec<u8>) -> Result<MsgId> {
         Messages::send_matched(self, peer, data)
+    }
+
+    fn send_shared(&mut self, peer: usize, data: Arc<[u8]>, range: Range<usize>) -> Result<MsgId> {
+        Messages::send_shared(self, peer, data, range)
     }
 
     fn recv(&mut self, peer: usize, capacity: usize) -> Result<MsgId> {

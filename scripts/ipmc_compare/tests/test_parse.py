@@ -8,6 +8,7 @@ import unittest
 
 from ipmc_compare import common
 from ipmc_compare.common import parse_bytes, parse_host_list, parse_size_list
+from ipmc_compare.peers import make_peer
 from ipmc_compare.parse import parse_bench_output, parse_ipmc_algorithms, parse_selection
 from ipmc_compare.results import median_of_repeats
 from ipmc_compare.runner import cluster_options
@@ -65,6 +66,13 @@ class Units(unittest.TestCase):
         self.assertEqual(parse_host_list("2-4,8"), [2, 3, 4, 8])
         with self.assertRaises(argparse.ArgumentTypeError):
             parse_host_list("0")
+
+    def test_segmented_peers_name_their_segment_size(self):
+        chain = make_peer("ipmc-chain-seg8k", {})
+        self.assertEqual(chain["mca"], ["--mca", "coll_ipmc_priority", "100", "--mca", "coll_ipmc_bcast_algorithm",
+                                        "2", "--mca", "coll_ipmc_chain_segment_size", "8192"])
+        pipeline = make_peer("tuned-3-seg64k", {3: "pipeline"})
+        self.assertEqual(pipeline["mca"][-2:], ["coll_tuned_bcast_algorithm_segmentsize", "65536"])
 
 
 class Bench(unittest.TestCase):
