@@ -795,6 +795,35 @@ fn ranks_describing_a_message_with_different_datatypes_get_every_int_over_two_le
     }
 }
 
+/// `MPI_Ibcast` of 64 MiB over two levels (3 hosts of 2 ranks, from a
+/// leader and from a rank that is not one) works in the user's buffer: the
+/// leaders' part by multicast with 2 % of the datagrams lost, and by the
+/// chain the automatic choice takes among them. Before, every rank held a
+/// copy of the message (64 MiB each).
+#[test]
+fn nonblocking_broadcasts_over_two_levels_hold_no_copy() {
+    let cluster = three_hosts_of_two();
+    let forced = ("coll_ipmc_bcast_algorithm", "3");
+    let levels = ("coll_ipmc_crossover_nodes", "3");
+    for (how, loss, leaders_alg) in [(forced, "2", "multicast"), (levels, "0", "chain")] {
+        let mca = [
+            ("coll_ipmc_print_statistics", "1"),
+            ("coll_ipmc_inject_loss", loss),
+            how,
+        ];
+        let run = cluster.mpirun(&mca, "large_bcast", &["64", "ibcast"]);
+        for s in common::large_bcast_passed(&run, "MPI_COMM_WORLD", 6) {
+            assert_eq!(num(&s, "ibcasts"), 2, "{s:?}");
+            assert!(levels_tally(&s).1 >= 128 << 20, "{s:?}");
+        }
+        let leaders = common::large_bcast_passed(&run, "ipmc leaders of MPI_COMM_WORLD", 3);
+        for s in &leaders {
+            assert!(tally(s, leaders_alg).1 >= 128 << 20, "{s:?}");
+        }
+        common::assert_no_copy_grew(&run, 6, 16 << 10);
+    }
+}
+
 /// A message beyond 2 GiB (2,200 elements of 1 MiB) over two levels: 2
 /// hosts of 2 ranks, multicast forced among the leaders with 2 % of the
 /// datagrams lost on arrival, from a leader (rank 0) and from a rank that is

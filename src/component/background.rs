@@ -46,7 +46,7 @@ use crate::group::setup::{Agreed, Agreement, Announce, Facts};
 use crate::net::mcast_socket::{McastSocket, OpenError};
 use crate::platform::lent::{lend, Loan};
 use crate::platform::ompi;
-use crate::platform::ompi::{Answers, Comm, Messages, Request, UserMessage};
+use crate::platform::ompi::{Answers, Comm, Messages, PartBytes, Request, UserMessage};
 
 /// How a rank opens and joins its socket for an announced group.
 pub type Open = Box<dyn FnMut(&Announce) -> Result<McastSocket, OpenError> + Send>;
@@ -100,22 +100,25 @@ impl Joining {
 }
 
 /// One `MPI_Ibcast`: it begins when the work before it is over, and its
-/// request completes once this rank owns the message (the root: once every
-/// datagram went to the socket, or every send was posted); it stays until it
-/// owes its neighbours nothing. One of more than
-/// `coll_ipmc_background_limit` bytes of a contiguous datatype works in the
-/// user's buffer instead (but the linear root, which reads the message once
-/// for its sends to share), and its request completes when it will touch
-/// that buffer no more.
+/// request completes once this rank owns the message (the multicast root:
+/// once every datagram went to the socket; the root of a point-to-point
+/// broadcast, which sends from a copy: at once); it stays until it owes its
+/// neighbours nothing. One of more than `coll_ipmc_background_limit` bytes
+/// of a contiguous datatype works in the user's buffer instead (but the
+/// linear root, which reads the message once for its sends to share), and
+/// its request completes when it will touch that buffer no more (over two
+/// levels: when every part is over).
 pub struct Ibcast {
     comm: Comm,
     at: Ranks,
     message: UserMessage,
+    /// Declared before the loan, so dropped first: a part of its broadcast
+    /// over two levels may work in the lent buffer.
+    how: How,
     /// The user's buffer lent to its broadcast, until the request completes
     /// (declared before it, so dropped first).
     loan: Option<Loan>,
     request: Option<Request>,
-    how: How,
     /// Whether it may work in the user's buffer.
     in_place: bool,
 }
@@ -261,26 +264,43 @@ impl Work<McastSocket> for Ibcast {
             }
             How::Levels(parts, state) => {
                 if state.is_none() {
-                    let data = root_data(message, at)?;
+                    let bytes = match message.lend().filter(|_| *in_place) {
+                        Some((l, lent)) => {
+                            *loan = Some(l);
+                            PartBytes::Lent(lent)
+                        }
+                        None => PartBytes::Own(match root_data(message, at)? {
+                            Some(data) => data,
+                            None => vec![0; message.bytes()],
+                        }),
+                    };
                     let parts = std::mem::take(parts);
-                    *state = Some(Box::new(LevelsIbcast::new(parts, message.bytes(), data)));
+                    *state = Some(Box::new(LevelsIbcast::new(parts, bytes)));
                 }
                 let levels = state.as_mut().expect("begun above");
                 levels.turn(wait)?;
                 if !levels.is_done() {
                     return Ok(false);
                 }
-                complete(request, message, at, levels.data())?;
+                if loan.take().is_some() {
+                    // Every part is over: none touches the user's buffer.
+                    request.take().expect("completes once").complete(Ok(()));
+                } else {
+                    complete(request, message, at, levels.data())?;
+                }
                 Ok(true)
             }
         }
     }
 
-    /// A nonblocking broadcast's request completes with the error.
+    /// A nonblocking broadcast's request completes with the error, once
+    /// its broadcast no longer touches the user's buffer: dropped first
+    /// (a part over two levels working in that buffer is waited for), then
+    /// the loan.
     fn fail(mut self, e: Error) {
-        // Its broadcast no longer touches the user's buffer.
-        self.loan = None;
-        if let Some(request) = self.request.take() {
+        let request = self.request.take();
+        drop(self);
+        if let Some(request) = request {
             request.complete(Err(e));
         }
     }

@@ -22,7 +22,7 @@ use crate::base::io::Wait;
 use crate::component::node_segment::{self, Copies, Giver, NodeSegment, Wanted};
 use crate::component::parked;
 use crate::group::entropy;
-use crate::platform::ompi::{AllgatherCall, Comm, Fanout, PartIbcast};
+use crate::platform::ompi::{AllgatherCall, Comm, Fanout, PartBytes, PartIbcast};
 
 /// Bytes of a segment of a pipelined broadcast over the levels: 4 MiB
 /// over 4 emulated hosts of 4 ranks at 10 Gbit/s took 24.3 ms in segments
@@ -791,18 +791,17 @@ pub struct LevelsIbcast {
     /// The part in progress, which holds the message meanwhile.
     now: Option<PartIbcast>,
     /// The message between parts, and at the end.
-    data: Option<Vec<u8>>,
+    bytes: Option<PartBytes>,
 }
 
 impl LevelsIbcast {
-    /// A broadcast of `len` bytes over `parts`; `root_data` is the message
-    /// on the root (ignored elsewhere).
-    pub fn new(parts: Vec<(Comm, usize)>, len: usize, root_data: Option<Vec<u8>>) -> Self {
-        let data = root_data.unwrap_or_else(|| vec![0; len]);
+    /// A broadcast over `parts` in `bytes`: a buffer of its own (on the
+    /// root, holding the message) or the user's buffer, lent.
+    pub fn new(parts: Vec<(Comm, usize)>, bytes: PartBytes) -> Self {
         LevelsIbcast {
             parts: parts.into(),
             now: None,
-            data: Some(data),
+            bytes: Some(bytes),
         }
     }
 
@@ -814,13 +813,13 @@ impl LevelsIbcast {
                 if !part.test(wait)? {
                     return Ok(());
                 }
-                self.data = self.now.take().map(PartIbcast::into_data);
+                self.bytes = self.now.take().map(PartIbcast::into_bytes);
             }
             let Some((comm, root)) = self.parts.pop_front() else {
                 return Ok(());
             };
-            let data = self.data.take().expect("held between parts");
-            self.now = Some(comm.ibcast_bytes(data, root)?);
+            let bytes = self.bytes.take().expect("held between parts");
+            self.now = Some(comm.ibcast(bytes, root)?);
         }
     }
 
@@ -829,9 +828,12 @@ impl LevelsIbcast {
         self.now.is_none() && self.parts.is_empty()
     }
 
-    /// The message, once done.
+    /// The message, once done, where it is not in the user's buffer.
     pub fn data(&self) -> &[u8] {
-        self.data.as_deref().expect("done")
+        match self.bytes.as_ref().expect("done") {
+            PartBytes::Own(v) => v,
+            PartBytes::Lent(_) => panic!("the message lies in the lent buffer"),
+        }
     }
 }
 

@@ -6,7 +6,10 @@
 //! is checked at each use, under a lock that its end ([`Loan`]) takes too:
 //! once it ended, the lent memory is never touched again; a use after it
 //! panics rather than reading freed memory, and the end waits for a use in
-//! progress on another thread.
+//! progress on another thread. Open MPI's own nonblocking broadcast may work
+//! in the memory too (a part of one over two levels), unchecked: the loan's
+//! owner ends the loan only after that broadcast completed or was dropped,
+//! and a drop waits for it.
 
 use std::ops::Range;
 use std::ptr::NonNull;
@@ -47,6 +50,14 @@ impl LentBuffer {
         let open = self.open.lock().unwrap_or_else(|p| p.into_inner());
         assert!(*open, "lent memory used after its loan ended");
         open
+    }
+
+    /// The memory itself, for Open MPI to work in (a broadcast's part over
+    /// two levels, [`crate::platform::ompi::Comm::ibcast`]), which holds
+    /// this buffer until it completes; panics if the loan ended.
+    pub(super) fn memory(&mut self) -> (NonNull<u8>, usize) {
+        drop(self.open());
+        (self.ptr, self.len)
     }
 }
 

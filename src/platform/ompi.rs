@@ -1386,21 +1386,30 @@ impl Comm {
         ok(unsafe { sys::ipmc_comm_allreduce_max_ints(self.0, v.as_mut_ptr(), n) })
     }
 
-    /// Starts broadcasting `data` from `root` by whatever serves nonblocking
-    /// broadcasts on this part; the broadcast owns the buffer.
-    pub fn ibcast_bytes(self, mut data: Vec<u8>, root: usize) -> Result<PartIbcast> {
-        let len = c_int::try_from(data.len()).map_err(|_| Error::Range)?;
+    /// Starts broadcasting `bytes` from `root` by whatever serves
+    /// nonblocking broadcasts on this part; the broadcast holds them until
+    /// it completes, or until it is dropped.
+    pub fn ibcast(self, mut bytes: PartBytes, root: usize) -> Result<PartIbcast> {
+        let (start, len) = match &mut bytes {
+            PartBytes::Own(v) => (v.as_mut_ptr(), v.len()),
+            PartBytes::Lent(l) => {
+                let (start, len) = l.memory();
+                (start.as_ptr(), len)
+            }
+        };
+        let len = c_int::try_from(len).map_err(|_| Error::Range)?;
         let root = c_int::try_from(root).map_err(|_| Error::Range)?;
         let mut req = ptr::null_mut();
-        // SAFETY: `data` is `len` bytes on the heap, which stay where they
-        // are while the broadcast owns them (moving the `Vec` moves no
-        // byte); every member of the part enters the same broadcast with a
-        // buffer of the same length; `req` is a valid out-pointer.
-        let rc = unsafe {
-            sys::ipmc_comm_ibcast_bytes(self.0, data.as_mut_ptr().cast(), len, root, &mut req)
-        };
+        // SAFETY: `start` is `len` bytes that stay where they are and valid
+        // while the broadcast holds them: a `Vec`'s heap (moving the `Vec`
+        // moves no byte), or memory whose loan its owner ends only after
+        // the `PartIbcast` completed or was dropped (a drop waits for a
+        // broadcast in lent memory). Every member of the part enters the
+        // same broadcast with a buffer of the same length; `req` is a valid
+        // out-pointer.
+        let rc = unsafe { sys::ipmc_comm_ibcast_bytes(self.0, start.cast(), len, root, &mut req) };
         ok(rc)?;
-        Ok(PartIbcast { req, data })
+        Ok(PartIbcast { req, bytes })
     }
 
     /// Broadcasts `buf` from `root` on this part in segments of `segment`
@@ -1460,12 +1469,20 @@ impl Comm {
     }
 }
 
-/// A nonblocking broadcast on a part of two levels ([`Comm::ibcast_bytes`]),
-/// with its buffer.
+/// The bytes a part of a nonblocking broadcast over two levels works in.
+pub enum PartBytes {
+    /// A buffer of the broadcast's own.
+    Own(Vec<u8>),
+    /// The user's buffer, lent (an `MPI_Ibcast` in place).
+    Lent(LentBuffer),
+}
+
+/// A nonblocking broadcast on a part of two levels ([`Comm::ibcast`]), with
+/// its bytes.
 pub struct PartIbcast {
     /// Null once complete (and freed).
     req: *mut ompi_request_t,
-    data: Vec<u8>,
+    bytes: PartBytes,
 }
 
 impl PartIbcast {
@@ -1479,25 +1496,37 @@ impl PartIbcast {
         Ok(unsafe { test_request(&mut self.req, wait) }?.is_some())
     }
 
-    /// The message, once [`PartIbcast::test`] found the broadcast complete.
-    pub fn into_data(mut self) -> Vec<u8> {
+    /// The bytes, once [`PartIbcast::test`] found the broadcast complete.
+    pub fn into_bytes(mut self) -> PartBytes {
         assert!(self.req.is_null(), "the broadcast completed");
-        std::mem::take(&mut self.data)
+        std::mem::replace(&mut self.bytes, PartBytes::Own(Vec::new()))
     }
 }
 
-// SAFETY: the request is Open MPI's, which lets any thread test it; ipmc
-// touches a `PartIbcast` only under the lock of its communicator's
+// SAFETY: the request is Open MPI's, which lets any thread test or wait for
+// it; ipmc touches a `PartIbcast` only under the lock of its communicator's
 // background work, never from two threads at once.
 unsafe impl Send for PartIbcast {}
 
 impl Drop for PartIbcast {
     fn drop(&mut self) {
         // Only work given up after an error drops one pending. A collective
-        // cannot be cancelled, and waiting for it may never end (another
-        // rank failed): its buffer is left to it.
-        if !self.req.is_null() {
-            std::mem::forget(std::mem::take(&mut self.data));
+        // cannot be cancelled: a buffer of its own is left to it, since
+        // waiting may never end (another rank failed); the user's is
+        // waited for, since its loan (and MPI's) ends next.
+        if self.req.is_null() {
+            return;
+        }
+        match &mut self.bytes {
+            PartBytes::Own(v) => std::mem::forget(std::mem::take(v)),
+            PartBytes::Lent(_) => {
+                log::warn!("waiting for a broadcast in the user's buffer that was given up");
+                let mut count = 0;
+                // SAFETY: `req` is this broadcast's live request; after the
+                // wait it is complete and freed.
+                unsafe { sys::ipmc_wait(&mut self.req, &mut count) };
+                self.req = ptr::null_mut();
+            }
         }
     }
 }
