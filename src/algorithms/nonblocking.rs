@@ -47,8 +47,9 @@ pub enum Message {
     /// The root's message, which every send of it shares.
     Root(Arc<[u8]>),
     /// The user's buffer lent to the broadcast: a rank that receives
-    /// writes into it, one that sends copies each segment from it as it
-    /// sends (the linear root would copy the whole message per target, so
+    /// receives into it (through a buffer of its own and a copy where the
+    /// transport cannot write there), one that sends copies each segment
+    /// from it as it sends (the linear root would copy the whole message per target, so
     /// it reads it once into [`Message::Root`] instead).
     Lent(Box<dyn Lent>),
 }
@@ -113,8 +114,9 @@ pub struct Steps<M: MessageIo> {
     segments: usize,
     source: Option<usize>,
     targets: Vec<usize>,
-    /// Receives posted, oldest first, and the next segment to post one for.
-    recvs: VecDeque<M::Id>,
+    /// Receives posted, oldest first, each with whether it writes straight
+    /// into the lent buffer; and the next segment to post one for.
+    recvs: VecDeque<(M::Id, bool)>,
     next_recv: usize,
     /// Segments received (the root: all of them).
     have: usize,
@@ -189,15 +191,28 @@ impl<M: MessageIo> Steps<M> {
             let mut moved = false;
             if let Some(source) = self.source {
                 while self.recvs.len() < self.recv_window && self.next_recv < self.segments {
-                    let capacity = self.range(self.next_recv).len();
-                    self.recvs.push_back(self.msgs.recv(source, capacity)?);
+                    let range = self.range(self.next_recv);
+                    let direct = match &mut self.message {
+                        Message::Lent(l) => self.msgs.recv_into(source, &mut **l, range.clone())?,
+                        _ => None,
+                    };
+                    self.recvs.push_back(match direct {
+                        Some(id) => (id, true),
+                        None => (self.msgs.recv(source, range.len())?, false),
+                    });
                     self.next_recv += 1;
                 }
-                while let Some(&id) = self.recvs.front() {
+                while let Some(&(id, direct)) = self.recvs.front() {
                     let Some(got) = self.msgs.test(id, wait)? else {
                         break;
                     };
                     self.recvs.pop_front();
+                    if direct {
+                        // Already where it belongs, its length checked.
+                        self.have += 1;
+                        moved = true;
+                        continue;
+                    }
                     let range = self.range(self.have);
                     if got.len() != range.len() {
                         log::warn!(

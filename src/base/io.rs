@@ -8,6 +8,7 @@ use std::ops::Range;
 use std::sync::Arc;
 
 use crate::base::error::Result;
+use crate::protocol::two_stage::Lent;
 
 /// A communicator's multicast group as one non-blocking datagram socket.
 pub trait DatagramIo {
@@ -128,6 +129,20 @@ pub trait MessageIo {
     }
     /// Starts receiving a message of at most `capacity` bytes from `peer`.
     fn recv(&mut self, peer: usize, capacity: usize) -> Result<Self::Id>;
+    /// Starts receiving the bytes `range` of `into` from `peer` straight
+    /// into its memory, where both allow (`None`: they do not; then
+    /// [`Self::recv`] and a copy). [`Self::test`] gives an empty buffer
+    /// when it completed, and a message of another length is
+    /// [`crate::base::error::Error::Truncated`].
+    fn recv_into(
+        &mut self,
+        peer: usize,
+        into: &mut dyn Lent,
+        range: Range<usize>,
+    ) -> Result<Option<Self::Id>> {
+        let _ = (peer, into, range);
+        Ok(None)
+    }
     /// `Some(buffer)` once the message completed: for a receive the bytes
     /// received, for a send the buffer it sent (for reuse).
     fn test(&mut self, id: Self::Id, wait: Wait) -> Result<Option<Vec<u8>>>;
@@ -165,6 +180,15 @@ impl<M: MessageIo + ?Sized> MessageIo for &mut M {
 
     fn recv(&mut self, peer: usize, capacity: usize) -> Result<Self::Id> {
         (**self).recv(peer, capacity)
+    }
+
+    fn recv_into(
+        &mut self,
+        peer: usize,
+        into: &mut dyn Lent,
+        range: Range<usize>,
+    ) -> Result<Option<Self::Id>> {
+        (**self).recv_into(peer, into, range)
     }
 
     fn test(&mut self, id: Self::Id, wait: Wait) -> Result<Option<Vec<u8>>> {

@@ -6,10 +6,11 @@
 //! is checked at each use, under a lock that its end ([`Loan`]) takes too:
 //! once it ended, the lent memory is never touched again; a use after it
 //! panics rather than reading freed memory, and the end waits for a use in
-//! progress on another thread. Open MPI's own nonblocking broadcast may work
-//! in the memory too (a part of one over two levels), unchecked: the loan's
-//! owner ends the loan only after that broadcast completed or was dropped,
-//! and a drop waits for it.
+//! progress on another thread. Open MPI may work in the memory too
+//! ([`Lent::memory`]: a receive of a nonblocking broadcast, or a part of one
+//! over two levels), unchecked: the loan's owner ends the loan only after
+//! that receive or broadcast completed or was dropped, and a drop cancels
+//! or waits for it.
 
 use std::ops::Range;
 use std::ptr::NonNull;
@@ -25,9 +26,10 @@ pub struct LentBuffer {
     open: Arc<Mutex<bool>>,
 }
 
-// SAFETY: the memory is only reached through `read` and `write`, under the
-// loan's lock, while the loan is open (both checked there), on whichever
-// thread; the loan ends under the same lock.
+// SAFETY: ipmc reaches the memory only through `read` and `write`, under
+// the loan's lock, while the loan is open (both checked there), on whichever
+// thread; the loan ends under the same lock. What `memory` hands to Open MPI
+// it writes from whichever thread, into bytes ipmc does not touch meanwhile.
 unsafe impl Send for LentBuffer {}
 
 impl LentBuffer {
@@ -51,14 +53,6 @@ impl LentBuffer {
         assert!(*open, "lent memory used after its loan ended");
         open
     }
-
-    /// The memory itself, for Open MPI to work in (a broadcast's part over
-    /// two levels, [`crate::platform::ompi::Comm::ibcast`]), which holds
-    /// this buffer until it completes; panics if the loan ended.
-    pub(super) fn memory(&mut self) -> (NonNull<u8>, usize) {
-        drop(self.open());
-        (self.ptr, self.len)
-    }
 }
 
 impl Lent for LentBuffer {
@@ -68,18 +62,38 @@ impl Lent for LentBuffer {
 
     fn read(&self, range: Range<usize>, f: &mut dyn FnMut(&[u8])) {
         let _open = self.open();
-        // SAFETY: the memory is valid and reached by nothing else while the
-        // loan is open (`new`'s contract), held so by the guard; `&self`
-        // here excludes a write through `&mut self`.
-        let bytes = unsafe { std::slice::from_raw_parts(self.ptr.as_ptr(), self.len) };
-        f(&bytes[range]);
+        assert!(
+            range.start <= range.end && range.end <= self.len,
+            "{range:?} is lent"
+        );
+        // SAFETY: the memory is valid while the loan is open (`new`'s
+        // contract), held so by the guard, and `range` lies in it. Only the
+        // bytes read are borrowed: Open MPI may be receiving into others
+        // ([`Lent::memory`]), never into these (its receive completed before
+        // they are read); `&self` excludes a write through `&mut self`.
+        let bytes =
+            unsafe { std::slice::from_raw_parts(self.ptr.as_ptr().add(range.start), range.len()) };
+        f(bytes);
     }
 
     fn write(&mut self, at: usize, src: &[u8]) {
         let _open = self.open();
-        // SAFETY: as in `read`; `&mut self` makes this the only reference.
-        let bytes = unsafe { std::slice::from_raw_parts_mut(self.ptr.as_ptr(), self.len) };
-        bytes[at..at + src.len()].copy_from_slice(src);
+        assert!(
+            at <= self.len && src.len() <= self.len - at,
+            "the bytes written are lent"
+        );
+        // SAFETY: as in `read`, for the bytes written, which no receive of
+        // Open MPI's writes; `&mut self` makes this the only reference.
+        let bytes = unsafe { std::slice::from_raw_parts_mut(self.ptr.as_ptr().add(at), src.len()) };
+        bytes.copy_from_slice(src);
+    }
+
+    /// For Open MPI to work in: a receive of the nonblocking linear or
+    /// chain broadcast, or a part of one over two levels
+    /// ([`crate::platform::ompi::Comm::ibcast`]); panics if the loan ended.
+    fn memory(&mut self) -> Option<(NonNull<u8>, usize)> {
+        drop(self.open());
+        Some((self.ptr, self.len))
     }
 }
 

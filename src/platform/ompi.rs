@@ -20,6 +20,7 @@ use crate::base::error::OMPI_SUCCESS;
 use crate::base::error::{Error, Result};
 use crate::base::io::{MessageIo, Wait};
 use crate::base::transport::{ReqId, Transport};
+use crate::protocol::two_stage::Lent;
 
 /// A line at a verbosity level of the component's output stream.
 pub fn log_line(level: i32, line: &str) {
@@ -940,6 +941,9 @@ enum Bytes {
     Own(Vec<u8>),
     /// Bytes of a message that other sends share.
     Shared(Arc<[u8]>, Range<usize>),
+    /// Lent memory a receive writes into ([`Lent::memory`]): `len` bytes
+    /// from `start`.
+    Into { start: NonNull<u8>, len: usize },
 }
 
 /// What a [`Messages`] request does.
@@ -952,7 +956,10 @@ enum Kind {
 
 /// Point-to-point messages on a communicator whose buffers the messages own:
 /// a request can never outlive the memory it reads or writes, whatever the
-/// caller does. The multicast algorithm's chain and its setup use it.
+/// caller does (but a receive into lent memory, [`Messages::recv_into`],
+/// which its lender keeps until the receive completed or this was dropped).
+/// The multicast algorithm's chain and its setup use it, and the
+/// nonblocking linear and chain broadcasts.
 pub struct Messages {
     comm: Comm,
     tag: c_int,
@@ -999,10 +1006,17 @@ impl Messages {
                 let part = &message[range.clone()];
                 (part.as_ptr().cast_mut(), part.len())
             }
+            Bytes::Into { start, len } => {
+                assert!(kind == Kind::Recv, "lent memory is only received into");
+                (start.as_ptr(), *len)
+            }
         };
-        // SAFETY: `data..data+len` is memory the slot keeps until the request
-        // completes: a buffer it owns, written by a receive, or a shared
-        // message, only read by a send; `req` is a valid out-pointer.
+        // SAFETY: `data..data+len` is memory that stays valid until the
+        // request completes: a buffer the slot owns, written by a receive; a
+        // shared message the slot holds, only read by a send; or lent memory
+        // a receive writes, whose loan ends only after the request completed
+        // or this `Messages` was dropped, which cancels and waits for it.
+        // `req` is a valid out-pointer.
         let rc = unsafe {
             match kind {
                 Kind::Recv => sys::ipmc_irecv_bytes(
@@ -1074,6 +1088,27 @@ impl Messages {
         self.start(Bytes::Own(vec![0; capacity]), peer, Kind::Recv)
     }
 
+    /// Starts receiving the bytes `range` of `into` from `peer` where they
+    /// lie, if `into` gives its memory ([`MessageIo::recv_into`]).
+    pub fn recv_into(
+        &mut self,
+        peer: usize,
+        into: &mut dyn Lent,
+        range: Range<usize>,
+    ) -> Result<Option<MsgId>> {
+        let Some((memory, len)) = into.memory() else {
+            return Ok(None);
+        };
+        assert!(range.end <= len, "{range:?} lies in the {len} bytes lent");
+        // In bounds (above), so neither null nor beyond the memory.
+        let start = NonNull::new(memory.as_ptr().wrapping_add(range.start)).expect("in bounds");
+        let bytes = Bytes::Into {
+            start,
+            len: range.len(),
+        };
+        self.start(bytes, peer, Kind::Recv).map(Some)
+    }
+
     /// `Some(buffer)` once the message completed: for a receive the bytes
     /// received, for a send the buffer it sent (for reuse).
     pub fn test(&mut self, id: MsgId) -> Result<Option<Vec<u8>>> {
@@ -1091,7 +1126,7 @@ impl Messages {
         assert!(!slot.req.is_null(), "message {id:?} already completed");
         // SAFETY: `slot.req` is the live request of this slot.
         let count = unsafe { test_request(&mut slot.req, wait) }?;
-        Ok(count.map(|count| self.finish(id, count)))
+        count.map(|count| self.finish(id, count)).transpose()
     }
 
     /// Waits for the message and returns its buffer as [`Self::test`] does.
@@ -1104,21 +1139,34 @@ impl Messages {
         if rc != OMPI_SUCCESS {
             return Err(Error::Ompi(rc));
         }
-        Ok(self.finish(id, count))
+        self.finish(id, count)
     }
 
-    fn finish(&mut self, id: MsgId, count: usize) -> Vec<u8> {
+    /// Frees the completed message's slot and gives its buffer back (a
+    /// receive's truncated to the `count` bytes received).
+    fn finish(&mut self, id: MsgId, count: usize) -> Result<Vec<u8>> {
         let slot = &mut self.slots[id.0];
         slot.req = ptr::null_mut();
-        let mut buf = match std::mem::replace(&mut slot.bytes, Bytes::Own(Vec::new())) {
-            Bytes::Own(buf) => buf,
-            Bytes::Shared(..) => Vec::new(),
-        };
-        if slot.is_recv {
-            buf.truncate(count);
-        }
+        let bytes = std::mem::replace(&mut slot.bytes, Bytes::Own(Vec::new()));
+        let is_recv = slot.is_recv;
         self.free.push(id.0);
-        buf
+        Ok(match bytes {
+            Bytes::Own(mut buf) => {
+                if is_recv {
+                    buf.truncate(count);
+                }
+                buf
+            }
+            Bytes::Shared(..) => Vec::new(),
+            Bytes::Into { len, .. } if count != len => {
+                log::warn!(
+                    "received {count} bytes where the broadcast expects {len}: the ranks' \
+                     counts or datatypes differ"
+                );
+                return Err(Error::Truncated);
+            }
+            Bytes::Into { .. } => Vec::new(),
+        })
     }
 }
 
@@ -1141,6 +1189,15 @@ impl MessageIo for Messages {
         Messages::recv(self, peer, capacity)
     }
 
+    fn recv_into(
+        &mut self,
+        peer: usize,
+        into: &mut dyn Lent,
+        range: Range<usize>,
+    ) -> Result<Option<MsgId>> {
+        Messages::recv_into(self, peer, into, range)
+    }
+
     fn test(&mut self, id: MsgId, wait: Wait) -> Result<Option<Vec<u8>>> {
         self.check(id, wait)
     }
@@ -1151,9 +1208,11 @@ impl MessageIo for Messages {
 }
 
 // SAFETY: a `Messages` holds handles of Open MPI requests and a communicator,
-// and the buffers they use, which it owns. Open MPI lets any thread test or
-// wait for a request, and ipmc touches a `Messages` only under the lock of its
-// broadcast (see `crate::component::background`), never from two threads at once.
+// and the buffers they use, which it owns or which are lent to it (lent
+// memory is reached only by Open MPI's receive, from whichever thread). Open
+// MPI lets any thread test or wait for a request, and ipmc touches a
+// `Messages` only under the lock of its broadcast (see
+// `crate::component::background`), never from two threads at once.
 unsafe impl Send for Messages {}
 
 impl Drop for Messages {
@@ -1393,7 +1452,7 @@ impl Comm {
         let (start, len) = match &mut bytes {
             PartBytes::Own(v) => (v.as_mut_ptr(), v.len()),
             PartBytes::Lent(l) => {
-                let (start, len) = l.memory();
+                let (start, len) = l.memory().expect("a lent buffer gives its memory");
                 (start.as_ptr(), len)
             }
         };

@@ -53,6 +53,7 @@
 
 use std::collections::VecDeque;
 use std::ops::Range;
+use std::ptr::NonNull;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
@@ -194,6 +195,12 @@ pub trait Lent: Send {
     fn read(&self, range: Range<usize>, f: &mut dyn FnMut(&[u8]));
     /// Copies `src` into the message from byte `at` on.
     fn write(&mut self, at: usize, src: &[u8]);
+    /// The memory itself, where a transport may receive into it directly
+    /// (`None`: only through these calls). Its lender ends the loan only
+    /// after such a receive completed or was given up.
+    fn memory(&mut self) -> Option<(NonNull<u8>, usize)> {
+        None
+    }
 }
 
 /// Memory its lender shares behind a lock and reads after the broadcast

@@ -3,7 +3,9 @@
  * call with an MPI error on the receivers, never return with part of the
  * buffer unset.
  *
- *   short_bcast ROOT_BYTES OTHER_BYTES
+ *   short_bcast ROOT_BYTES OTHER_BYTES [bcast|ibcast]
+ *
+ * With "ibcast", MPI_Ibcast and MPI_Wait instead of MPI_Bcast.
  *
  * Errors return (MPI_ERRORS_RETURN); each rank prints one line
  * "short_bcast: rank R rc=CLASS" and the job aborts if any rank saw an error,
@@ -16,13 +18,15 @@
 
 int main(int argc, char **argv)
 {
-    int rank, rc, cls = MPI_SUCCESS, any;
+    int rank, rc, cls = MPI_SUCCESS, any, nonblocking;
+    MPI_Request request;
     long root_bytes, other_bytes, n;
     char *buf;
 
     MPI_Init(&argc, &argv);
-    if (argc != 3) {
-        fprintf(stderr, "usage: short_bcast ROOT_BYTES OTHER_BYTES\n");
+    nonblocking = argc == 4 && 0 == strcmp(argv[3], "ibcast");
+    if (argc != 3 && !nonblocking && !(argc == 4 && 0 == strcmp(argv[3], "bcast"))) {
+        fprintf(stderr, "usage: short_bcast ROOT_BYTES OTHER_BYTES [bcast|ibcast]\n");
         MPI_Abort(MPI_COMM_WORLD, 2);
     }
     root_bytes = atol(argv[1]);
@@ -32,7 +36,14 @@ int main(int argc, char **argv)
     n = 0 == rank ? root_bytes : other_bytes;
     buf = malloc(n > 0 ? n : 1);
     memset(buf, 0 == rank ? 0x5a : 0, n);
-    rc = MPI_Bcast(buf, (int) n, MPI_BYTE, 0, MPI_COMM_WORLD);
+    if (nonblocking) {
+        rc = MPI_Ibcast(buf, (int) n, MPI_BYTE, 0, MPI_COMM_WORLD, &request);
+        if (MPI_SUCCESS == rc) {
+            rc = MPI_Wait(&request, MPI_STATUS_IGNORE);
+        }
+    } else {
+        rc = MPI_Bcast(buf, (int) n, MPI_BYTE, 0, MPI_COMM_WORLD);
+    }
     if (MPI_SUCCESS != rc) {
         MPI_Error_class(rc, &cls);
     }
