@@ -12,8 +12,9 @@
 //! successor the one target, in segments of `chain_segment_size`.
 //!
 //! The message lies in a buffer of the broadcast's own, given to the user
-//! once complete, or in the user's buffer lent to it ([`Message`]); the
-//! root's, read once, is shared by all its sends.
+//! once complete, or in the user's buffer lent to it ([`Message`]), which
+//! Open MPI receives into and sends from where it lies; the root's own, read
+//! once, is shared by all its sends.
 
 use std::collections::VecDeque;
 use std::ops::Range;
@@ -46,11 +47,10 @@ pub enum Message {
     Own(Vec<u8>),
     /// The root's message, which every send of it shares.
     Root(Arc<[u8]>),
-    /// The user's buffer lent to the broadcast: a rank that receives
-    /// receives into it (through a buffer of its own and a copy where the
-    /// transport cannot write there), one that sends copies each segment
-    /// from it as it sends (the linear root would copy the whole message per target, so
-    /// it reads it once into [`Message::Root`] instead).
+    /// The user's buffer lent to the broadcast: a rank receives into it and
+    /// sends from it where the transport reaches the memory
+    /// ([`MessageIo::recv_into`], [`MessageIo::send_from`]); otherwise
+    /// through a buffer of its own and a copy per message.
     Lent(Box<dyn Lent>),
 }
 
@@ -80,29 +80,35 @@ impl Message {
     }
 
     /// Starts sending the bytes `range` to `target`, synchronously if
-    /// `matched`.
+    /// `matched`; with whether the send reads the lent buffer.
     fn send<M: MessageIo>(
-        &self,
+        &mut self,
         msgs: &mut M,
         target: usize,
         range: Range<usize>,
         matched: bool,
-    ) -> Result<M::Id> {
+    ) -> Result<(M::Id, bool)> {
         let bytes = match self {
-            Message::Root(r) if !matched => return msgs.send_shared(target, Arc::clone(r), range),
+            Message::Root(r) if !matched => {
+                return Ok((msgs.send_shared(target, Arc::clone(r), range)?, false));
+            }
             Message::Root(r) => r[range].to_vec(),
             Message::Own(v) => v[range].to_vec(),
             Message::Lent(l) => {
+                if let Some(id) = msgs.send_from(target, &mut **l, range.clone(), matched)? {
+                    return Ok((id, true));
+                }
                 let mut bytes = Vec::new();
                 l.read(range, &mut |b| bytes = b.to_vec());
                 bytes
             }
         };
-        if matched {
-            msgs.send_matched(target, bytes)
+        let id = if matched {
+            msgs.send_matched(target, bytes)?
         } else {
-            msgs.send(target, bytes)
-        }
+            msgs.send(target, bytes)?
+        };
+        Ok((id, false))
     }
 }
 
@@ -120,9 +126,10 @@ pub struct Steps<M: MessageIo> {
     next_recv: usize,
     /// Segments received (the root: all of them).
     have: usize,
-    /// Sends in flight, oldest first, and the next (segment, target) to send,
-    /// as one index: segment × targets + target.
-    sends: VecDeque<M::Id>,
+    /// Sends in flight, oldest first, each with whether it reads the lent
+    /// buffer; and the next (segment, target) to send, as one index:
+    /// segment × targets + target.
+    sends: VecDeque<(M::Id, bool)>,
     next_send: usize,
     /// At most this many receives posted and sends in flight.
     recv_window: usize,
@@ -130,7 +137,7 @@ pub struct Steps<M: MessageIo> {
     /// The chain: the synchronous send in flight ([`chain::is_matched`]),
     /// beside the window; the next one waits for it.
     paced: bool,
-    matched: Option<M::Id>,
+    matched: Option<(M::Id, bool)>,
 }
 
 impl<M: MessageIo> Steps<M> {
@@ -240,23 +247,23 @@ impl<M: MessageIo> Steps<M> {
                     break;
                 }
                 let range = self.range(k);
-                let id = self.message.send(&mut self.msgs, target, range, matched)?;
+                let sent = self.message.send(&mut self.msgs, target, range, matched)?;
                 if matched {
-                    self.matched = Some(id);
+                    self.matched = Some(sent);
                 } else {
-                    self.sends.push_back(id);
+                    self.sends.push_back(sent);
                 }
                 self.next_send += 1;
                 moved = true;
             }
-            while let Some(&id) = self.sends.front() {
+            while let Some(&(id, _)) = self.sends.front() {
                 if self.msgs.test(id, wait)?.is_none() {
                     break;
                 }
                 self.sends.pop_front();
                 moved = true;
             }
-            if let Some(id) = self.matched {
+            if let Some((id, _)) = self.matched {
                 if self.msgs.test(id, wait)?.is_some() {
                     self.matched = None;
                     moved = true;
@@ -284,10 +291,14 @@ impl<M: MessageIo> Steps<M> {
     }
 
     /// Whether this rank will read or write its message no more: it has
-    /// it and every send is posted (each owns the bytes it sends, or shares
-    /// the root's).
+    /// it, every send is posted, and those still in flight own the bytes
+    /// they send (or share the root's), none reads the lent buffer.
     pub fn leaves_message(&self) -> bool {
-        self.has_message() && self.next_send == self.segments * self.targets.len()
+        let reads_lent = |s: &(M::Id, bool)| s.1;
+        self.has_message()
+            && self.next_send == self.segments * self.targets.len()
+            && !self.sends.iter().any(reads_lent)
+            && !self.matched.as_ref().is_some_and(reads_lent)
     }
 
     /// The message as far as this rank has it, where it is not in a lent
@@ -378,12 +389,14 @@ mod tests {
     }
 
     /// A root's messages: standard sends complete at once, synchronous ones
-    /// only once `matching` is set.
+    /// only once `matching` is set; none while `held`. Sends go from lent
+    /// memory where it is given.
     #[derive(Default)]
     struct Root {
         /// Per send: whether synchronous.
         sends: RefCell<Vec<bool>>,
         matching: Cell<bool>,
+        held: Cell<bool>,
     }
 
     impl Root {
@@ -409,11 +422,65 @@ mod tests {
         fn send_matched(&mut self, _: usize, _: Vec<u8>) -> Result<usize> {
             self.start(true)
         }
+        fn send_from(
+            &mut self,
+            _: usize,
+            from: &mut dyn Lent,
+            _: Range<usize>,
+            matched: bool,
+        ) -> Result<Option<usize>> {
+            from.memory().map(|_| self.start(matched)).transpose()
+        }
         fn recv(&mut self, _: usize, _: usize) -> Result<usize> {
             unreachable!("the root receives nothing")
         }
         fn test(&mut self, id: usize, _: Wait) -> Result<Option<Vec<u8>>> {
-            Ok((!self.sends.borrow()[id] || self.matching.get()).then(Vec::new))
+            let done = !self.sends.borrow()[id] || self.matching.get();
+            Ok((done && !self.held.get()).then(Vec::new))
+        }
+    }
+
+    /// Memory a transport may send from.
+    struct Memory(Vec<u8>);
+
+    impl Lent for Memory {
+        fn len(&self) -> usize {
+            self.0.len()
+        }
+        fn read(&self, range: Range<usize>, f: &mut dyn FnMut(&[u8])) {
+            f(&self.0[range]);
+        }
+        fn write(&mut self, at: usize, src: &[u8]) {
+            self.0[at..at + src.len()].copy_from_slice(src);
+        }
+        fn memory(&mut self) -> Option<(std::ptr::NonNull<u8>, usize)> {
+            Some((
+                std::ptr::NonNull::from(&mut self.0[..]).cast(),
+                self.0.len(),
+            ))
+        }
+    }
+
+    /// A send straight from the user's buffer reads it until it completes:
+    /// the root leaves the message only then (a send of a copy, at once).
+    #[test]
+    fn a_root_sending_from_the_lent_buffer_leaves_it_once_the_sends_completed() {
+        for direct in [true, false] {
+            let root = Root::default();
+            root.held.set(true);
+            let message: Box<dyn Lent> = if direct {
+                Box::new(Memory(vec![7; 1000]))
+            } else {
+                Box::new(Arc::new(Mutex::new(vec![7; 1000])))
+            };
+            let mut s = Steps::new(&root, Shape::Linear, (0, 3, 0), Message::Lent(message));
+            s.turn(Wait::Progress).unwrap();
+            assert_eq!(root.sent(), (2, vec![]));
+            assert_eq!(s.leaves_message(), !direct, "direct {direct}");
+            assert!(!s.is_done());
+            root.held.set(false);
+            s.turn(Wait::Progress).unwrap();
+            assert!(s.leaves_message() && s.is_done());
         }
     }
 

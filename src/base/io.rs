@@ -143,6 +143,20 @@ pub trait MessageIo {
         let _ = (peer, into, range);
         Ok(None)
     }
+    /// Starts sending the bytes `range` of `from` to `peer` straight from
+    /// its memory, synchronously if `matched` (as [`Self::send_matched`]),
+    /// where both allow (`None`: they do not; then a send of a copy). The
+    /// lender keeps the memory until the send completed.
+    fn send_from(
+        &mut self,
+        peer: usize,
+        from: &mut dyn Lent,
+        range: Range<usize>,
+        matched: bool,
+    ) -> Result<Option<Self::Id>> {
+        let _ = (peer, from, range, matched);
+        Ok(None)
+    }
     /// `Some(buffer)` once the message completed: for a receive the bytes
     /// received, for a send the buffer it sent (for reuse).
     fn test(&mut self, id: Self::Id, wait: Wait) -> Result<Option<Vec<u8>>>;
@@ -189,6 +203,16 @@ impl<M: MessageIo + ?Sized> MessageIo for &mut M {
         range: Range<usize>,
     ) -> Result<Option<Self::Id>> {
         (**self).recv_into(peer, into, range)
+    }
+
+    fn send_from(
+        &mut self,
+        peer: usize,
+        from: &mut dyn Lent,
+        range: Range<usize>,
+        matched: bool,
+    ) -> Result<Option<Self::Id>> {
+        (**self).send_from(peer, from, range, matched)
     }
 
     fn test(&mut self, id: Self::Id, wait: Wait) -> Result<Option<Vec<u8>>> {

@@ -232,10 +232,7 @@ impl Work<McastSocket> for Ibcast {
             }
             How::PointToPoint(shape, state) => {
                 if state.is_none() {
-                    // The linear root's sends each carry the whole message:
-                    // it reads it once, for all to share.
-                    let shares = at.rank == at.root && *shape == Shape::Linear;
-                    let lent = message.lend().filter(|_| *in_place && !shares);
+                    let lent = message.lend().filter(|_| *in_place);
                     let data = match lent {
                         Some((l, lent)) => {
                             *loan = Some(l);

@@ -7,10 +7,10 @@
 //! once it ended, the lent memory is never touched again; a use after it
 //! panics rather than reading freed memory, and the end waits for a use in
 //! progress on another thread. Open MPI may work in the memory too
-//! ([`Lent::memory`]: a receive of a nonblocking broadcast, or a part of one
-//! over two levels), unchecked: the loan's owner ends the loan only after
-//! that receive or broadcast completed or was dropped, and a drop cancels
-//! or waits for it.
+//! ([`Lent::memory`]: a receive or send of a nonblocking broadcast, or a
+//! part of one over two levels), unchecked: the loan's owner ends the loan
+//! only after that message or broadcast completed or was dropped, and a drop
+//! cancels or waits for it.
 
 use std::ops::Range;
 use std::ptr::NonNull;
@@ -29,7 +29,8 @@ pub struct LentBuffer {
 // SAFETY: ipmc reaches the memory only through `read` and `write`, under
 // the loan's lock, while the loan is open (both checked there), on whichever
 // thread; the loan ends under the same lock. What `memory` hands to Open MPI
-// it writes from whichever thread, into bytes ipmc does not touch meanwhile.
+// it reads or writes from whichever thread; ipmc does not write those bytes
+// meanwhile, nor read the ones Open MPI writes.
 unsafe impl Send for LentBuffer {}
 
 impl LentBuffer {
@@ -82,14 +83,15 @@ impl Lent for LentBuffer {
             at <= self.len && src.len() <= self.len - at,
             "the bytes written are lent"
         );
-        // SAFETY: as in `read`, for the bytes written, which no receive of
-        // Open MPI's writes; `&mut self` makes this the only reference.
+        // SAFETY: as in `read`, for the bytes written, which Open MPI
+        // neither receives into nor sends from meanwhile (a segment is sent
+        // once written); `&mut self` makes this the only reference.
         let bytes = unsafe { std::slice::from_raw_parts_mut(self.ptr.as_ptr().add(at), src.len()) };
         bytes.copy_from_slice(src);
     }
 
-    /// For Open MPI to work in: a receive of the nonblocking linear or
-    /// chain broadcast, or a part of one over two levels
+    /// For Open MPI to work in: a receive or send of the nonblocking linear
+    /// or chain broadcast, or a part of one over two levels
     /// ([`crate::platform::ompi::Comm::ibcast`]); panics if the loan ended.
     fn memory(&mut self) -> Option<(NonNull<u8>, usize)> {
         drop(self.open());

@@ -941,9 +941,9 @@ enum Bytes {
     Own(Vec<u8>),
     /// Bytes of a message that other sends share.
     Shared(Arc<[u8]>, Range<usize>),
-    /// Lent memory a receive writes into ([`Lent::memory`]): `len` bytes
-    /// from `start`.
-    Into { start: NonNull<u8>, len: usize },
+    /// Lent memory ([`Lent::memory`]) a receive writes into or a send
+    /// reads: `len` bytes from `start`.
+    Lent { start: NonNull<u8>, len: usize },
 }
 
 /// What a [`Messages`] request does.
@@ -956,8 +956,9 @@ enum Kind {
 
 /// Point-to-point messages on a communicator whose buffers the messages own:
 /// a request can never outlive the memory it reads or writes, whatever the
-/// caller does (but a receive into lent memory, [`Messages::recv_into`],
-/// which its lender keeps until the receive completed or this was dropped).
+/// caller does (but lent memory, [`Messages::recv_into`] and
+/// [`MessageIo::send_from`], which its lender keeps until the request
+/// completed or this was dropped).
 /// The multicast algorithm's chain and its setup use it, and the
 /// nonblocking linear and chain broadcasts.
 pub struct Messages {
@@ -1006,17 +1007,14 @@ impl Messages {
                 let part = &message[range.clone()];
                 (part.as_ptr().cast_mut(), part.len())
             }
-            Bytes::Into { start, len } => {
-                assert!(kind == Kind::Recv, "lent memory is only received into");
-                (start.as_ptr(), *len)
-            }
+            Bytes::Lent { start, len } => (start.as_ptr(), *len),
         };
         // SAFETY: `data..data+len` is memory that stays valid until the
         // request completes: a buffer the slot owns, written by a receive; a
         // shared message the slot holds, only read by a send; or lent memory
-        // a receive writes, whose loan ends only after the request completed
-        // or this `Messages` was dropped, which cancels and waits for it.
-        // `req` is a valid out-pointer.
+        // a receive writes or a send reads, whose loan ends only after the
+        // request completed or this `Messages` was dropped, which waits for
+        // it (a receive cancelled first). `req` is a valid out-pointer.
         let rc = unsafe {
             match kind {
                 Kind::Recv => sys::ipmc_irecv_bytes(
@@ -1096,17 +1094,10 @@ impl Messages {
         into: &mut dyn Lent,
         range: Range<usize>,
     ) -> Result<Option<MsgId>> {
-        let Some((memory, len)) = into.memory() else {
-            return Ok(None);
-        };
-        assert!(range.end <= len, "{range:?} lies in the {len} bytes lent");
-        // In bounds (above), so neither null nor beyond the memory.
-        let start = NonNull::new(memory.as_ptr().wrapping_add(range.start)).expect("in bounds");
-        let bytes = Bytes::Into {
-            start,
-            len: range.len(),
-        };
-        self.start(bytes, peer, Kind::Recv).map(Some)
+        match lent_bytes(into, range) {
+            Some(bytes) => self.start(bytes, peer, Kind::Recv).map(Some),
+            None => Ok(None),
+        }
     }
 
     /// `Some(buffer)` once the message completed: for a receive the bytes
@@ -1158,16 +1149,31 @@ impl Messages {
                 buf
             }
             Bytes::Shared(..) => Vec::new(),
-            Bytes::Into { len, .. } if count != len => {
+            Bytes::Lent { len, .. } if is_recv && count != len => {
                 log::warn!(
                     "received {count} bytes where the broadcast expects {len}: the ranks' \
                      counts or datatypes differ"
                 );
                 return Err(Error::Truncated);
             }
-            Bytes::Into { .. } => Vec::new(),
+            Bytes::Lent { .. } => Vec::new(),
         })
     }
+}
+
+/// The bytes `range` of `lent`'s memory, if it gives it.
+fn lent_bytes(lent: &mut dyn Lent, range: Range<usize>) -> Option<Bytes> {
+    let (memory, len) = lent.memory()?;
+    assert!(
+        range.start <= range.end && range.end <= len,
+        "{range:?} lies in the {len} bytes lent"
+    );
+    // In bounds (above), so neither null nor beyond the memory.
+    let start = NonNull::new(memory.as_ptr().wrapping_add(range.start)).expect("in bounds");
+    Some(Bytes::Lent {
+        start,
+        len: range.len(),
+    })
 }
 
 impl MessageIo for Messages {
@@ -1198,6 +1204,25 @@ impl MessageIo for Messages {
         Messages::recv_into(self, peer, into, range)
     }
 
+    /// Sends from where the bytes lie, if `from` gives its memory.
+    fn send_from(
+        &mut self,
+        peer: usize,
+        from: &mut dyn Lent,
+        range: Range<usize>,
+        matched: bool,
+    ) -> Result<Option<MsgId>> {
+        let kind = if matched {
+            Kind::SendMatched
+        } else {
+            Kind::Send
+        };
+        match lent_bytes(from, range) {
+            Some(bytes) => self.start(bytes, peer, kind).map(Some),
+            None => Ok(None),
+        }
+    }
+
     fn test(&mut self, id: MsgId, wait: Wait) -> Result<Option<Vec<u8>>> {
         self.check(id, wait)
     }
@@ -1209,7 +1234,8 @@ impl MessageIo for Messages {
 
 // SAFETY: a `Messages` holds handles of Open MPI requests and a communicator,
 // and the buffers they use, which it owns or which are lent to it (lent
-// memory is reached only by Open MPI's receive, from whichever thread). Open
+// memory is reached only by Open MPI's receives and sends, from whichever
+// thread). Open
 // MPI lets any thread test or wait for a request, and ipmc touches a
 // `Messages` only under the lock of its broadcast (see
 // `crate::component::background`), never from two threads at once.

@@ -195,9 +195,9 @@ pub trait Lent: Send {
     fn read(&self, range: Range<usize>, f: &mut dyn FnMut(&[u8]));
     /// Copies `src` into the message from byte `at` on.
     fn write(&mut self, at: usize, src: &[u8]);
-    /// The memory itself, where a transport may receive into it directly
-    /// (`None`: only through these calls). Its lender ends the loan only
-    /// after such a receive completed or was given up.
+    /// The memory itself, where a transport may receive into it or send
+    /// from it directly (`None`: only through these calls). Its lender ends
+    /// the loan only after such a receive or send completed or was given up.
     fn memory(&mut self) -> Option<(NonNull<u8>, usize)> {
         None
     }
