@@ -325,8 +325,8 @@ fn every_algorithm_can_be_forced() {
 
 /// `MPI_Ibcast` by ipmc's linear and chain algorithms of a message above
 /// `coll_ipmc_background_limit` works in the user's buffer: Open MPI receives
-/// into it and sends from it, so no rank holds a copy of the message (the
-/// roots are ranks 0 and 1). Before, every rank held a copy of the message,
+/// into it and the linear root sends from it, so no rank holds a copy of the
+/// message (a chain rank a segment at a time; the roots are ranks 0 and 1). Before, every rank held a copy of the message,
 /// the linear root one more per send in flight (3 copies on 3 ranks); then
 /// a linear receiver the message it received before copying it (rank 2,
 /// never a root, grew by 64 MiB), and the linear root one copy that all its

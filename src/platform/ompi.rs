@@ -1235,9 +1235,8 @@ impl MessageIo for Messages {
 // SAFETY: a `Messages` holds handles of Open MPI requests and a communicator,
 // and the buffers they use, which it owns or which are lent to it (lent
 // memory is reached only by Open MPI's receives and sends, from whichever
-// thread). Open
-// MPI lets any thread test or wait for a request, and ipmc touches a
-// `Messages` only under the lock of its broadcast (see
+// thread). Open MPI lets any thread test or wait for a request, and ipmc
+// touches a `Messages` only under the lock of its broadcast (see
 // `crate::component::background`), never from two threads at once.
 unsafe impl Send for Messages {}
 
