@@ -835,6 +835,46 @@ fn nonblocking_broadcasts_take_the_measured_choice() {
     }
 }
 
+/// A program whose broadcasts are all nonblocking: no call measures, so
+/// every size class takes the fixed rule where `coll_ipmc_fixed_crossover_size`
+/// places it. 4 KiB multicasts under the default crossover (2 KiB) and goes
+/// to the replaced component's `MPI_Ibcast` (libnbc) with the crossover at
+/// 4 KiB; a byte more multicasts again. Every rank takes the same way.
+#[test]
+fn nonblocking_only_classes_take_the_fixed_crossover() {
+    let cases = [
+        (None, "4096", "multicast"),
+        (Some("4096"), "4096", "previous"),
+        (Some("4096"), "4097", "multicast"),
+    ];
+    for (crossover, bytes, alg) in cases {
+        let mut mca = vec![("coll_ipmc_print_statistics", "1")];
+        if let Some(c) = crossover {
+            mca.push(("coll_ipmc_fixed_crossover_size", c));
+        }
+        let run = mpirun(4, &mca, "short_bcast", &[bytes, bytes, "ibcast"]);
+        let case = format!("crossover {crossover:?}, {bytes} bytes");
+        assert!(run.ok, "{case}:\n{}", run.output);
+        assert_eq!(
+            run.output.matches(" rc=0").count(),
+            4,
+            "{case}:\n{}",
+            run.output
+        );
+        let world: Vec<Line> = stats_lines(&run.output)
+            .into_iter()
+            .filter(|s| s["comm"] == "MPI_COMM_WORLD")
+            .collect();
+        assert_eq!(world.len(), 4, "{case}:\n{}", run.output);
+        for s in &world {
+            assert_eq!(num(s, "ibcasts"), 1, "{case}: {s:?}");
+            assert_eq!(tally(s, alg).0, 1, "{case}: not by {alg}: {s:?}");
+            let datagrams = num(s, "sent") + num(s, "useful");
+            assert_eq!(datagrams > 0, alg == "multicast", "{case}: datagrams {s:?}");
+        }
+    }
+}
+
 /// `persistent_check` on 4 ranks for `rounds` rounds under
 /// `coll_ipmc_bcast_algorithm` `algorithm`: persistent broadcasts made once
 /// and started every round (one among an `MPI_Bcast` and an `MPI_Ibcast`, a

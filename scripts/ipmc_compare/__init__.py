@@ -28,6 +28,9 @@ of MCA parameters that chooses who serves MPI_Bcast:
                     ipmc forced to one of its algorithms (coll_ipmc_bcast_algorithm)
   ipmc-chain-segS   ipmc forced to its chain with segments of S bytes
                     (coll_ipmc_chain_segment_size; e.g. ipmc-chain-seg8k)
+  ipmc-fixedS       ipmc with the fixed rule's crossover at S bytes
+                    (coll_ipmc_fixed_crossover_size; e.g. ipmc-fixed64k): what
+                    serves calls no measurement decided, such as MPI_Ibcast alone
   default           Open MPI's own selection (ipmc not loaded)
   han               Open MPI's hierarchical component (coll_han_priority 100)
   tuned-N           tuned with fixed bcast algorithm N (coll_tuned_bcast_algorithm)

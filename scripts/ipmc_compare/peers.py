@@ -48,6 +48,12 @@ def make_peer(name, algs):
         return {"name": name, "kind": "ipmc", "label": f"ipmc forced to chain, {human_bytes(seg)} segments",
                 "mca": ["--mca", "coll_ipmc_priority", "100", "--mca", "coll_ipmc_bcast_algorithm", "2",
                         "--mca", "coll_ipmc_chain_segment_size", str(seg)]}
+    m = re.fullmatch(r"ipmc-fixed(\d+[kKmM]?)", name)
+    if m:
+        size = parse_bytes(m.group(1))
+        return {"name": name, "kind": "ipmc",
+                "label": f"ipmc, the fixed rule's crossover at {human_bytes(size)}",
+                "mca": ["--mca", "coll_ipmc_priority", "100", "--mca", "coll_ipmc_fixed_crossover_size", str(size)]}
     if name in IPMC_VARIANTS:
         setting, label = IPMC_VARIANTS[name]
         mca = ["--mca", "coll_ipmc_priority", "100"]
@@ -73,7 +79,7 @@ def make_peer(name, algs):
         return {"name": name, "kind": "tuned", "mca": mca, "label": label, "algorithm": n}
     known = ", ".join(f"tuned-{n} ({a})" for n, a in sorted(algs.items()))
     fail(f"unknown peer {name!r}: use ipmc, ipmc-mcast, ipmc-thesis, ipmc-noauth, ipmc-nosegment, ipmc-slots, ipmc-pull, ipmc-linear, ipmc-chain, "
-         f"ipmc-chain-segSIZE, ipmc-multicast, default, han, tuned-* or one of {known}, "
+         f"ipmc-chain-segSIZE, ipmc-fixedSIZE, ipmc-multicast, default, han, tuned-* or one of {known}, "
          "optionally with -segSIZE")
 
 

@@ -32,11 +32,10 @@ pub const CHOICE_MULTICAST: usize = 2;
 pub const THESIS_CROSSOVER_NODES: usize = 4;
 pub const THESIS_CROSSOVER_SIZE: usize = 1 << 20;
 /// The automatic rule before measurements: Open MPI's own broadcast for
-/// messages up to this size (a broadcast of a few datagrams is dominated by
-/// the multicast protocol's fixed costs) ...
-pub const AUTO_SMALL: usize = 2048;
-/// ... and for communicators of fewer nodes than this (with two, one
-/// point-to-point message is all a broadcast is); multicast for the others.
+/// messages up to `coll_ipmc_fixed_crossover_size` bytes (a broadcast of a
+/// few datagrams is dominated by the multicast protocol's fixed costs) and
+/// for communicators of fewer nodes than this (with two, one point-to-point
+/// message is all a broadcast is); multicast for the others.
 pub const AUTO_NODES: usize = 3;
 
 impl Config {
@@ -125,7 +124,7 @@ impl Config {
         if let Some(forced) = forced(self.bcast_algorithm) {
             forced
         } else if self.is_automatic() {
-            if nodes < AUTO_NODES || bytes <= AUTO_SMALL {
+            if nodes < AUTO_NODES || bytes <= self.fixed_crossover_size {
                 Algorithm::Previous
             } else {
                 Algorithm::Multicast
@@ -204,11 +203,26 @@ mod tests {
         let cfg = Config::default();
         assert!(cfg.is_automatic() && cfg.tunes());
         assert_eq!(cfg.choose(65536, 2), Algorithm::Previous);
-        assert_eq!(cfg.choose(AUTO_SMALL, 16), Algorithm::Previous);
-        assert_eq!(cfg.choose(AUTO_SMALL + 1, 3), Algorithm::Multicast);
+        assert_eq!(cfg.choose(2048, 16), Algorithm::Previous);
+        assert_eq!(cfg.choose(2049, 3), Algorithm::Multicast);
         assert_eq!(cfg.choose(1 << 30, 16), Algorithm::Multicast);
         assert!(!cfg.may_multicast(2));
         assert!(cfg.may_multicast(3));
+        // The crossover moved: multicast only above it. At its largest
+        // value a group is still set up (messages above it multicast), which
+        // the measured choice needs to measure multicast at any size.
+        let later = Config {
+            fixed_crossover_size: 65536,
+            ..Config::default()
+        };
+        assert_eq!(later.choose(65536, 16), Algorithm::Previous);
+        assert_eq!(later.choose(65537, 3), Algorithm::Multicast);
+        let never = Config {
+            fixed_crossover_size: 1 << 40,
+            ..Config::default()
+        };
+        assert_eq!(never.choose(1 << 40, 16), Algorithm::Previous);
+        assert!(never.may_multicast(3));
         let untuned = Config {
             tune_calls: 0,
             ..Config::default()

@@ -1069,6 +1069,10 @@ pub fn other_configurations() -> Vec<(String, &'static str)> {
             "parameters differ",
         ),
         (
+            "OMPI_MCA_coll_ipmc_fixed_crossover_size=65536".into(),
+            "parameters differ",
+        ),
+        (
             "OMPI_MCA_coll_ipmc_fragment_size=100".into(),
             "ipmc is disabled there",
         ),

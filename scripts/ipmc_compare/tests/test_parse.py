@@ -74,6 +74,11 @@ class Units(unittest.TestCase):
         pipeline = make_peer("tuned-3-seg64k", {3: "pipeline"})
         self.assertEqual(pipeline["mca"][-2:], ["coll_tuned_bcast_algorithm_segmentsize", "65536"])
 
+    def test_a_fixed_crossover_peer_sets_it(self):
+        fixed = make_peer("ipmc-fixed64k", {})
+        self.assertEqual(fixed["mca"], ["--mca", "coll_ipmc_priority", "100", "--mca",
+                                        "coll_ipmc_fixed_crossover_size", "65536"])
+
 
 class Bench(unittest.TestCase):
     def test_only_sizes_with_a_summary_count(self):
