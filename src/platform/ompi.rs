@@ -1094,10 +1094,32 @@ impl Messages {
         into: &mut dyn Lent,
         range: Range<usize>,
     ) -> Result<Option<MsgId>> {
-        match lent_bytes(into, range) {
-            Some(bytes) => self.start(bytes, peer, Kind::Recv).map(Some),
-            None => Ok(None),
-        }
+        self.start_lent(into, range, peer, Kind::Recv)
+    }
+
+    /// Starts `kind` of message with `peer` in the bytes `range` of `lent`'s
+    /// memory, if it gives it.
+    fn start_lent(
+        &mut self,
+        lent: &mut dyn Lent,
+        range: Range<usize>,
+        peer: usize,
+        kind: Kind,
+    ) -> Result<Option<MsgId>> {
+        let Some((memory, len)) = lent.memory() else {
+            return Ok(None);
+        };
+        assert!(
+            range.start <= range.end && range.end <= len,
+            "{range:?} lies in the {len} bytes lent"
+        );
+        // In bounds (above), so neither null nor beyond the memory.
+        let start = NonNull::new(memory.as_ptr().wrapping_add(range.start)).expect("in bounds");
+        let bytes = Bytes::Lent {
+            start,
+            len: range.len(),
+        };
+        self.start(bytes, peer, kind).map(Some)
     }
 
     /// `Some(buffer)` once the message completed: for a receive the bytes
@@ -1161,21 +1183,6 @@ impl Messages {
     }
 }
 
-/// The bytes `range` of `lent`'s memory, if it gives it.
-fn lent_bytes(lent: &mut dyn Lent, range: Range<usize>) -> Option<Bytes> {
-    let (memory, len) = lent.memory()?;
-    assert!(
-        range.start <= range.end && range.end <= len,
-        "{range:?} lies in the {len} bytes lent"
-    );
-    // In bounds (above), so neither null nor beyond the memory.
-    let start = NonNull::new(memory.as_ptr().wrapping_add(range.start)).expect("in bounds");
-    Some(Bytes::Lent {
-        start,
-        len: range.len(),
-    })
-}
-
 impl MessageIo for Messages {
     type Id = MsgId;
 
@@ -1217,10 +1224,7 @@ impl MessageIo for Messages {
         } else {
             Kind::Send
         };
-        match lent_bytes(from, range) {
-            Some(bytes) => self.start(bytes, peer, kind).map(Some),
-            None => Ok(None),
-        }
+        self.start_lent(from, range, peer, kind)
     }
 
     fn test(&mut self, id: MsgId, wait: Wait) -> Result<Option<Vec<u8>>> {
