@@ -352,10 +352,9 @@ fn a_late_receiver_alone_loses_datagrams() {
         print_stats(&stats);
         eprintln!("receive buffer errors per host {errors:?}");
         let rank = |r: &str| {
-            let world = stats
-                .iter()
-                .find(|s| s["comm"] == "MPI_COMM_WORLD" && s["rank"] == r);
-            world.unwrap_or_else(|| panic!("no statistics of rank {r}:\n{}", run.output))
+            *common::of_rank(&stats, "MPI_COMM_WORLD", r)
+                .first()
+                .unwrap_or_else(|| panic!("no statistics of rank {r}:\n{}", run.output))
         };
         // The root's own count, from its MPI_T variables (`bcast_bench`).
         let stalls = run

@@ -14,7 +14,8 @@ use std::collections::HashSet;
 use std::time::Instant;
 
 use common::{
-    levels_tally, num, print_stats, stats_lines, sum, tally, world_stats, Cluster, Line, Run,
+    levels_tally, num, of_comm, print_stats, stats_lines, sum, tally, world_stats, Cluster, Line,
+    Run,
 };
 use ipmc::engine::tuning::PREFER_PREVIOUS_PERMILLE;
 
@@ -489,6 +490,11 @@ fn stats_by_host(output: &str) -> Vec<(String, Line)> {
         .collect()
 }
 
+/// The lines of [`stats_by_host`] of communicator `comm`.
+fn on_hosts<'a>(lines: &'a [(String, Line)], comm: &str) -> Vec<&'a (String, Line)> {
+    lines.iter().filter(|(_, s)| s["comm"] == comm).collect()
+}
+
 /// `slots` ranks on each of `hosts` hosts, every rank multicasting (the
 /// algorithm forced, and every rank counted as a node of its own: else ipmc
 /// takes two levels there, below). Loop-back
@@ -525,7 +531,7 @@ fn ranks_per_host(hosts: usize, slots: usize) {
     comms.dedup();
     let mut shared = 0;
     for comm in comms {
-        let mine: Vec<&(String, Line)> = lines.iter().filter(|(_, s)| s["comm"] == comm).collect();
+        let mine = on_hosts(&lines, comm);
         if tally(&mine[0].1, "multicast").0 == 0 {
             continue;
         }
@@ -575,7 +581,7 @@ fn two_levels(what: &str, cluster: &Cluster, mca: &[(&str, &str)], args: &[&str]
     let job = run_checked_with(what, cluster, mca, args, "none");
     let lines = stats_by_host(&job.run.output);
     for comm in ["world", "dup", "reversed"] {
-        let mine: Vec<&(String, Line)> = lines.iter().filter(|(_, s)| s["comm"] == comm).collect();
+        let mine = on_hosts(&lines, comm);
         assert_eq!(mine.len(), cluster.ranks(), "{comm}: {}", job.run.output);
         for (host, s) in &mine {
             assert!(levels_tally(s).0 > 0, "{comm} on {host}: {s:?}");
@@ -586,10 +592,7 @@ fn two_levels(what: &str, cluster: &Cluster, mca: &[(&str, &str)], args: &[&str]
                 "{comm} on {host}: {s:?}"
             );
         }
-        let leaders: Vec<&(String, Line)> = lines
-            .iter()
-            .filter(|(_, s)| s["comm"] == format!("ipmc leaders of {comm}"))
-            .collect();
+        let leaders = on_hosts(&lines, &format!("ipmc leaders of {comm}"));
         let on: HashSet<&str> = leaders.iter().map(|(h, _)| h.as_str()).collect();
         assert_eq!(
             (leaders.len(), on.len()),
@@ -729,11 +732,7 @@ fn two_levels_lose_nothing_to_lost_datagrams() {
         &mca,
         &["--max-bytes", SWEEP],
     );
-    let leaders: Vec<&Line> = job
-        .stats
-        .iter()
-        .filter(|s| s["comm"] == "ipmc leaders of world")
-        .collect();
+    let leaders = of_comm(&job.stats, "ipmc leaders of world");
     assert!(
         sum(&leaders, "chain_bytes") > 0 && sum(&leaders, "mcast_bytes") > 0,
         "both stages among the leaders: {leaders:?}"

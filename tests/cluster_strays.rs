@@ -14,7 +14,8 @@ use std::sync::OnceLock;
 use std::time::Instant;
 
 use common::{
-    check_lines, job_line, num, repo, stats_lines, sum, tally, Cluster, Line, Run, JOB_TIMEOUT,
+    check_lines, job_line, num, of_comm, repo, stats_lines, sum, tally, Cluster, Line, Run,
+    JOB_TIMEOUT,
 };
 
 /// The one group and port every communicator of these jobs is forced onto.
@@ -123,7 +124,7 @@ fn assert_bcast_check_passed(label: &str, output: &str, ranks: usize) -> Vec<Lin
     let stats = stats_lines(output);
     let checks = check_lines(output);
     common::assert_multicast_accounts_for_every_byte(&stats, &checks);
-    let world: Vec<_> = stats.iter().filter(|s| s["comm"] == "world").collect();
+    let world = of_comm(&stats, "world");
     assert_eq!(
         world.len(),
         ranks,
@@ -259,7 +260,7 @@ fn strays(label: &str, group: &'static str) {
     // MPI_COMM_WORLD multicasts before the job has any other communicator,
     // so its rej_comm can only be the injector's (the split communicators
     // share the group and reject each other's datagrams too).
-    let world: Vec<&Line> = stats.iter().filter(|s| s["comm"] == "world").collect();
+    let world = of_comm(&stats, "world");
     println!(
         "{label}: rej_comm={} (world {}) rej_length={} rej_magic={} rej_crc={} rej_auth={} \
          useful={}",
@@ -365,7 +366,7 @@ fn forged_datagrams_are_rejected_and_every_byte_arrives() {
             let (run, _) = forged_run("1");
             let stats = assert_bcast_check_passed("forgeries", &run.output, 4);
             print_stats("forgeries", &stats);
-            let world: Vec<&Line> = stats.iter().filter(|s| s["comm"] == "world").collect();
+            let world = of_comm(&stats, "world");
             println!(
                 "forgeries: world rej_auth={} rej_crc={} useful={}",
                 sum(&world, "rej_auth"),
@@ -458,7 +459,7 @@ fn two_jobs_on_one_group_and_port() {
             let stats = assert_bcast_check_passed(label, out, cluster.ranks());
             print_stats(label, &stats);
             let all: Vec<&Line> = stats.iter().collect();
-            let world: Vec<&Line> = stats.iter().filter(|s| s["comm"] == "world").collect();
+            let world = of_comm(&stats, "world");
             println!(
                 "{label}: rej_comm={} (world {}) rej_stale={} rej_future={} \
                  rej_length+magic+crc={}",
@@ -637,7 +638,7 @@ fn thread_run(label: &str, one_group: bool, calls: u64) -> Vec<Line> {
     let ranks = cluster.ranks() as u64;
     let mut both = Vec::new();
     for comm in ["t0", "t1"] {
-        let lines: Vec<&Line> = stats.iter().filter(|s| s["comm"] == comm).collect();
+        let lines = of_comm(&stats, comm);
         assert_eq!(lines.len() as u64, ranks, "{comm}:\n{}", run.output);
         // What the program says it broadcast on that communicator.
         let reports: Vec<Line> = run
@@ -716,10 +717,10 @@ fn forged_releases_free_no_rank_early() {
         let counts = injector_counts(&run.output);
         println!("forged releases: injector {counts:?}");
         assert!(num(&counts, "replayed") > 0, "{counts:?}");
-        let world: Vec<Line> = common::stats_with_collectives(&run.output)
-            .into_iter()
-            .filter(|s| s["comm"] == "MPI_COMM_WORLD")
-            .collect();
+        let world = common::into_comm(
+            common::stats_with_collectives(&run.output),
+            "MPI_COMM_WORLD",
+        );
         assert_eq!(world.len(), 4, "{}", run.output);
         for s in world.iter().filter(|s| s["rank"] != "0") {
             assert!(num(s, "barrier_multicast") >= 400, "{s:?}");

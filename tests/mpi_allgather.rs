@@ -8,18 +8,14 @@
 
 mod common;
 
-use common::{num, tally, Cluster, Line, Run};
+use common::{num, of_comm, tally, Cluster, Line, Run};
 
 /// Runs `allgather_check` with `mca` and ipmc's statistics, asserts that it
 /// passed, and returns the run and `MPI_COMM_WORLD`'s statistics in rank
 /// order.
 fn checked(cluster: &Cluster, mca: &[(&str, &str)], args: &[&str]) -> (Run, Vec<Line>) {
     let (run, stats) = common::passing(cluster, mca, "allgather_check", args);
-    let mut world: Vec<Line> = stats
-        .into_iter()
-        .filter(|s| s["comm"] == "MPI_COMM_WORLD")
-        .collect();
-    world.sort_by_key(|s| num(s, "rank"));
+    let world = common::into_comm(stats, "MPI_COMM_WORLD");
     assert_eq!(world.len(), cluster.ranks(), "{}", run.output);
     (run, world)
 }
@@ -160,10 +156,7 @@ fn hosts_of_several_ranks_gather_over_two_levels() {
             run.output
         );
         let stats = common::stats_with_collectives(&run.output);
-        let world: Vec<&Line> = stats
-            .iter()
-            .filter(|s| s["comm"] == "MPI_COMM_WORLD")
-            .collect();
+        let world = of_comm(&stats, "MPI_COMM_WORLD");
         assert_eq!(world.len(), 6, "{}", run.output);
         let calls = num(world[0], "allgathers");
         assert!(calls >= 20, "{what}: {:?}", world[0]);
@@ -174,10 +167,7 @@ fn hosts_of_several_ranks_gather_over_two_levels() {
             assert_eq!(num(s, "sent") + num(s, "recv"), 0, "{what}: {s:?}");
         }
         // One leader per host, each of whose allgathers was the multicast one.
-        let leaders: Vec<&Line> = stats
-            .iter()
-            .filter(|s| s["comm"] == "ipmc leaders of MPI_COMM_WORLD")
-            .collect();
+        let leaders = of_comm(&stats, "ipmc leaders of MPI_COMM_WORLD");
         assert_eq!(leaders.len(), 3, "{what}:\n{}", run.output);
         for s in &leaders {
             assert_eq!(num(s, "size"), 3, "{what}: {s:?}");
@@ -220,10 +210,7 @@ fn the_automatic_choice_measures_two_levels_of_allgathers_alike() {
         "allgather_check",
         &["--max-bytes", "8", "--repeat", "100", "--strided", "0"],
     );
-    let world: Vec<&Line> = stats
-        .iter()
-        .filter(|s| s["comm"] == "MPI_COMM_WORLD")
-        .collect();
+    let world = of_comm(&stats, "MPI_COMM_WORLD");
     assert_eq!(world.len(), 6, "{}", run.output);
     for s in &world {
         for key in [

@@ -20,13 +20,7 @@ fn checked(cluster: &Cluster, mca: &[(&str, &str)], args: &[&str]) -> (Run, Vec<
 
 /// The statistics of communicator `comm`, one line per rank, in rank order.
 fn of(stats: &[Line], comm: &str) -> Vec<Line> {
-    let mut lines: Vec<Line> = stats
-        .iter()
-        .filter(|s| s["comm"] == comm)
-        .cloned()
-        .collect();
-    lines.sort_by_key(|s| num(s, "rank"));
-    lines
+    common::of_comm(stats, comm).into_iter().cloned().collect()
 }
 
 /// Every rank of `comm` ran at least `rounds` multicast barriers; every

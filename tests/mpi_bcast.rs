@@ -7,8 +7,8 @@ mod common;
 use std::collections::HashMap;
 
 use common::{
-    check_lines, cluster_mpirun, mpirun, mpirun_wrapped, num, stats_lines, tally, world_stats, Run,
-    ALGORITHMS,
+    check_lines, cluster_mpirun, mpirun, mpirun_wrapped, num, of_comm, of_rank, stats_lines, tally,
+    world_stats, Run, ALGORITHMS,
 };
 
 /// How ipmc is expected to have split one communicator's broadcasts.
@@ -65,10 +65,7 @@ fn assert_served_by_ipmc(run: &Run, np: usize, expect: Expect) {
     // too few calls of a class to get to it).
     let mut measured_binomial = (0, 0);
     for check in reports {
-        let mine: Vec<_> = stats
-            .iter()
-            .filter(|s| s["comm"] == check["comm"] && s["rank"] == check["rank"])
-            .collect();
+        let mine = of_rank(&stats, &check["comm"], &check["rank"]);
         if num(check, "size") < 2 {
             assert!(
                 mine.is_empty(),
@@ -217,10 +214,8 @@ fn a_root_ahead_of_a_rank_is_not_held_by_its_earlier_broadcasts() {
             "{k} ahead of {sizes}:\n{}",
             run.output
         );
-        let world: Vec<_> = stats_lines(&run.output)
-            .into_iter()
-            .filter(|s| s["comm"] == "MPI_COMM_WORLD")
-            .collect();
+        let stats = stats_lines(&run.output);
+        let world = of_comm(&stats, "MPI_COMM_WORLD");
         assert_eq!(world.len(), 3, "{}", run.output);
         for s in &world {
             assert!(tally(s, "multicast").0 > 0, "{s:?}");
@@ -245,10 +240,8 @@ fn two_hosts_measure_the_point_to_point_algorithms() {
     let args = ["--sizes", "1024,65536", "--rounds", "3", "--warmup", "60"];
     let run = cluster_mpirun(2, &mca, "bcast_bench", &args);
     assert!(run.ok, "{}", run.output);
-    let world: Vec<_> = stats_lines(&run.output)
-        .into_iter()
-        .filter(|s| s["comm"] == "MPI_COMM_WORLD")
-        .collect();
+    let stats = stats_lines(&run.output);
+    let world = of_comm(&stats, "MPI_COMM_WORLD");
     assert_eq!(world.len(), 2, "{}", run.output);
     for s in &world {
         for alg in ["binomial", "binary", "split_binary"] {

@@ -8,8 +8,8 @@
 mod common;
 
 use common::{
-    built_for_openmpi5, job_line, levels_tally, openmpi5, stats_with_collectives, tally, Cluster,
-    Line,
+    built_for_openmpi5, into_comm, job_line, levels_tally, openmpi5, stats_with_collectives, tally,
+    Cluster, Line,
 };
 
 /// `gpu_bcast` of 1 B to 1 MiB on `cluster` with `mca`, the test GPU
@@ -37,10 +37,7 @@ fn gpu_bcast(cluster: &Cluster, mca: &[(&str, &str)]) -> Vec<Line> {
         run.status,
         run.output
     );
-    let world: Vec<Line> = stats_with_collectives(&run.output)
-        .into_iter()
-        .filter(|s| s["comm"] == "MPI_COMM_WORLD")
-        .collect();
+    let world = into_comm(stats_with_collectives(&run.output), "MPI_COMM_WORLD");
     assert_eq!(world.len(), cluster.ranks(), "{}", run.output);
     world
 }

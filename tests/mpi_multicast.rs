@@ -6,8 +6,8 @@
 mod common;
 
 use common::{
-    cluster_mpirun, mpirun, mpirun_as_on_a_host, mpirun_to_files, mpirun_wrapped, num, print_stats,
-    stats_lines, sum, tally, world_stats, Line, LATE_FREES,
+    cluster_mpirun, mpirun, mpirun_as_on_a_host, mpirun_to_files, mpirun_wrapped, num, of_comm,
+    print_stats, stats_lines, sum, tally, world_stats, Line, LATE_FREES,
 };
 
 fn run_with_loss(np: usize, percent: u32, args: &[&str]) -> Vec<Line> {
@@ -361,9 +361,8 @@ fn returns_before_a_late_predecessor(ibcast: &str) {
                 run.output
             );
             let stats = common::stats_lines(&run.output);
-            let rank2 = stats
-                .iter()
-                .find(|s| s["comm"] == "MPI_COMM_WORLD" && s["rank"] == "2")
+            let rank2 = *common::of_rank(&stats, "MPI_COMM_WORLD", "2")
+                .first()
                 .unwrap_or_else(|| panic!("no statistics of rank 2:\n{}", run.output));
             assert!(common::tally(rank2, "multicast").0 > 0, "{rank2:?}");
             if common::num(rank2, "chain_bytes") == 0 {
@@ -401,7 +400,7 @@ fn ahead(mca: &[(&str, &str)], k: &str, each: impl Fn(&Line)) {
         run.output
     );
     let stats = common::stats_lines(&run.output);
-    let world: Vec<_> = stats.iter().filter(|s| s["comm"] == "world").collect();
+    let world = of_comm(&stats, "world");
     if mca.iter().any(|&(k, v)| k == "coll" && v == "^ipmc") {
         assert!(world.is_empty(), "{}", run.output);
     } else {
@@ -419,7 +418,7 @@ fn early_return(mca: &[(&str, &str)], max_bytes: &str, each: impl Fn(&Line)) {
     );
     let stats = common::stats_lines(&run.output);
     for comm in ["world", "freed"] {
-        let lines: Vec<_> = stats.iter().filter(|s| s["comm"] == comm).collect();
+        let lines = of_comm(&stats, comm);
         assert!(lines.len() >= 4, "{comm}:\n{}", run.output);
         for s in lines {
             each(s);
@@ -822,7 +821,7 @@ fn nonblocking_broadcasts_take_the_measured_choice() {
     );
     let stats = stats_lines(&run.output);
     for comm in ["world", "dup"] {
-        let lines: Vec<&Line> = stats.iter().filter(|s| s["comm"] == comm).collect();
+        let lines = of_comm(&stats, comm);
         assert_eq!(lines.len(), 4, "{}", run.output);
         for alg in common::ALGORITHMS {
             let first = tally(lines[0], alg);
@@ -861,10 +860,8 @@ fn nonblocking_only_classes_take_the_fixed_crossover() {
             "{case}:\n{}",
             run.output
         );
-        let world: Vec<Line> = stats_lines(&run.output)
-            .into_iter()
-            .filter(|s| s["comm"] == "MPI_COMM_WORLD")
-            .collect();
+        let stats = stats_lines(&run.output);
+        let world = of_comm(&stats, "MPI_COMM_WORLD");
         assert_eq!(world.len(), 4, "{case}:\n{}", run.output);
         for s in &world {
             assert_eq!(num(s, "ibcasts"), 1, "{case}: {s:?}");
@@ -903,13 +900,7 @@ fn persistent_run(
         run.output
     );
     let stats = stats_lines(&run.output);
-    let of = |comm: &str| -> Vec<Line> {
-        stats
-            .iter()
-            .filter(|s| s["comm"] == comm)
-            .cloned()
-            .collect()
-    };
+    let of = |comm: &str| -> Vec<Line> { of_comm(&stats, comm).into_iter().cloned().collect() };
     let (world, dup) = (of("world"), of("dup"));
     assert_eq!((world.len(), dup.len()), (4, 4), "{}", run.output);
     // Every start is ipmc's nonblocking broadcast: on world, two persistent

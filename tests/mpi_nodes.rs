@@ -4,7 +4,10 @@
 
 mod common;
 
-use common::{check_lines, levels_tally, mpirun, num, stats_lines, tally, Cluster, Line, Run};
+use common::{
+    check_lines, levels_tally, mpirun, num, of_comm, of_rank, stats_lines, tally, Cluster, Line,
+    Run,
+};
 
 /// Messages small enough that none takes the chain above `crossover_size`.
 const MAX_BYTES: &str = "70000";
@@ -70,10 +73,8 @@ fn a_forced_algorithm_still_serves_a_single_node() {
     ];
     let run = mpirun(4, &mca, "bcast_check", &["--max-bytes", MAX_BYTES]);
     assert_passed(&run);
-    let world: Vec<_> = stats_lines(&run.output)
-        .into_iter()
-        .filter(|s| s["comm"] == "world")
-        .collect();
+    let stats = stats_lines(&run.output);
+    let world = of_comm(&stats, "world");
     assert_eq!(world.len(), 4, "{}", run.output);
     for s in &world {
         assert_eq!(num(s, "nodes"), 1, "{s:?}");
@@ -130,10 +131,7 @@ fn nodes_decide(hosts: usize, slots: usize, thesis: bool, segment: u8) {
     };
     let mut served = 0;
     for check in checks.iter().filter(|c| c["comm"] != "self") {
-        let mine: Vec<_> = stats
-            .iter()
-            .filter(|s| s["comm"] == check["comm"] && s["rank"] == check["rank"])
-            .collect();
+        let mine = of_rank(&stats, &check["comm"], &check["rank"]);
         if check["comm"] == "node" {
             assert!(
                 mine.is_empty(),
@@ -215,9 +213,8 @@ fn nodes_decide(hosts: usize, slots: usize, thesis: bool, segment: u8) {
         // leads its node or not, and so did the allgathers over them (those
         // by which Open MPI splits the communicator).
         if segment > 0 {
-            let s = with_collectives
-                .iter()
-                .find(|s| s["comm"] == "world" && s["rank"] == node[0]["rank"])
+            let s = *of_rank(&with_collectives, "world", &node[0]["rank"])
+                .first()
                 .expect("world's statistics");
             let gathered = match s.get("allgather_two_level") {
                 Some(_) => tally(s, "allgather_two_level").1,
@@ -338,9 +335,8 @@ fn one_node_set_to_one_way(value: &str, how: &str) {
     let with_collectives = common::stats_with_collectives(&run.output);
     for node in world.chunks(3) {
         let bytes = num(&node[0], "segment_bytes");
-        let s = with_collectives
-            .iter()
-            .find(|s| s["comm"] == "world" && s["rank"] == node[0]["rank"])
+        let s = *of_rank(&with_collectives, "world", &node[0]["rank"])
+            .first()
             .expect("world's statistics");
         let levels = levels_tally(s).1 + tally(s, "allgather_two_level").1;
         assert_eq!(bytes, levels, "{s:?}");
@@ -528,7 +524,6 @@ fn nonblocking_broadcasts_over_two_levels(loss: &str) {
         "1",
     ];
     let (stats, output) = passed(&cluster, &mca, "ibcast_check", &args);
-    let of = |comm: &str| -> Vec<_> { stats.iter().filter(|s| s["comm"] == comm).collect() };
     // Each round: 8 outstanding on world and 8 on dup, one more on world
     // before a blocking one, one on a communicator freed meanwhile, and two
     // from MPI_BOTTOM on dup.
@@ -539,7 +534,7 @@ fn nonblocking_broadcasts_over_two_levels(loss: &str) {
         ("ipmc leaders of world", 3, 9 * rounds, rounds),
         ("ipmc leaders of dup", 3, 10 * rounds, 0),
     ] {
-        let lines = of(comm);
+        let lines = of_comm(&stats, comm);
         assert_eq!(lines.len() as u64, ranks, "{comm}:\n{}", output);
         for s in lines {
             assert_eq!(num(s, "ibcasts"), ibcasts, "{s:?}");
@@ -587,7 +582,6 @@ fn persistent_broadcasts_go_over_two_levels() {
     let rounds = 3;
     let args = ["--rounds", "3", "--split-first", "1"];
     let (stats, output) = passed(&cluster, &mca, "persistent_check", &args);
-    let of = |comm: &str| -> Vec<_> { stats.iter().filter(|s| s["comm"] == comm).collect() };
     // Each round on world: two persistent ones, an MPI_Ibcast and an
     // MPI_Bcast (and an empty one, counted apart); on dup one persistent one.
     for (comm, ranks, ibcasts, blocking) in [
@@ -596,7 +590,7 @@ fn persistent_broadcasts_go_over_two_levels() {
         ("ipmc leaders of world", 3, 3 * rounds, rounds),
         ("ipmc leaders of dup", 3, rounds, 0),
     ] {
-        let lines = of(comm);
+        let lines = of_comm(&stats, comm);
         assert_eq!(lines.len() as u64, ranks, "{comm}:\n{}", output);
         for s in lines {
             assert_eq!(num(s, "ibcasts"), ibcasts, "{s:?}");
@@ -718,11 +712,8 @@ fn a_leader_that_returns_first_keeps_its_lead() {
     let args = ["--sizes", "4194304", "--warmup", "1030", "--rounds", "1"];
     let run = cluster.mpirun(&mca, "bcast_bench", &args);
     assert!(run.ok, "bcast_bench failed:\n{}", run.output);
-    let mut world: Vec<_> = common::stats_lines(&run.output)
-        .into_iter()
-        .filter(|s| s["comm"] == "MPI_COMM_WORLD")
-        .collect();
-    world.sort_by_key(|s| num(s, "rank"));
+    let stats = stats_lines(&run.output);
+    let world = of_comm(&stats, "MPI_COMM_WORLD");
     assert_eq!(world.len(), cluster.ranks(), "{}", run.output);
     for s in &world {
         assert!(num(s, "bcasts") >= 1024, "{s:?}");
@@ -976,7 +967,7 @@ fn a_spawned_job_broadcasts_with_its_parents() {
                 run.output
             );
             let stats = stats_lines(&run.output);
-            let merged: Vec<_> = stats.iter().filter(|s| s["comm"] == "merged").collect();
+            let merged = of_comm(&stats, "merged");
             assert_eq!(merged.len(), cluster.ranks(), "{what}:\n{}", run.output);
             for s in &merged {
                 assert_eq!(num(s, "nodes"), nodes, "{what}: {s:?}");
@@ -985,10 +976,7 @@ fn a_spawned_job_broadcasts_with_its_parents() {
             }
             if forced.is_some() {
                 // Multicast among the nodes' leaders, one per node.
-                let leaders: Vec<_> = stats
-                    .iter()
-                    .filter(|s| s["comm"] == "ipmc leaders of merged")
-                    .collect();
+                let leaders = of_comm(&stats, "ipmc leaders of merged");
                 assert_eq!(leaders.len() as u64, nodes, "{what}:\n{}", run.output);
                 for s in leaders {
                     assert!(tally(s, "multicast").0 > 0, "{what}: {s:?}");

@@ -10,7 +10,9 @@ mod common;
 use std::process::Command;
 use std::sync::OnceLock;
 
-use common::{job_line, num, openmpi_prefix, repo, stats_with_collectives, tally, Cluster};
+use common::{
+    into_comm, job_line, num, openmpi_prefix, repo, stats_with_collectives, tally, Cluster,
+};
 
 /// mpi4py's test modules that run collectives and make communicators.
 const MODULES: [&str; 6] = [
@@ -87,10 +89,7 @@ fn mpi4py_tests_on(cluster: &Cluster) -> Vec<common::Line> {
     let ranks = cluster.ranks();
     assert_eq!(passed, ranks, "every rank's suite passes:\n{}", run.output);
     assert!(!run.output.contains("FAILED"), "{}", run.output);
-    let world: Vec<_> = stats_with_collectives(&run.output)
-        .into_iter()
-        .filter(|s| s["comm"] == "MPI_COMM_WORLD")
-        .collect();
+    let world = into_comm(stats_with_collectives(&run.output), "MPI_COMM_WORLD");
     assert_eq!(world.len(), ranks, "{}", run.output);
     world
 }

@@ -785,10 +785,7 @@ pub fn large_bcast_passed(run: &Run, comm: &str, np: usize) -> Vec<Line> {
         "{}",
         run.output
     );
-    let lines: Vec<Line> = stats_lines(&run.output)
-        .into_iter()
-        .filter(|s| s["comm"] == comm)
-        .collect();
+    let lines = into_comm(stats_lines(&run.output), comm);
     assert_eq!(lines.len(), np, "{comm}: {}", run.output);
     lines
 }
@@ -870,15 +867,7 @@ fn reported_by_every_rank<'a>(
     comms.dedup();
     comms
         .into_iter()
-        .map(|comm| {
-            (
-                comm,
-                stats
-                    .iter()
-                    .filter(|s| s["comm"] == comm)
-                    .collect::<Vec<_>>(),
-            )
-        })
+        .map(|comm| (comm, of_comm(stats, comm)))
         .filter(|(comm, lines)| {
             lines.len() as u64 == num(lines[0], "size") && checks.iter().any(|c| c["comm"] == *comm)
         })
@@ -948,10 +937,7 @@ pub fn mixed_types_runs(
             all.extend_from_slice(mca);
             let r = run(&all, args);
             assert!(passed(&r), "with {mca:?}:\n{}", r.output);
-            let world: Vec<_> = stats_lines(&r.output)
-                .into_iter()
-                .filter(|s| s["comm"] == "MPI_COMM_WORLD")
-                .collect();
+            let world = into_comm(stats_lines(&r.output), "MPI_COMM_WORLD");
             assert_eq!(world.len(), np, "with {mca:?}:\n{}", r.output);
             for s in &world {
                 assert_eq!(
@@ -999,8 +985,7 @@ pub fn world_stats(run: &Run, np: usize) -> Vec<Line> {
     );
     let stats = stats_lines(&run.output);
     assert_multicast_accounts_for_every_byte(&stats, &check_lines(&run.output));
-    let mut world: Vec<Line> = stats.into_iter().filter(|s| s["comm"] == "world").collect();
-    world.sort_by_key(|s| num(s, "rank"));
+    let world = into_comm(stats, "world");
     let ranks: Vec<u64> = world.iter().map(|s| num(s, "rank")).collect();
     assert_eq!(
         ranks,
@@ -1009,6 +994,30 @@ pub fn world_stats(run: &Run, np: usize) -> Vec<Line> {
         run.output
     );
     world
+}
+
+/// The lines (statistics or a program's reports) of communicator `comm`, in
+/// rank order.
+pub fn of_comm<'a>(lines: &'a [Line], comm: &str) -> Vec<&'a Line> {
+    let mut mine: Vec<&Line> = lines.iter().filter(|s| s["comm"] == comm).collect();
+    mine.sort_by_key(|s| num(s, "rank"));
+    mine
+}
+
+/// [`of_comm`], for lines no longer needed otherwise.
+pub fn into_comm(lines: Vec<Line>, comm: &str) -> Vec<Line> {
+    let mut mine: Vec<Line> = lines.into_iter().filter(|s| s["comm"] == comm).collect();
+    mine.sort_by_key(|s| num(s, "rank"));
+    mine
+}
+
+/// The lines of communicator `comm` on rank `rank`: one, unless the
+/// program gave several communicators that name.
+pub fn of_rank<'a>(lines: &'a [Line], comm: &str, rank: &str) -> Vec<&'a Line> {
+    lines
+        .iter()
+        .filter(|s| s["comm"] == comm && s["rank"] == rank)
+        .collect()
 }
 
 /// The sum of a numeric field over lines (owned or borrowed).
