@@ -739,6 +739,94 @@ fn two_levels_lose_nothing_to_lost_datagrams() {
     );
 }
 
+/// Ranks whose every blocking system call may be cut short: in each rank a
+/// timer raises SIGALRM every 100 µs from before `main`, caught without
+/// `SA_RESTART` (`tests/preload/interrupting.c`), as in a program that
+/// profiles itself with a timer. On 3 hosts of 2 ranks, 10 % of the
+/// datagrams lost, blocking broadcasts (two levels, the leaders
+/// multicasting by the fixed rule) and nonblocking ones (the leaders'
+/// parts on ipmc's background thread) lose no byte and end; the signals
+/// came to every rank, the nodes' shared segments were made (a signal may
+/// cut their allocation short), and the leaders multicast.
+#[test]
+fn ranks_interrupted_by_signals_lose_nothing() {
+    let cluster = Cluster {
+        slots: 2,
+        loss: 10,
+        ..Cluster::hosts(3)
+    };
+    let preload = common::built().programs.join("libinterrupting.so");
+    let preload = format!("LD_PRELOAD={}", preload.display());
+    let wrapper = ["env", preload.as_str()];
+    // Each program, its arguments, the name it gives MPI_COMM_WORLD and the
+    // leaders' count of multicast calls.
+    let jobs: [(&str, &[&str], &str, &str); 4] = [
+        (
+            "bcast_check",
+            &["--max-bytes", "300000"],
+            "world",
+            "multicast",
+        ),
+        (
+            "ibcast_check",
+            &["--rounds", "2", "--split-first", "1"],
+            "world",
+            "multicast",
+        ),
+        ("barrier_check", &[], "MPI_COMM_WORLD", "barrier_multicast"),
+        (
+            "allgather_check",
+            &[],
+            "MPI_COMM_WORLD",
+            "allgather_multicast",
+        ),
+    ];
+    for (program, args, world, multicast) in jobs {
+        let mut mca = vec![("coll_ipmc_print_statistics", "1")];
+        // Broadcasts by the fixed rule (multicast among the leaders);
+        // barriers and allgathers measured, multicast among the candidates.
+        match program {
+            "bcast_check" => mca.push(("coll_ipmc_tune_calls", "0")),
+            "ibcast_check" => mca.push(("coll_ipmc_crossover_nodes", "3")),
+            _ => {}
+        }
+        let run = cluster.mpirun_wrapped(&mca, &wrapper, program, args);
+        assert!(
+            run.ok && run.output.contains(&format!("{program}: PASS")),
+            "{program}:\n{}",
+            run.output
+        );
+        let signals: Vec<u64> = run
+            .output
+            .lines()
+            .filter_map(|l| {
+                l.split_once("interrupting: pid=")?
+                    .1
+                    .split_once(" signals=")
+            })
+            .map(|(_, n)| n.trim().parse().unwrap())
+            .collect();
+        println!("{program}: signals per rank {signals:?}");
+        assert_eq!(signals.len(), cluster.ranks(), "{program}:\n{}", run.output);
+        assert!(signals.iter().all(|&n| n >= 100), "{program}: {signals:?}");
+        let stats = common::stats_with_collectives(&run.output);
+        let ranks = of_comm(&stats, world);
+        assert_eq!(ranks.len(), cluster.ranks(), "{program}:\n{}", run.output);
+        if program == "bcast_check" {
+            for s in &ranks {
+                assert!(num(s, "segment_bytes") > 0, "{program}: {s:?}");
+            }
+        }
+        let leaders = of_comm(&stats, &format!("ipmc leaders of {world}"));
+        assert_eq!(leaders.len(), cluster.hosts, "{program}:\n{}", run.output);
+        for s in &leaders {
+            let calls = s[multicast].split(':').next().unwrap();
+            assert!(calls.parse::<u64>().unwrap() > 0, "{program}: {s:?}");
+            assert!(num(s, "sent") + num(s, "useful") > 0, "{program}: {s:?}");
+        }
+    }
+}
+
 /// A rank that leads no host killed in the middle of a job's broadcasts
 /// (SIGKILL, `tests/mpi/killed.sh`): the job ends, with an error, well
 /// before its time limit, instead of the others waiting for it forever.

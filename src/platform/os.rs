@@ -529,8 +529,15 @@ impl SharedMapping {
             .create_new(true)
             .mode(0o600)
             .open(path)?;
-        // SAFETY: a plain call on an open descriptor; the kernel checks it.
-        let rc = unsafe { libc::posix_fallocate(file.as_raw_fd(), 0, off_t) };
+        // A signal caught while tmpfs allocates the pages ends the call with
+        // EINTR (a program's profiling timer, say): allocate again.
+        let rc = loop {
+            // SAFETY: a plain call on an open descriptor; the kernel checks it.
+            let rc = unsafe { libc::posix_fallocate(file.as_raw_fd(), 0, off_t) };
+            if rc != libc::EINTR {
+                break rc;
+            }
+        };
         let mapped = match rc {
             0 => Self::map(&file, len),
             e => Err(std::io::Error::from_raw_os_error(e)),

@@ -140,6 +140,21 @@ pub fn build_for(prefix: Option<&Path>) -> Built {
             );
         }
     }
+    // Libraries that tests preload into their ranks, built beside them.
+    for entry in std::fs::read_dir(repo().join("tests/preload")).unwrap() {
+        let src = entry.unwrap().path();
+        let lib = programs.join(format!(
+            "lib{}.so",
+            src.file_stem().unwrap().to_string_lossy()
+        ));
+        run_ok(
+            Command::new("cc")
+                .args(["-shared", "-fPIC", "-O2", "-Wall", "-Werror", "-o"])
+                .arg(&lib)
+                .arg(&src)
+                .arg("-lrt"),
+        );
+    }
     Built {
         component_dir: build,
         programs,
