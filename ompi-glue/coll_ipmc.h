@@ -70,6 +70,10 @@ int mca_coll_ipmc_bcast_init(void *buf, int count, struct ompi_datatype_t *dt, i
 /* Completes the persistent broadcasts whose started broadcast completed; the
    number completed. */
 int mca_coll_ipmc_persistent_progress(void);
+/* Frees the replaced component's requests of the nonblocking broadcasts
+   ipmc handed to it that completed, and lets their communicators go
+   (coll_ipmc_module.c); the number freed. */
+int mca_coll_ipmc_handed_progress(void);
 /* Registers the MPI_T performance variables (coll_ipmc_pvars.c). */
 void mca_coll_ipmc_register_pvars(void);
 

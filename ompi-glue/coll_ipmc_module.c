@@ -4,8 +4,12 @@
  */
 #include "ompi_config.h"
 
+#include <pthread.h>
+#include <stdlib.h>
+
 #include "ompi/communicator/communicator.h"
 #include "ompi/mca/coll/base/coll_base_functions.h"
+#include "ompi/request/request.h"
 
 #include "coll_ipmc.h"
 
@@ -138,14 +142,120 @@ static int ipmc_allgatherv(const void *sbuf, int scount, struct ompi_datatype_t 
                                   m->prev_allgatherv_module));
 }
 
+/* A nonblocking broadcast handed to the replaced component whose request
+   had not completed when it began: the user holds ipmc's request `outer`,
+   which completes when the replaced component's `inner` does, and ipmc holds
+   the communicator until then. Open MPI's libnbc does not keep the
+   communicator alive, and a program may free it before the request completes
+   (MPI allows it: pending operations complete normally); on 6 ranks or more
+   libnbc's next send then ended the process. */
+typedef struct ipmc_handed_t {
+    ompi_request_t *outer;
+    ompi_request_t *inner;
+    struct ompi_communicator_t *comm;
+    /* `inner`'s own completion callback and its data, run first. */
+    ompi_request_complete_fn_t cb;
+    void *cb_data;
+    struct ipmc_handed_t *next;
+} ipmc_handed_t;
+
+/* Those whose `inner` completed, for ipmc's progress to free `inner` and let
+   the communicator go: not inside the replaced component's progress, which
+   completes `inner`, and under which the last reference's destructor would
+   tear that component's module down. Any thread's progress may add one. */
+static ipmc_handed_t *ipmc_handed;
+static pthread_mutex_t ipmc_handed_lock = PTHREAD_MUTEX_INITIALIZER;
+
+static void ipmc_handed_push(ipmc_handed_t *h)
+{
+    pthread_mutex_lock(&ipmc_handed_lock);
+    h->next = ipmc_handed;
+    __atomic_store_n(&ipmc_handed, h, __ATOMIC_RELEASE);
+    pthread_mutex_unlock(&ipmc_handed_lock);
+}
+
+/* `inner`'s completion callback: `outer` completes with it. */
+static int ipmc_handed_complete(ompi_request_t *inner)
+{
+    ipmc_handed_t *h = (ipmc_handed_t *) inner->req_complete_cb_data;
+    int rc = OMPI_SUCCESS;
+    inner->req_complete_cb_data = h->cb_data;
+    if (NULL != h->cb) {
+        rc = h->cb(inner);
+    }
+    if (OMPI_SUCCESS != rc) {
+        /* Not complete after all: wait on, after what its callback set. */
+        h->cb = inner->req_complete_cb;
+        h->cb_data = inner->req_complete_cb_data;
+        inner->req_complete_cb = ipmc_handed_complete;
+        inner->req_complete_cb_data = h;
+        return rc;
+    }
+    ipmc_request_complete(h->outer, inner->req_status.MPI_ERROR);
+    ipmc_handed_push(h);
+    return rc;
+}
+
+/* Returns `outer`, to complete with `inner` while ipmc keeps `comm`, or
+   `inner` itself where memory is short (then as Open MPI alone). */
+static ompi_request_t *ipmc_hand(ompi_request_t *outer, ompi_request_t *inner,
+                                 struct ompi_communicator_t *comm)
+{
+    ipmc_handed_t *h = malloc(sizeof *h);
+    if (NULL == h) {
+        ipmc_request_drop(outer);
+        return inner;
+    }
+    OBJ_RETAIN(comm);
+    h->outer = outer;
+    h->inner = inner;
+    h->comm = comm;
+    h->cb = inner->req_complete_cb;
+    h->cb_data = inner->req_complete_cb_data;
+    h->next = NULL;
+    ipmc_progress_register();
+    /* Runs the callback at once if `inner` completed meanwhile. */
+    (void) ompi_request_set_callback(inner, ipmc_handed_complete, h);
+    return outer;
+}
+
+int mca_coll_ipmc_handed_progress(void)
+{
+    ipmc_handed_t *done;
+    int freed = 0;
+    if (NULL == __atomic_load_n(&ipmc_handed, __ATOMIC_ACQUIRE)
+        || 0 != pthread_mutex_trylock(&ipmc_handed_lock)) {
+        return 0;
+    }
+    done = ipmc_handed;
+    __atomic_store_n(&ipmc_handed, NULL, __ATOMIC_RELEASE);
+    pthread_mutex_unlock(&ipmc_handed_lock);
+    while (NULL != done) {
+        ipmc_handed_t *h = done;
+        done = h->next;
+        /* Another thread's completion of `inner` may not have marked it
+           yet: next time. */
+        if (!REQUEST_COMPLETE(h->inner)) {
+            ipmc_handed_push(h);
+            continue;
+        }
+        (void) ompi_request_free(&h->inner);
+        OBJ_RELEASE(h->comm);
+        free(h);
+        freed++;
+    }
+    return freed;
+}
+
 /* ipmc serves the call and completes the request it made (Rust holds one
-   reference, the user the other), or hands the call to the replaced component. */
+   reference, the user the other), or hands the call to the replaced
+   component, whose request the one ipmc made follows if it is still pending. */
 int mca_coll_ipmc_ibcast(void *buf, int count, struct ompi_datatype_t *dt, int root,
                          struct ompi_communicator_t *comm, ompi_request_t **request,
                          mca_coll_base_module_t *module)
 {
     mca_coll_ipmc_module_t *m = (mca_coll_ipmc_module_t *) module;
-    ompi_request_t *req = ipmc_request_new(comm);
+    ompi_request_t *req = ipmc_request_new(comm), *inner = NULL;
     int rc;
     if (NULL == req) {
         return OMPI_ERR_OUT_OF_RESOURCE;
@@ -155,10 +265,17 @@ int mca_coll_ipmc_ibcast(void *buf, int count, struct ompi_datatype_t *dt, int r
         *request = req;
         return OMPI_SUCCESS;
     }
-    ipmc_request_drop(req);
     if (IPMC_PREVIOUS == rc) {
-        return m->prev_ibcast(buf, count, dt, root, comm, request, m->prev_ibcast_module);
+        rc = m->prev_ibcast(buf, count, dt, root, comm, &inner, m->prev_ibcast_module);
+        if (OMPI_SUCCESS == rc && !REQUEST_COMPLETE(inner)) {
+            *request = ipmc_hand(req, inner, comm);
+            return OMPI_SUCCESS;
+        }
+        if (OMPI_SUCCESS == rc) {
+            *request = inner;
+        }
     }
+    ipmc_request_drop(req);
     return rc;
 }
 

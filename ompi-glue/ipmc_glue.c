@@ -151,7 +151,10 @@ void ipmc_progress_once(void) { (void) opal_progress(); }
 
 static bool ipmc_progress_registered = false;
 
-static int ipmc_progress(void) { return ipmc_rs_progress() + mca_coll_ipmc_persistent_progress(); }
+static int ipmc_progress(void)
+{
+    return ipmc_rs_progress() + mca_coll_ipmc_persistent_progress() + mca_coll_ipmc_handed_progress();
+}
 
 void ipmc_progress_register(void)
 {
@@ -177,6 +180,7 @@ static int ipmc_at_finalize(MPI_Comm comm, int keyval, void *value, void *extra)
     (void) value;
     (void) extra;
     ipmc_rs_finish_all();
+    (void) mca_coll_ipmc_handed_progress();
     return MPI_SUCCESS;
 }
 

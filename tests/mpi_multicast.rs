@@ -733,6 +733,50 @@ fn ibcast_check(crossover_nodes: &str, rounds: u64) -> (Vec<Line>, Vec<Line>, St
     (main, freed, run.output)
 }
 
+/// `ibcast_check` on 6 ranks with every `MPI_Ibcast` handed to the replaced
+/// component (libnbc): the algorithm forced to `previous`, or the fixed
+/// rule's crossover above every size. Each round frees a communicator
+/// whose `MPI_Ibcast` is still pending, which libnbc alone does not survive
+/// on 6 ranks or more (it does not keep the communicator, and its next send
+/// ends the process: Open MPI 4.1.4 and 5.0.7 alike). ipmc holds the
+/// communicator until libnbc's request completes: every byte right, every
+/// nonblocking call the replaced component's.
+#[test]
+fn broadcasts_handed_to_libnbc_outlive_their_freed_communicator() {
+    let rounds = 2;
+    for handed in [
+        ("coll_ipmc_bcast_algorithm", "previous"),
+        ("coll_ipmc_fixed_crossover_size", "8388608"),
+    ] {
+        let mca = [("coll_ipmc_print_statistics", "1"), handed];
+        let run = mpirun(6, &mca, "ibcast_check", &["--rounds", &rounds.to_string()]);
+        assert!(
+            run.ok && run.output.contains("ibcast_check: PASS"),
+            "{handed:?}:\n{}",
+            run.output
+        );
+        let stats = stats_lines(&run.output);
+        let freed = of_comm(&stats, "freed");
+        assert_eq!(
+            freed.len() as u64,
+            6 * rounds,
+            "{handed:?}:\n{}",
+            run.output
+        );
+        // Nothing but nonblocking broadcasts on those and on dup.
+        let dup = of_comm(&stats, "dup");
+        assert_eq!(dup.len(), 6, "{handed:?}:\n{}", run.output);
+        for s in freed.iter().chain(&dup) {
+            assert!(num(s, "ibcasts") > 0, "{handed:?}: {s:?}");
+            assert_eq!(
+                tally(s, "previous").0,
+                num(s, "ibcasts"),
+                "{handed:?}: {s:?}"
+            );
+        }
+    }
+}
+
 /// Calls of an algorithm over statistics lines.
 fn calls_by(lines: &[Line], alg: &str) -> u64 {
     lines.iter().map(|s| tally(s, alg).0).sum()
