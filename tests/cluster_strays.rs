@@ -627,8 +627,21 @@ fn a_thousand_communicators_on_one_group_and_port_leak_nothing() {
 /// that both communicators multicast every call and every byte is accounted
 /// for; returns the statistics of the two communicators.
 fn thread_run(label: &str, one_group: bool, calls: u64) -> Vec<Line> {
+    thread_run_with(label, &forced(one_group), "bcast", calls, "multicast")
+}
+
+/// Runs `thread_bcast CALLS CALL` on 4 hosts with `mca` and checks that
+/// both communicators served every call by `alg` (and, by multicast, that
+/// every byte is accounted for); returns the statistics of the two.
+fn thread_run_with(
+    label: &str,
+    mca: &[(&str, &str)],
+    call: &str,
+    calls: u64,
+    alg: &str,
+) -> Vec<Line> {
     let cluster = Cluster::hosts(4);
-    let run = cluster.mpirun(&forced(one_group), "thread_bcast", &[&calls.to_string()]);
+    let run = cluster.mpirun(mca, "thread_bcast", &[&calls.to_string(), call]);
     assert!(
         run.ok && run.output.contains("thread_bcast: PASS") && !run.output.contains("FAIL"),
         "thread_bcast failed:\n{}",
@@ -651,16 +664,22 @@ fn thread_run(label: &str, one_group: bool, calls: u64) -> Vec<Line> {
         assert_eq!(reports.len() as u64, ranks, "{}", run.output);
         let bytes = num(&reports[0], "bytes");
         assert_eq!(num(&reports[0], "bcasts"), calls, "{}", run.output);
+        let ibcasts = if call == "ibcast" { calls } else { 0 };
         for s in &lines {
-            assert_eq!(s["setup"], "ok", "{label}: {s:?}");
-            assert_eq!(tally(s, "multicast"), (calls, bytes), "{label}: {s:?}");
+            assert_eq!(tally(s, alg), (calls, bytes), "{label}: {s:?}");
+            assert_eq!(num(s, "ibcasts"), ibcasts, "{label}: {s:?}");
         }
-        let delivered = sum(&lines, "mcast_bytes") + sum(&lines, "chain_bytes");
-        assert_eq!(delivered, bytes * (ranks - 1), "{label} {comm}: {lines:?}");
-        assert!(
-            sum(&lines, "sent") > 0 && sum(&lines, "useful") > 0,
-            "{label}: multicast did nothing on {comm}: {lines:?}"
-        );
+        if alg == "multicast" {
+            for s in &lines {
+                assert_eq!(s["setup"], "ok", "{label}: {s:?}");
+            }
+            let delivered = sum(&lines, "mcast_bytes") + sum(&lines, "chain_bytes");
+            assert_eq!(delivered, bytes * (ranks - 1), "{label} {comm}: {lines:?}");
+            assert!(
+                sum(&lines, "sent") > 0 && sum(&lines, "useful") > 0,
+                "{label}: multicast did nothing on {comm}: {lines:?}"
+            );
+        }
         both.extend(lines.into_iter().cloned());
     }
     print_stats(label, &both);
@@ -671,6 +690,20 @@ fn thread_run(label: &str, one_group: bool, calls: u64) -> Vec<Line> {
 fn two_threads_broadcast_at_once() {
     timed("two_threads_broadcast_at_once", || {
         thread_run("threads", false, 500);
+    });
+}
+
+/// `MPI_Ibcast` from two threads at once: by multicast (ipmc's background
+/// work of two communicators driven from two threads), and every call
+/// handed to the replaced component (ipmc's requests following `libnbc`'s).
+#[test]
+fn two_threads_ibcast_at_once() {
+    timed("two_threads_ibcast_at_once", || {
+        thread_run_with("threads ibcast", &forced(false), "ibcast", 300, "multicast");
+        let mut mca = forced(false);
+        mca.retain(|(k, _)| *k != "coll_ipmc_bcast_algorithm");
+        mca.push(("coll_ipmc_bcast_algorithm", "previous"));
+        thread_run_with("threads ibcast handed", &mca, "ibcast", 300, "previous");
     });
 }
 

@@ -2,11 +2,11 @@
  * Broadcasts on two communicators at the same time from two threads
  * (MPI_THREAD_MULTIPLE), every byte checked on every rank.
  *
- *   thread_bcast [CALLS]
+ *   thread_bcast [CALLS [bcast|ibcast]]
  *
  * Two dups of MPI_COMM_WORLD, named "t0" and "t1"; thread k makes CALLS
  * (default 300) broadcasts on "tk" with sizes from 1 byte to 256 KiB and
- * changing roots. Prints "thread_bcast: comm=tK rank=R bcasts=N bytes=B" per
+ * changing roots: MPI_Bcast, or with "ibcast" MPI_Ibcast and MPI_Wait. Prints "thread_bcast: comm=tK rank=R bcasts=N bytes=B" per
  * thread and rank, and "thread_bcast: PASS" on rank 0 when every rank
  * received exactly the root's bytes.
  */
@@ -21,6 +21,7 @@
 #define MAX_BYTES (256 * 1024)
 
 static long calls = 300;
+static int nonblocking = 0;
 
 typedef struct {
     int id;
@@ -60,7 +61,13 @@ static void *run(void *arg)
         for (size_t i = 0; i < n; i++) {
             buf[i] = rank == root ? pattern(job->id, c, i) : SENTINEL;
         }
-        MPI_Bcast(buf, (int) n, MPI_BYTE, root, job->comm);
+        if (nonblocking) {
+            MPI_Request req;
+            MPI_Ibcast(buf, (int) n, MPI_BYTE, root, job->comm, &req);
+            MPI_Wait(&req, MPI_STATUS_IGNORE);
+        } else {
+            MPI_Bcast(buf, (int) n, MPI_BYTE, root, job->comm);
+        }
         for (size_t i = 0; i < n; i++) {
             if (buf[i] != pattern(job->id, c, i)) {
                 fprintf(stderr, "thread_bcast: FAIL comm=t%d rank=%d call=%ld root=%d bytes=%zu "
@@ -91,6 +98,13 @@ int main(int argc, char **argv)
     }
     if (argc > 1) {
         calls = strtol(argv[1], NULL, 0);
+    }
+    if (argc > 2) {
+        nonblocking = 0 == strcmp(argv[2], "ibcast");
+        if (!nonblocking && 0 != strcmp(argv[2], "bcast")) {
+            fprintf(stderr, "usage: thread_bcast [CALLS [bcast|ibcast]]\n");
+            MPI_Abort(MPI_COMM_WORLD, 2);
+        }
     }
     for (int k = 0; k < 2; k++) {
         char name[8];
