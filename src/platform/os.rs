@@ -529,8 +529,8 @@ impl SharedMapping {
             .create_new(true)
             .mode(0o600)
             .open(path)?;
-        // A signal caught while tmpfs allocates the pages ends the call with
-        // EINTR (a program's profiling timer, say): allocate again.
+        // A signal caught meanwhile may end the call with EINTR
+        // (posix_fallocate(3); a program's profiling timer, say): try again.
         let rc = loop {
             // SAFETY: a plain call on an open descriptor; the kernel checks it.
             let rc = unsafe { libc::posix_fallocate(file.as_raw_fd(), 0, off_t) };
