@@ -152,7 +152,7 @@ pub fn build_for(prefix: Option<&Path>) -> Built {
                 .args(["-shared", "-fPIC", "-O2", "-Wall", "-Werror", "-o"])
                 .arg(&lib)
                 .arg(&src)
-                .arg("-lrt"),
+                .args(["-lrt", "-ldl"]),
         );
     }
     Built {
