@@ -9,8 +9,10 @@
  *
  * Not before MPI_Init has returned: Open MPI's own start (PMIx's connection
  * to its server) fails now and then when a signal cuts it short, with or
- * without ipmc, which this library is not there to test. ipmc's work on a
- * communicator starts at its first collective, after MPI_Init.
+ * without ipmc, which this library is not there to test. Of ipmc's work,
+ * only its set-up of MPI_COMM_WORLD falls inside MPI_Init; what that starts
+ * goes on in ipmc's background thread, and the collectives, with their
+ * two-level split and shared segments, all come after.
  *
  * A POSIX timer (timer_create), not setitimer: it is deleted at exec, so a
  * wrapper such as env(1) that loads this library first does not pass an
