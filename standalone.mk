@@ -15,11 +15,11 @@ CC      ?= cc
 DESTDIR ?= $(HOME)/.openmpi/components
 BUILD   ?= build
 
-OMPI_CFLAGS := $(shell $(MPICC) --showme:compile)
-OMPI_LIBDIR := $(firstword $(shell $(MPICC) --showme:libdirs))
+OMPI_CFLAGS := $(shell $(MPICC) --showme:compile 2>/dev/null)
+OMPI_LIBDIR := $(firstword $(shell $(MPICC) --showme:libdirs 2>/dev/null))
 # Open MPI 4.1 has libopen-rte; 5.0 (PRRTE) has none, and its modex calls
 # are PMIx's own (libpmix, bundled or the system's).
-OMPI_VERSION := $(shell $(MPICC) --showme:version 2>&1)
+OMPI_VERSION := $(shell command -v $(MPICC) >/dev/null && $(MPICC) --showme:version 2>&1)
 OMPI_LIBS := -lmpi -lopen-pal $(if $(wildcard $(OMPI_LIBDIR)/libopen-rte.so),-lopen-rte,-lpmix)
 # Finds that Open MPI's libraries wherever it is installed; a distribution's
 # package, whose libraries are on the linker's path, sets it empty.
@@ -44,11 +44,21 @@ $(BUILD):
 	mkdir -p $@
 
 # What the glue was compiled against; rewritten only when it changes, so that
-# a change of Open MPI rebuilds everything that depends on it.
+# a change of Open MPI rebuilds everything that depends on it. Before it is
+# written, the build stops with a message where that Open MPI cannot build a
+# component: no wrapper compiler, or no internal headers (a distribution's
+# runtime package alone; a source build without --with-devel-headers).
 OMPI_STAMP = $(BUILD)/openmpi.stamp
 OMPI_ID    = $(MPICC) | $(OMPI_VERSION) | $(OMPI_CFLAGS) | $(OMPI_LIBDIR) | $(OMPI_LIBS) | $(RPATH)
 $(OMPI_STAMP): FORCE | $(BUILD)
-	@echo '$(OMPI_ID)' | cmp -s - $@ || echo '$(OMPI_ID)' > $@
+	@echo '$(OMPI_ID)' | cmp -s - $@ || { \
+	    command -v $(MPICC) >/dev/null 2>&1 || { \
+	        echo "standalone.mk: no Open MPI wrapper compiler '$(MPICC)': install Open MPI with its development files (libopenmpi-dev on Debian), or name its mpicc with MPICC=" >&2; \
+	        exit 1; }; \
+	    echo '#include "ompi_config.h"' | $(CC) $(CPPFLAGS) $(OMPI_CFLAGS) -E -x c - >/dev/null 2>&1 || { \
+	        echo "standalone.mk: the Open MPI of $(MPICC) ($(OMPI_VERSION)) has no internal headers where it looks ($(OMPI_CFLAGS)); a component is built against them: libopenmpi-dev on Debian, --with-devel-headers for a source build" >&2; \
+	        exit 1; }; \
+	    echo '$(OMPI_ID)' > $@; }
 
 $(BUILD)/%.o: ompi-glue/%.c ompi-glue/coll_ipmc.h ompi-glue/ipmc_glue.h ompi-glue/ipmc_compat.h \
     mca-params/ipmc_params.def $(OMPI_STAMP) | $(BUILD)
