@@ -32,8 +32,9 @@ fn make_with(mpicc: &str, dir: &Path) -> Run {
     )
 }
 
-/// The build failed with `message` and compiled nothing: no cargo build ran
-/// into the scratch directory's target, no glue object was made.
+/// The build failed with `message` before compiling anything: the C
+/// compiler never ran, and the build directory holds no glue object and no
+/// stamp of the Open MPI it was built against.
 fn stopped_before_compiling(run: &Run, dir: &Path, message: &str) {
     assert!(!run.ok, "the build succeeded:\n{}", run.output);
     assert!(
