@@ -998,7 +998,11 @@ impl Tuner {
             cands[fastest]
         };
         let calls = self.samples_of(k);
-        let closer = !self.classes[k].closer && self.closer_look_pays(k, &times);
+        // Not where multicast was given up: it would be measured again on
+        // every call of the closer look, its datagrams lost on the way.
+        let closer = !self.classes[k].closer
+            && lost_permille < GIVE_UP_LOSS_PERMILLE
+            && self.closer_look_pays(k, &times);
         let c = &mut self.classes[k];
         let (at, interim) = match c.phase {
             Phase::Voting { at, interim } => {
@@ -1818,6 +1822,17 @@ mod tests {
         assert_eq!(t.settle(k, &closer).alg, SplitBinary);
         assert!(table(&t).ends_with("; 8 calls each)"), "{}", table(&t));
         // Decided: no third look.
+        for _ in 0..100 {
+            assert_eq!(t.plan(bytes), Some((SplitBinary, None)));
+        }
+        // Multicast given up (every datagram lost): Open MPI's fastest
+        // serves at once, with no closer look that would multicast again.
+        let mut t = Tuner::new(2, 0, false);
+        measure(&mut t, bytes, |_| 1);
+        assert_eq!(t.settle(k, &[300, 100, 200, 380, 1]).alg, SplitBinary);
+        for _ in 0..interim_left(bytes) {
+            assert_eq!(t.plan(bytes), Some((Multicast, None)));
+        }
         for _ in 0..100 {
             assert_eq!(t.plan(bytes), Some((SplitBinary, None)));
         }
