@@ -181,9 +181,10 @@ const CLOSER_FACTOR: usize = 4;
 /// What a closer look may cost, its candidates' best times summed over its
 /// calls: on a network where the first look took several milliseconds
 /// (100 Mbit/s, where multicast wins by 3 to 8 times: 78 ms at 16 KiB on 4
-/// emulated hosts) it is not taken. It is paid once per class and communicator (later ones of
-/// the same processes take the decision on), and only what the slower
-/// candidates' calls take beyond the fastest's is lost. With 20 ms, at
+/// emulated hosts) it is not taken. It is paid once per class and
+/// communicator (later ones of the same processes take the decision on),
+/// and only what the slower candidates' calls take beyond the fastest's is
+/// lost. With 20 ms, at
 /// 64 KiB on 8 emulated hosts at 10 Gbit/s the first look summed 2.6 to
 /// 2.8 ms (8 calls each: 21 to 23 ms), took no closer look, and picked the
 /// split binary tree in 2 runs of 12 (429 µs per call, the runs' median);
@@ -984,8 +985,8 @@ impl Tuner {
             Some(v) if v > 0 => DELIVERED_VOTE - v.min(DELIVERED_VOTE),
             _ => 0,
         };
-        let usable =
-            |i: &usize| cands[*i] != Algorithm::Multicast || lost_permille < GIVE_UP_LOSS_PERMILLE;
+        let multicast_given_up = lost_permille >= GIVE_UP_LOSS_PERMILLE;
+        let usable = |i: &usize| cands[*i] != Algorithm::Multicast || !multicast_given_up;
         let fastest = (0..cands.len())
             .filter(usable)
             .min_by_key(|&i| times[i])
@@ -1000,9 +1001,8 @@ impl Tuner {
         let calls = self.samples_of(k);
         // Not where multicast was given up: it would be measured again on
         // every call of the closer look, its datagrams lost on the way.
-        let closer = !self.classes[k].closer
-            && lost_permille < GIVE_UP_LOSS_PERMILLE
-            && self.closer_look_pays(k, &times);
+        let closer =
+            !self.classes[k].closer && !multicast_given_up && self.closer_look_pays(k, &times);
         let c = &mut self.classes[k];
         let (at, interim) = match c.phase {
             Phase::Voting { at, interim } => {
