@@ -43,6 +43,33 @@ fn main() {
         .expect("could not write the generated bindings");
     let table = fs::read_to_string("mca-params/ipmc_params.def").expect("the parameter table");
     generate_params(&rows(&table), &out);
+    wide_clmul_cfg();
+}
+
+/// `ipmc_wide_clmul` where the compiler has the 512-bit carry-less
+/// multiplication's intrinsics (stable since Rust 1.89, after the
+/// `rust-version`): the datagrams' tag then hashes 16 blocks at a time on
+/// CPUs that have it (`src/cpu/polyval.rs`), and the POLYVAL crate's
+/// 4 blocks at a time everywhere else.
+fn wide_clmul_cfg() {
+    println!("cargo:rustc-check-cfg=cfg(ipmc_wide_clmul)");
+    let rustc = env::var("RUSTC").unwrap_or_else(|_| "rustc".into());
+    let version = std::process::Command::new(rustc)
+        .arg("--version")
+        .output()
+        .ok()
+        .and_then(|o| String::from_utf8(o.stdout).ok())
+        .unwrap_or_default();
+    // "rustc 1.MINOR.PATCH (...)"
+    let minor: Option<u32> = version
+        .split_whitespace()
+        .nth(1)
+        .and_then(|v| v.split('.').nth(1))
+        .and_then(|m| m.parse().ok());
+    let x86_64 = env::var("CARGO_CFG_TARGET_ARCH").is_ok_and(|a| a == "x86_64");
+    if x86_64 && minor.is_some_and(|m| m >= 89) {
+        println!("cargo:rustc-cfg=ipmc_wide_clmul");
+    }
 }
 
 /// One row of `mca-params/ipmc_params.def` (see the table's header).

@@ -5,6 +5,8 @@
 //! ground up; each imports only from the layers before it in this list (a
 //! test holds them to it, `tests/layers.rs`; `docs/architecture.md`):
 //!
+//! - [`cpu`]: the CPU's own instructions where portable code is much
+//!   slower, with the `unsafe` they take (POLYVAL for the datagrams' tag);
 //! - [`protocol`]: the two-stage multicast broadcast (thesis §3.2) as a pure
 //!   state machine ([`protocol::two_stage`]), its flow control, and the
 //!   multicast datagram format ([`protocol::datagram`], `docs/datagram.md`);
@@ -36,7 +38,7 @@
 //!   engine ([`component::background`]);
 //! - [`ffi`]: the entry points C calls, each behind the panic boundary.
 //!
-//! `unsafe` is denied but in [`platform`] and [`ffi`]. Tests only: `testing`,
+//! `unsafe` is denied but in [`platform`], [`ffi`] and [`cpu`]. Tests only: `testing`,
 //! an in-memory point-to-point network of threads. The protocol and its
 //! driver are also run by the simulator (`sim/`).
 #![deny(unsafe_code)]
@@ -48,6 +50,7 @@
 pub mod algorithms;
 pub mod base;
 pub mod component;
+pub mod cpu;
 pub mod driver;
 pub mod engine;
 pub mod ffi;

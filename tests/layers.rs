@@ -5,7 +5,8 @@
 use std::path::{Path, PathBuf};
 
 /// The layers, from the ground up.
-const LAYERS: [&str; 10] = [
+const LAYERS: [&str; 11] = [
+    "cpu",
     "protocol",
     "base",
     "platform",
