@@ -45,14 +45,15 @@ mod imp {
         /// The key `h`'s powers, or `None` where the CPU lacks the
         /// instructions.
         pub fn new(h: &[u8; 16]) -> Option<Self> {
-            if !(is_x86_feature_detected!("avx512f")
-                && is_x86_feature_detected!("vpclmulqdq")
-                && is_x86_feature_detected!("pclmulqdq"))
-            {
-                return None;
-            }
             // SAFETY: the CPU has the features `expand` is compiled for.
-            Some(unsafe { expand(h) })
+            Self::available().then(|| unsafe { expand(h) })
+        }
+
+        /// Whether this CPU has the instructions.
+        pub fn available() -> bool {
+            is_x86_feature_detected!("avx512f")
+                && is_x86_feature_detected!("vpclmulqdq")
+                && is_x86_feature_detected!("pclmulqdq")
         }
 
         /// POLYVAL of `bytes` zero-padded to whole blocks, then the block
@@ -227,6 +228,10 @@ mod imp {
     impl WidePolyval {
         pub fn new(_h: &[u8; 16]) -> Option<Self> {
             None
+        }
+
+        pub fn available() -> bool {
+            false
         }
 
         pub fn hash(&self, _bytes: &[u8], _last: &[u8; 16]) -> [u8; 16] {

@@ -133,6 +133,12 @@ pub struct Protection {
     mac: Option<Box<PolyvalMac>>,
 }
 
+/// Whether the AES-128-POLYVAL tag hashes 16 blocks per reduction here
+/// ([`crate::cpu::polyval`]).
+pub fn polyval_is_wide() -> bool {
+    crate::cpu::polyval::WidePolyval::available()
+}
+
 /// Whether this CPU computes AES-128 and POLYVAL in hardware (AES and
 /// carry-less multiplication instructions), which their code detects at run
 /// time; without them the tag would be slower than keyed BLAKE3.
