@@ -38,8 +38,8 @@
 //!   engine ([`component::background`]);
 //! - [`ffi`]: the entry points C calls, each behind the panic boundary.
 //!
-//! `unsafe` is denied but in [`platform`], [`ffi`] and [`cpu`]. Tests only: `testing`,
-//! an in-memory point-to-point network of threads. The protocol and its
+//! `unsafe` is denied but in [`platform`], [`ffi`] and [`cpu`]. Tests only:
+//! `testing`, an in-memory point-to-point network of threads. The protocol and its
 //! driver are also run by the simulator (`sim/`).
 #![deny(unsafe_code)]
 // Its items are public for the simulator and the tests, not as an API: the

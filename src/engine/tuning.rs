@@ -184,11 +184,10 @@ const CLOSER_FACTOR: usize = 4;
 /// emulated hosts) it is not taken. It is paid once per class and
 /// communicator (later ones of the same processes take the decision on),
 /// and only what the slower candidates' calls take beyond the fastest's is
-/// lost. With 20 ms, at
-/// 64 KiB on 8 emulated hosts at 10 Gbit/s the first look summed 2.6 to
-/// 2.8 ms (8 calls each: 21 to 23 ms), took no closer look, and picked the
-/// split binary tree in 2 runs of 12 (429 µs per call, the runs' median);
-/// with 50 ms, in 8 of 12 (388 µs).
+/// lost. With 20 ms, at 64 KiB on 8 emulated hosts at 10 Gbit/s the first
+/// look summed 2.6 to 2.8 ms (8 calls each: 21 to 23 ms), took no closer
+/// look, and picked the split binary tree in 2 runs of 12 (429 µs per
+/// call, the runs' median); with 50 ms, in 8 of 12 (388 µs).
 const CLOSER_LOOK_BUDGET: Duration = Duration::from_millis(50);
 /// Open MPI's binomial and binary trees measured against the others up to
 /// this size: there one tree step costs about a message's latency, and one
