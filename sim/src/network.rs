@@ -116,6 +116,9 @@ impl Network {
             tcp_window: 64 << 10,
             call_bytes: 65507,
             per_message_ns: 5_000,
+            // Fitted at 10 Gbit/s, where the wire nearly sets the pace; at
+            // 25 Gbit/s the same hosts fit 200 ns and 775 ps (500 with the
+            // wide POLYVAL), `docs/simulator.md`: these overstate them.
             per_datagram_ns: 350,
             per_byte_ps: 250,
             per_datagram_byte_ps: 1_050,
