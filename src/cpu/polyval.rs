@@ -1,10 +1,11 @@
 //! POLYVAL (RFC 8452) sixteen blocks at a time, with the CPU's 512-bit
-//! carry-less multiplication (AVX-512F and VPCLMULQDQ), for the datagrams'
-//! tag ([`crate::protocol::polyval_mac`]).
+//! carry-less multiplication (AVX-512F and VPCLMULQDQ) or its 256-bit one
+//! (AVX2 and VPCLMULQDQ: AMD's Zen 3, Intel's cores without AVX-512), for
+//! the datagrams' tag ([`crate::protocol::polyval_mac`]).
 //!
 //! The POLYVAL crate multiplies 4 blocks by H⁴ … H¹ with 128-bit
-//! instructions and reduces once per 4; here each 512-bit instruction
-//! multiplies 4 blocks at once, and 16 blocks by H¹⁶ … H¹ share one
+//! instructions and reduces once per 4; here each instruction multiplies 4
+//! blocks at once (2 with 256 bits), and 16 blocks by H¹⁶ … H¹ share one
 //! reduction: the datagrams' tag about twice as fast on MTU-sized datagrams
 //! (`docs/performance.md`, "A wider POLYVAL"). The arithmetic is the
 //! crate's, after its x86 backend (polyval 0.7, MIT or Apache-2.0): the
@@ -17,7 +18,7 @@
 //! CPU without the instructions, [`WidePolyval::new`] gives `None` and the
 //! crate hashes.
 
-pub use imp::WidePolyval;
+pub use imp::{Bits, WidePolyval};
 
 // Compiled only by Rust 1.89 or later (`build.rs`), so its MSRV is that.
 #[cfg(all(target_arch = "x86_64", ipmc_wide_clmul))]
@@ -39,28 +40,127 @@ mod imp {
         h: [[u8; 16]; WIDTH],
         /// Each power's `D = swap(H) ⊕ H₀·P1`.
         d: [[u8; 16]; WIDTH],
+        /// The widest multiplication this CPU has.
+        bits: Bits,
+    }
+
+    /// Bits per carry-less multiplication instruction.
+    #[derive(Clone, Copy, Debug, PartialEq, Eq)]
+    pub enum Bits {
+        /// AVX-512F: 4 blocks per instruction.
+        B512,
+        /// AVX2: 2 blocks per instruction.
+        B256,
+    }
+
+    impl Bits {
+        /// The widest this CPU has, if any.
+        fn detected() -> Option<Self> {
+            if !is_x86_feature_detected!("vpclmulqdq") || !is_x86_feature_detected!("pclmulqdq") {
+                None
+            } else if is_x86_feature_detected!("avx512f") {
+                Some(Bits::B512)
+            } else if is_x86_feature_detected!("avx2") {
+                Some(Bits::B256)
+            } else {
+                None
+            }
+        }
+
+        /// Whether this CPU has this width.
+        fn runs_here(self) -> bool {
+            match (self, Self::detected()) {
+                (_, None) => false,
+                (Bits::B512, Some(widest)) => widest == Bits::B512,
+                (Bits::B256, Some(_)) => true,
+            }
+        }
     }
 
     impl WidePolyval {
-        /// The key `h`'s powers, or `None` where the CPU lacks the
-        /// instructions.
+        /// The key `h`'s powers, hashed as wide as the CPU can, or `None`
+        /// where it lacks the instructions.
         pub fn new(h: &[u8; 16]) -> Option<Self> {
-            // SAFETY: the CPU has the features `expand` is compiled for.
-            Self::available().then(|| unsafe { expand(h) })
+            Self::with_bits(h, Bits::detected()?)
         }
 
-        /// Whether this CPU has the instructions.
-        pub fn available() -> bool {
-            is_x86_feature_detected!("avx512f")
-                && is_x86_feature_detected!("vpclmulqdq")
-                && is_x86_feature_detected!("pclmulqdq")
+        /// The key `h`'s powers hashed `bits` at a time, or `None` where
+        /// the CPU cannot.
+        pub fn with_bits(h: &[u8; 16], bits: Bits) -> Option<Self> {
+            // SAFETY: the CPU has the features `expand` is compiled for
+            // (`runs_here` checked `pclmulqdq`).
+            bits.runs_here().then(|| unsafe { expand(h, bits) })
+        }
+
+        /// The widest multiplication this CPU has, if wider than the
+        /// crate's.
+        pub fn available() -> Option<Bits> {
+            Bits::detected()
         }
 
         /// POLYVAL of `bytes` zero-padded to whole blocks, then the block
         /// `last` (the MAC's lengths).
         pub fn hash(&self, bytes: &[u8], last: &[u8; 16]) -> [u8; 16] {
-            // SAFETY: `new` found the features `hash` is compiled for.
-            unsafe { hash(self, bytes, last) }
+            let blocks = Blocks::new(bytes, last);
+            match self.bits {
+                // SAFETY: `with_bits` found the features `hash_512` is
+                // compiled for.
+                Bits::B512 => unsafe { hash_512(self, &blocks) },
+                // SAFETY: `with_bits` found the features `hash_256` is
+                // compiled for.
+                Bits::B256 => unsafe { hash_256(self, &blocks) },
+            }
+        }
+    }
+
+    /// A message's blocks: `bytes`' whole ones, then the padded rest and
+    /// the last block.
+    struct Blocks<'a> {
+        bytes: &'a [u8],
+        /// Whole blocks of `bytes`.
+        full: usize,
+        /// The padded last block of `bytes` (if partial) and `last`.
+        tail: [u8; 32],
+        /// Blocks in all.
+        n: usize,
+    }
+
+    impl<'a> Blocks<'a> {
+        fn new(bytes: &'a [u8], last: &[u8; 16]) -> Self {
+            let full = bytes.len() / 16;
+            let rem = bytes.len() % 16;
+            let mut tail = [0u8; 32];
+            let tail_blocks = if rem > 0 {
+                tail[..rem].copy_from_slice(&bytes[full * 16..]);
+                tail[16..].copy_from_slice(last);
+                2
+            } else {
+                tail[..16].copy_from_slice(last);
+                1
+            };
+            Blocks {
+                bytes,
+                full,
+                tail,
+                n: full + tail_blocks,
+            }
+        }
+
+        /// Each reduction's blocks, as its part of `bytes` and its part of
+        /// the tail: groups of 16 but the first, so that the tail ends the
+        /// last one.
+        fn groups(&self) -> impl Iterator<Item = (&[u8], &[u8])> + '_ {
+            let first = self.n - WIDTH * ((self.n - 1) / WIDTH);
+            let starts = std::iter::once((0, first))
+                .chain((first..self.n).step_by(WIDTH).map(|start| (start, WIDTH)));
+            starts.map(|(start, g)| {
+                let own = self.full.saturating_sub(start).min(g);
+                let from_tail = start.max(self.full) - self.full;
+                (
+                    &self.bytes[start * 16..(start + own) * 16],
+                    &self.tail[from_tail * 16..(from_tail + g - own) * 16],
+                )
+            })
         }
     }
 
@@ -77,10 +177,11 @@ mod imp {
     }
 
     #[target_feature(enable = "pclmulqdq")]
-    fn expand(key: &[u8; 16]) -> WidePolyval {
+    fn expand(key: &[u8; 16], bits: Bits) -> WidePolyval {
         let mut out = WidePolyval {
             h: [[0; 16]; WIDTH],
             d: [[0; 16]; WIDTH],
+            bits,
         };
         let h1 = load(key);
         let d1 = companion(h1);
@@ -130,35 +231,19 @@ mod imp {
     }
 
     #[target_feature(enable = "avx512f,vpclmulqdq,pclmulqdq")]
-    fn hash(key: &WidePolyval, bytes: &[u8], last: &[u8; 16]) -> [u8; 16] {
-        let full = bytes.len() / 16;
-        let rem = bytes.len() % 16;
-        // The padded last block of `bytes` (if partial) and `last`.
-        let mut tail = [0u8; 32];
-        let tail_blocks = if rem > 0 {
-            tail[..rem].copy_from_slice(&bytes[full * 16..]);
-            tail[16..].copy_from_slice(last);
-            2
-        } else {
-            tail[..16].copy_from_slice(last);
-            1
-        };
-        let n = full + tail_blocks;
-        // Groups of 16 but the first, so that the tail ends the last one.
-        let mut g = n - WIDTH * ((n - 1) / WIDTH);
-        let mut start = 0;
+    fn hash_512(key: &WidePolyval, blocks: &Blocks) -> [u8; 16] {
         let mut acc = _mm_setzero_si128();
-        while start < n {
-            let own = full.saturating_sub(start).min(g);
-            let from_tail = start.max(full) - full;
-            acc = group(
-                key,
-                acc,
-                &bytes[start * 16..(start + own) * 16],
-                &tail[from_tail * 16..(from_tail + g - own) * 16],
-            );
-            start += g;
-            g = WIDTH;
+        for (first, second) in blocks.groups() {
+            acc = group_512(key, acc, first, second);
+        }
+        store(acc)
+    }
+
+    #[target_feature(enable = "avx2,vpclmulqdq,pclmulqdq")]
+    fn hash_256(key: &WidePolyval, blocks: &Blocks) -> [u8; 16] {
+        let mut acc = _mm_setzero_si128();
+        for (first, second) in blocks.groups() {
+            acc = group_256(key, acc, first, second);
         }
         store(acc)
     }
@@ -167,15 +252,11 @@ mod imp {
     /// (together at most 16): Σ block_j · H^(g − j), `acc` added to the
     /// first block.
     #[target_feature(enable = "avx512f,vpclmulqdq,pclmulqdq")]
-    fn group(key: &WidePolyval, acc: __m128i, first: &[u8], second: &[u8]) -> __m128i {
-        let g = (first.len() + second.len()) / 16;
-        debug_assert!(
-            g <= WIDTH && first.len().is_multiple_of(16) && second.len().is_multiple_of(16)
-        );
+    fn group_512(key: &WidePolyval, acc: __m128i, first: &[u8], second: &[u8]) -> __m128i {
+        let mut power = first_power(first, second);
         let mut r = _mm512_setzero_si512();
         let mut f = _mm512_setzero_si512();
         let mut carry = _mm512_zextsi128_si512(acc);
-        let mut power = WIDTH - g;
         for blocks in [first, second] {
             for four in blocks.chunks(64) {
                 let lanes = four.len() / 16;
@@ -204,6 +285,69 @@ mod imp {
         reduce(lanes_summed(r), lanes_summed(f))
     }
 
+    /// [`group_512`] 2 blocks per instruction.
+    #[target_feature(enable = "avx2,vpclmulqdq,pclmulqdq")]
+    fn group_256(key: &WidePolyval, acc: __m128i, first: &[u8], second: &[u8]) -> __m128i {
+        let mut power = first_power(first, second);
+        let mut r = _mm256_setzero_si256();
+        let mut f = _mm256_setzero_si256();
+        let mut carry = _mm256_zextsi128_si256(acc);
+        for blocks in [first, second] {
+            for two in blocks.chunks(32) {
+                let (x, h, d) = match <&[u8; 32]>::try_from(two) {
+                    Ok(two) => (
+                        load_2(two),
+                        load_2(powers_2(&key.h, power)),
+                        load_2(powers_2(&key.d, power)),
+                    ),
+                    Err(_) => (
+                        _mm256_zextsi128_si256(load(two.try_into().expect("one block"))),
+                        _mm256_zextsi128_si256(load(&key.h[power])),
+                        _mm256_zextsi128_si256(load(&key.d[power])),
+                    ),
+                };
+                let x = _mm256_xor_si256(x, carry);
+                carry = _mm256_setzero_si256();
+                r = _mm256_xor_si256(r, _mm256_clmulepi64_epi128::<0x10>(x, d));
+                r = _mm256_xor_si256(r, _mm256_clmulepi64_epi128::<0x11>(x, h));
+                f = _mm256_xor_si256(f, _mm256_clmulepi64_epi128::<0x00>(x, d));
+                f = _mm256_xor_si256(f, _mm256_clmulepi64_epi128::<0x01>(x, h));
+                power += two.len() / 16;
+            }
+        }
+        let sum = |v: __m256i| {
+            _mm_xor_si128(
+                _mm256_extracti128_si256::<0>(v),
+                _mm256_extracti128_si256::<1>(v),
+            )
+        };
+        reduce(sum(r), sum(f))
+    }
+
+    /// Where a group of the blocks of `first` then `second` starts in the
+    /// powers: 16 − g for g blocks, so that the last meets H¹.
+    fn first_power(first: &[u8], second: &[u8]) -> usize {
+        let g = (first.len() + second.len()) / 16;
+        debug_assert!(
+            g <= WIDTH && first.len().is_multiple_of(16) && second.len().is_multiple_of(16)
+        );
+        WIDTH - g
+    }
+
+    /// The powers `at` and `at + 1` as one run of 32 bytes.
+    fn powers_2(powers: &[[u8; 16]; WIDTH], at: usize) -> &[u8; 32] {
+        powers[at..at + 2]
+            .as_flattened()
+            .try_into()
+            .expect("two blocks")
+    }
+
+    #[target_feature(enable = "avx")]
+    fn load_2(blocks: &[u8; 32]) -> __m256i {
+        // SAFETY: 32 readable bytes; the load has no alignment rule.
+        unsafe { _mm256_loadu_si256(blocks.as_ptr().cast()) }
+    }
+
     #[target_feature(enable = "avx512f")]
     fn lanes_summed(v: __m512i) -> __m128i {
         _mm_xor_si128(
@@ -225,13 +369,24 @@ mod imp {
     #[derive(Clone)]
     pub struct WidePolyval(std::convert::Infallible);
 
+    /// Bits per carry-less multiplication instruction.
+    #[derive(Clone, Copy, Debug, PartialEq, Eq)]
+    pub enum Bits {
+        B512,
+        B256,
+    }
+
     impl WidePolyval {
         pub fn new(_h: &[u8; 16]) -> Option<Self> {
             None
         }
 
-        pub fn available() -> bool {
-            false
+        pub fn with_bits(_h: &[u8; 16], _bits: Bits) -> Option<Self> {
+            None
+        }
+
+        pub fn available() -> Option<Bits> {
+            None
         }
 
         pub fn hash(&self, _bytes: &[u8], _last: &[u8; 16]) -> [u8; 16] {

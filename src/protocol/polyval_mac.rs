@@ -15,14 +15,16 @@
 //! offered again is the same message). GHASH in the RustCrypto crates is
 //! POLYVAL with every block reversed around it; skipping that makes the tag
 //! about 1.5 times as fast on MTU-sized datagrams (`docs/performance.md`,
-//! "A faster tag"). Where the CPU multiplies 512 bits at once, the hash is
-//! [`WidePolyval`]'s, the same value: the tag about twice as fast.
+//! "A faster tag"). Where the CPU multiplies 256 or 512 bits at once, the
+//! hash is [`WidePolyval`]'s, the same value: the tag about twice as fast.
 
 use aes::cipher::{BlockCipherEncrypt, KeyInit as _};
 use aes::Aes128;
 use polyval::universal_hash::UniversalHash;
 use polyval::Polyval;
 
+#[cfg(test)]
+use crate::cpu::polyval::Bits;
 use crate::cpu::polyval::WidePolyval;
 
 /// Bytes of a tag: one AES block.
@@ -41,21 +43,28 @@ pub struct PolyvalMac {
 
 impl PolyvalMac {
     pub fn new(key: &[u8; 16]) -> Self {
-        Self::with(key, true)
+        Self::with(key, WidePolyval::new)
     }
 
     /// With the POLYVAL crate's hash whatever the CPU.
     #[cfg(test)]
     pub fn portable(key: &[u8; 16]) -> Self {
-        Self::with(key, false)
+        Self::with(key, |_| None)
     }
 
-    fn with(key: &[u8; 16], wide: bool) -> Self {
+    /// With the hash `bits` at a time, if this CPU can.
+    #[cfg(test)]
+    pub fn with_bits(key: &[u8; 16], bits: Bits) -> Option<Self> {
+        let mac = Self::with(key, |h| WidePolyval::with_bits(h, bits));
+        mac.is_wide().then_some(mac)
+    }
+
+    fn with(key: &[u8; 16], wide: impl FnOnce(&[u8; 16]) -> Option<WidePolyval>) -> Self {
         let aes = Aes128::new(key.into());
         let mut h = aes::Block::default();
         aes.encrypt_block(&mut h);
         PolyvalMac {
-            wide: wide.then(|| WidePolyval::new(&h.into())).flatten(),
+            wide: wide(&h.into()),
             hash: Polyval::new(&h),
             aes,
         }
@@ -135,7 +144,11 @@ mod tests {
                 "b29528d2df2099584b290aba9624bb2f",
             ),
         ];
-        for mac in [PolyvalMac::new(&key), PolyvalMac::portable(&key)] {
+        let wide = [Bits::B512, Bits::B256].map(|bits| PolyvalMac::with_bits(&key, bits));
+        for mac in [PolyvalMac::new(&key), PolyvalMac::portable(&key)]
+            .into_iter()
+            .chain(wide.into_iter().flatten())
+        {
             for (bytes, want) in &cases {
                 assert_eq!(
                     mac.tag(&nonce, bytes).to_vec(),
@@ -148,37 +161,86 @@ mod tests {
         }
     }
 
-    /// The wide hash is the crate's for every length to 1,040 bytes (65
-    /// blocks and the lengths' block: a group of 2 and 4 of 16) under 3
-    /// keys; under 50 keys for lengths to 100 bytes, those of 15 mod 16, and
-    /// datagrams' sizes: 1,456 bytes (MTU 1,500), 4,132 (jumbo frames,
-    /// 4 KiB fragments) and 8,988.
+    /// Each wide hash this CPU has is the crate's for every length to
+    /// 1,040 bytes (65 blocks and the lengths' block: a group of 2 and 4 of
+    /// 16) under 3 keys; under 50 keys for lengths to 100 bytes, those of 15
+    /// mod 16, and datagrams' sizes: 1,456 bytes (MTU 1,500), 4,132 (jumbo
+    /// frames, 4 KiB fragments) and 8,988.
     #[test]
     fn the_wide_hash_is_the_crates() {
-        let mut rng = rand_chacha::ChaCha8Rng::seed_from_u64(27);
-        if !WidePolyval::available() {
-            // The build or the CPU lacks 512-bit carry-less multiplication:
-            // both constructors give the crate's hash, nothing to compare.
+        let widths: Vec<Bits> = [Bits::B512, Bits::B256]
+            .into_iter()
+            .filter(|&bits| PolyvalMac::with_bits(&[0; 16], bits).is_some())
+            .collect();
+        assert_eq!(widths.first().copied(), WidePolyval::available());
+        if widths.is_empty() {
+            // The build or the CPU lacks wide carry-less multiplication:
+            // every constructor gives the crate's hash, nothing to compare.
             eprintln!("the_wide_hash_is_the_crates: no wide hash here, skipped");
             return;
         }
         let lengths: Vec<usize> = (0..=16 * 65).chain([1456, 4132, 8988]).collect();
-        for k in 0..50 {
-            let mut key = [0u8; 16];
-            rng.fill_bytes(&mut key);
-            let (wide, portable) = (PolyvalMac::new(&key), PolyvalMac::portable(&key));
-            let mut nonce = [0u8; NONCE_LEN];
-            rng.fill_bytes(&mut nonce);
-            for &len in &lengths {
-                if k > 2 && len > 100 && len % 16 != 15 && len < 1456 {
-                    continue; // every length under 3 keys, some under all
+        for bits in widths {
+            let mut rng = rand_chacha::ChaCha8Rng::seed_from_u64(27);
+            for k in 0..50 {
+                let mut key = [0u8; 16];
+                rng.fill_bytes(&mut key);
+                let wide = PolyvalMac::with_bits(&key, bits).expect("checked above");
+                let portable = PolyvalMac::portable(&key);
+                let mut nonce = [0u8; NONCE_LEN];
+                rng.fill_bytes(&mut nonce);
+                for &len in &lengths {
+                    if k > 2 && len > 100 && len % 16 != 15 && len < 1456 {
+                        continue; // every length under 3 keys, some under all
+                    }
+                    let mut bytes = vec![0u8; len];
+                    rng.fill_bytes(&mut bytes);
+                    assert_eq!(
+                        wide.tag(&nonce, &bytes),
+                        portable.tag(&nonce, &bytes),
+                        "{bits:?}, key {k}, {len} bytes"
+                    );
                 }
-                let mut bytes = vec![0u8; len];
-                rng.fill_bytes(&mut bytes);
-                assert_eq!(
-                    wide.tag(&nonce, &bytes),
-                    portable.tag(&nonce, &bytes),
-                    "key {k}, {len} bytes"
+            }
+        }
+    }
+
+    /// The tag's cost per core with each hash this CPU has (CPU time of
+    /// this thread); `cargo test --release --lib tag_throughput_per_width
+    /// -- --nocapture` prints it. No timed assertion: the figure depends on
+    /// the machine.
+    #[test]
+    fn tag_throughput_per_width() {
+        let key = [5u8; 16];
+        let nonce = [7u8; NONCE_LEN];
+        let macs = [
+            ("the crate's", Some(PolyvalMac::portable(&key))),
+            ("256-bit", PolyvalMac::with_bits(&key, Bits::B256)),
+            ("512-bit", PolyvalMac::with_bits(&key, Bits::B512)),
+        ];
+        for len in [1420, 4096, 8952] {
+            let bytes = vec![0x77u8; len];
+            for (name, mac) in &macs {
+                let Some(mac) = mac else {
+                    println!("POLYVAL {name}: not on this CPU");
+                    continue;
+                };
+                let n: usize = if cfg!(debug_assertions) { 100 } else { 200_000 };
+                let mut sum = 0u8;
+                // A tenth untimed first: the first runs find the caches
+                // and the clock cold.
+                for _ in 0..n / 10 {
+                    sum ^= mac.tag(&nonce, std::hint::black_box(&bytes))[0];
+                }
+                let t0 = crate::platform::os::thread_cpu_time();
+                for _ in 0..n {
+                    sum ^= mac.tag(&nonce, std::hint::black_box(&bytes))[0];
+                }
+                let t = crate::platform::os::thread_cpu_time() - t0;
+                std::hint::black_box(sum);
+                println!(
+                    "tag POLYVAL {name}: {len} bytes, {:.2} GB/s per core",
+                    (n * len) as f64 / t.as_secs_f64() / 1e9
                 );
             }
         }
