@@ -40,7 +40,7 @@ mod imp {
         h: [[u8; 16]; WIDTH],
         /// Each power's `D = swap(H) ⊕ H₀·P1`.
         d: [[u8; 16]; WIDTH],
-        /// The widest multiplication this CPU has.
+        /// Bits per multiplication in [`WidePolyval::hash`].
         bits: Bits,
     }
 
@@ -69,10 +69,10 @@ mod imp {
 
         /// Whether this CPU has this width.
         fn runs_here(self) -> bool {
-            match (self, Self::detected()) {
-                (_, None) => false,
-                (Bits::B512, Some(widest)) => widest == Bits::B512,
-                (Bits::B256, Some(_)) => true,
+            match self {
+                Bits::B512 => Self::detected() == Some(Bits::B512),
+                // A CPU with AVX-512 has AVX2, but it is checked all the same.
+                Bits::B256 => Self::detected().is_some() && is_x86_feature_detected!("avx2"),
             }
         }
     }
