@@ -1550,18 +1550,20 @@ impl Module {
                 // of MPI_COMM_WORLD, for the first group it joins.
                 if cfg.verbose >= 1 {
                     tell_once(Notice::DatagramPath, ompi::world_rank() == 0, || {
-                        let wide = matches!(a.auth, datagram::Auth::Polyval(_))
-                            && datagram::polyval_is_wide();
+                        let wide = datagram::polyval_width()
+                            .filter(|_| matches!(a.auth, datagram::Auth::Polyval(_)))
+                            .map(|bits| {
+                                format!(
+                                    " (here POLYVAL 16 blocks per reduction, {bits} bits per \
+                                     multiplication)"
+                                )
+                            });
                         format!(
                             "ipmc: multicast on {name}: fragments of {} bytes (datagrams fit the \
                          smallest MTU of the ranks' interfaces), {} on each{}, {}",
                             a.fragment_size,
                             a.auth.describe(),
-                            if wide {
-                                " (here POLYVAL 16 blocks per reduction)"
-                            } else {
-                                ""
-                            },
+                            wide.unwrap_or_default(),
                             socket.path()
                         )
                     });

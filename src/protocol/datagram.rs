@@ -133,10 +133,15 @@ pub struct Protection {
     mac: Option<Box<PolyvalMac>>,
 }
 
-/// Whether the AES-128-POLYVAL tag hashes 16 blocks per reduction here
-/// ([`crate::cpu::polyval`]).
-pub fn polyval_is_wide() -> bool {
-    crate::cpu::polyval::WidePolyval::available().is_some()
+/// Bits per carry-less multiplication where the AES-128-POLYVAL tag hashes
+/// 16 blocks per reduction here ([`crate::cpu::polyval`]), or `None` where
+/// the POLYVAL crate hashes 4.
+pub fn polyval_width() -> Option<u32> {
+    use crate::cpu::polyval::{Bits, WidePolyval};
+    WidePolyval::available().map(|bits| match bits {
+        Bits::B512 => 512,
+        Bits::B256 => 256,
+    })
 }
 
 /// Whether this CPU computes AES-128 and POLYVAL in hardware (AES and
