@@ -2,7 +2,7 @@
  * Barrier benchmark: the time of one MPI_Barrier, as OSU's osu_barrier
  * measures it, per rank.
  *
- *   barrier_bench [--rounds R] [--batch B] [--warmup W]
+ *   barrier_bench [--rounds R] [--batch B] [--warmup W] [--series S]
  *
  * After W barriers that go unrecorded (default 100: ipmc's automatic choice
  * measures its first 24 barriers and decides during the next 16; over two
@@ -17,6 +17,9 @@
  * rank): a header line, one line per rank with its median over the rounds
  * (`kind=rank`), and a summary (`kind=summary`) with the largest and the
  * smallest of those medians; simple_max_us is the slowest rank's mean.
+ * With --series S, then one line per S rounds in their order (`kind=series`,
+ * target the first round's index): the slowest rank's median over them, to
+ * see whether the time changes during a run.
  */
 #include <mpi.h>
 #include <stdio.h>
@@ -33,7 +36,7 @@ static int compare(const void *a, const void *b)
 
 int main(int argc, char **argv)
 {
-    int rounds = 200, batch = 10, warmup = 100;
+    int rounds = 200, batch = 10, warmup = 100, series = 0;
     MPI_Init(&argc, &argv);
     ipmc_counters_start(&(MPI_Comm){MPI_COMM_WORLD});
     for (int i = 1; i + 1 < argc; i += 2) {
@@ -44,6 +47,8 @@ int main(int argc, char **argv)
             batch = v;
         } else if (!strcmp(argv[i], "--warmup") && v >= 0) {
             warmup = v;
+        } else if (!strcmp(argv[i], "--series") && v > 0) {
+            series = v;
         } else {
             fprintf(stderr, "barrier_bench: bad option %s %s\n", argv[i], argv[i + 1]);
             MPI_Abort(MPI_COMM_WORLD, 2);
@@ -65,6 +70,15 @@ int main(int argc, char **argv)
         t[r] = (MPI_Wtime() - start) / batch;
         sum += t[r];
     }
+    int blocks = series > 0 ? (rounds + series - 1) / series : 0;
+    double *block = malloc(sizeof(double) * (blocks + 1));
+    double *slowest = malloc(sizeof(double) * (blocks + 1));
+    for (int b = 0; b < blocks; ++b) {
+        int first = b * series, n = rounds - first < series ? rounds - first : series;
+        qsort(t + first, n, sizeof(double), compare);
+        block[b] = t[first + n / 2];
+    }
+    MPI_Reduce(block, slowest, blocks, MPI_DOUBLE, MPI_MAX, 0, MPI_COMM_WORLD);
     qsort(t, rounds, sizeof(double), compare);
     double mine[2] = {t[rounds / 2], sum / rounds};
     double *all = rank == 0 ? malloc(sizeof(double) * 2 * size) : NULL;
@@ -81,10 +95,15 @@ int main(int argc, char **argv)
         }
         printf("summary,%d,0,,,%.1f,%.1f,%.3f,%.1f\n", size, hi * 1e6, lo * 1e6, hi / lo,
                mean_hi * 1e6);
+        for (int b = 0; b < blocks; ++b) {
+            printf("series,%d,0,%d,%.1f,,,,\n", size, b * series, slowest[b] * 1e6);
+        }
         fflush(stdout);
     }
     free(t);
     free(all);
+    free(block);
+    free(slowest);
     ipmc_counters_print(rank);
     MPI_Finalize();
     return 0;
