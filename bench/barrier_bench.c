@@ -78,7 +78,9 @@ int main(int argc, char **argv)
         qsort(t + first, n, sizeof(double), compare);
         block[b] = t[first + n / 2];
     }
-    MPI_Reduce(block, slowest, blocks, MPI_DOUBLE, MPI_MAX, 0, MPI_COMM_WORLD);
+    if (blocks > 0) {
+        MPI_Reduce(block, slowest, blocks, MPI_DOUBLE, MPI_MAX, 0, MPI_COMM_WORLD);
+    }
     qsort(t, rounds, sizeof(double), compare);
     double mine[2] = {t[rounds / 2], sum / rounds};
     double *all = rank == 0 ? malloc(sizeof(double) * 2 * size) : NULL;
