@@ -7,7 +7,11 @@
 //! instructions and reduces once per 4; here each instruction multiplies 4
 //! blocks at once (2 with 256 bits), and 16 blocks by H¹⁶ … H¹ share one
 //! reduction: the datagrams' tag about twice as fast on MTU-sized datagrams
-//! (`docs/performance.md`, "A wider POLYVAL"). The arithmetic is the
+//! (`docs/performance.md`, "A wider POLYVAL"). Each group's products are
+//! summed without the hash carried in from the group before, which joins
+//! them by a multiplication of its own just before the reduction: what one
+//! group waits for of the one before is that multiplication, not the sum
+//! over the group's lanes. The arithmetic is the
 //! crate's, after its x86 backend (polyval 0.7, MIT or Apache-2.0): the
 //! R/F method, each power H kept with `D = swap(H) ⊕ H₀·P1`, four products
 //! per block and one multiplication to reduce; so the hash is the same
@@ -101,68 +105,19 @@ mod imp {
         /// POLYVAL of `bytes` zero-padded to whole blocks, then the block
         /// `last` (the MAC's lengths).
         pub fn hash(&self, bytes: &[u8], last: &[u8; 16]) -> [u8; 16] {
-            let blocks = Blocks::new(bytes, last);
             match self.bits {
                 // SAFETY: `with_bits` found the features `hash_512` is
                 // compiled for.
-                Bits::B512 => unsafe { hash_512(self, &blocks) },
+                Bits::B512 => unsafe { hash_512(self, bytes, last) },
                 // SAFETY: `with_bits` found the features `hash_256` is
                 // compiled for.
-                Bits::B256 => unsafe { hash_256(self, &blocks) },
+                Bits::B256 => unsafe { hash_256(self, bytes, last) },
             }
         }
     }
 
-    /// A message's blocks: `bytes`' whole ones, then the padded rest and
-    /// the last block.
-    struct Blocks<'a> {
-        bytes: &'a [u8],
-        /// Whole blocks of `bytes`.
-        full: usize,
-        /// The padded last block of `bytes` (if partial) and `last`.
-        tail: [u8; 32],
-        /// Blocks in all.
-        n: usize,
-    }
-
-    impl<'a> Blocks<'a> {
-        fn new(bytes: &'a [u8], last: &[u8; 16]) -> Self {
-            let full = bytes.len() / 16;
-            let rem = bytes.len() % 16;
-            let mut tail = [0u8; 32];
-            let tail_blocks = if rem > 0 {
-                tail[..rem].copy_from_slice(&bytes[full * 16..]);
-                tail[16..].copy_from_slice(last);
-                2
-            } else {
-                tail[..16].copy_from_slice(last);
-                1
-            };
-            Blocks {
-                bytes,
-                full,
-                tail,
-                n: full + tail_blocks,
-            }
-        }
-
-        /// Each reduction's blocks, as its part of `bytes` and its part of
-        /// the tail: groups of 16 but the first, so that the tail ends the
-        /// last one.
-        fn groups(&self) -> impl Iterator<Item = (&[u8], &[u8])> + '_ {
-            let first = self.n - WIDTH * ((self.n - 1) / WIDTH);
-            let starts = std::iter::once((0, first))
-                .chain((first..self.n).step_by(WIDTH).map(|start| (start, WIDTH)));
-            starts.map(|(start, g)| {
-                let own = self.full.saturating_sub(start).min(g);
-                let from_tail = start.max(self.full) - self.full;
-                (
-                    &self.bytes[start * 16..(start + own) * 16],
-                    &self.tail[from_tail * 16..(from_tail + g - own) * 16],
-                )
-            })
-        }
-    }
+    /// Bytes in a group of [`WIDTH`] blocks, one reduction's.
+    const GROUP: usize = 16 * WIDTH;
 
     fn load(block: &[u8; 16]) -> __m128i {
         // SAFETY: 16 readable bytes; the load has no alignment rule.
@@ -230,90 +185,128 @@ mod imp {
         _mm_xor_si128(x, _mm_clmulepi64_si128::<0x00>(f, p1))
     }
 
-    #[target_feature(enable = "avx512f,vpclmulqdq,pclmulqdq")]
-    fn hash_512(key: &WidePolyval, blocks: &Blocks) -> [u8; 16] {
-        let mut acc = _mm_setzero_si128();
-        for (first, second) in blocks.groups() {
-            acc = group_512(key, acc, first, second);
+    /// Both widths' loop: the whole groups of `bytes`, then what is left
+    /// with `last` as one group (or two); `group` carries the hash over a
+    /// group of n blocks that ends where its 16 end. Inlined, so that
+    /// `group` is too, with the caller's features.
+    #[inline(always)]
+    fn groups_hashed(
+        bytes: &[u8],
+        last: &[u8; 16],
+        mut group: impl FnMut(__m128i, &[u8; GROUP], usize) -> __m128i,
+    ) -> [u8; 16] {
+        let whole = bytes.chunks_exact(GROUP);
+        let rest = whole.remainder();
+        // The rest zero-padded to whole blocks, then `last`: 17 blocks at
+        // most, ending `tail` so that `last` meets H¹ (the zero blocks
+        // before them add nothing); with 17 the first is a group of its own.
+        // Written before the whole groups are hashed, so that its stores
+        // have reached the cache when it is read 64 bytes at a time (read
+        // at once, a load wider than the stores waits for them).
+        let n = rest.len().div_ceil(16) + 1;
+        let mut tail = [0u8; GROUP + 16];
+        let at = tail.len() - 16 * n;
+        tail[at..at + rest.len()].copy_from_slice(rest);
+        tail[GROUP..].copy_from_slice(last);
+        let mut acc = load(&[0; 16]);
+        for g in whole {
+            acc = group(acc, g.try_into().expect("a group"), WIDTH);
         }
+        let (first, blocks) = tail.split_at(16);
+        if n > WIDTH {
+            let mut one = [0u8; GROUP];
+            one[GROUP - 16..].copy_from_slice(first);
+            acc = group(acc, &one, 1);
+        }
+        acc = group(acc, blocks.try_into().expect("a group"), n.min(WIDTH));
         store(acc)
+    }
+
+    /// `acc` · Hⁿ plus a group's unreduced products `(r, f)`, reduced.
+    /// The group's products are summed apart from the hash carried into
+    /// it, so that only this multiplication waits for the group before, not
+    /// the sum over the group's lanes.
+    #[target_feature(enable = "pclmulqdq")]
+    fn carried(key: &WidePolyval, acc: __m128i, n: usize, (r, f): (__m128i, __m128i)) -> __m128i {
+        let power = WIDTH - n;
+        let (h, d) = (load(&key.h[power]), load(&key.d[power]));
+        let r = _mm_xor_si128(r, _mm_clmulepi64_si128::<0x10>(acc, d));
+        let r = _mm_xor_si128(r, _mm_clmulepi64_si128::<0x11>(acc, h));
+        let f = _mm_xor_si128(f, _mm_clmulepi64_si128::<0x00>(acc, d));
+        let f = _mm_xor_si128(f, _mm_clmulepi64_si128::<0x01>(acc, h));
+        reduce(r, f)
+    }
+
+    /// The powers H¹⁶ … H¹ and their companions, four to a register.
+    #[derive(Clone, Copy)]
+    struct Powers512 {
+        h: [__m512i; 4],
+        d: [__m512i; 4],
+    }
+
+    #[target_feature(enable = "avx512f,vpclmulqdq,pclmulqdq")]
+    fn hash_512(key: &WidePolyval, bytes: &[u8], last: &[u8; 16]) -> [u8; 16] {
+        let powers = Powers512 {
+            h: load_4x4(&key.h),
+            d: load_4x4(&key.d),
+        };
+        groups_hashed(bytes, last, |acc, g, n| {
+            carried(key, acc, n, group_512(powers, g, n))
+        })
     }
 
     #[target_feature(enable = "avx2,vpclmulqdq,pclmulqdq")]
-    fn hash_256(key: &WidePolyval, blocks: &Blocks) -> [u8; 16] {
-        let mut acc = _mm_setzero_si128();
-        for (first, second) in blocks.groups() {
-            acc = group_256(key, acc, first, second);
-        }
-        store(acc)
+    fn hash_256(key: &WidePolyval, bytes: &[u8], last: &[u8; 16]) -> [u8; 16] {
+        groups_hashed(bytes, last, |acc, g, n| {
+            carried(key, acc, n, group_256(key, g, n))
+        })
     }
 
-    /// The hash `acc` carried over the blocks of `first` then `second`
-    /// (together at most 16): Σ block_j · H^(g − j), `acc` added to the
-    /// first block.
+    /// Sixteen blocks as four registers of four.
+    #[target_feature(enable = "avx512f")]
+    fn load_4x4(blocks: &[[u8; 16]; WIDTH]) -> [__m512i; 4] {
+        let mut out = [_mm512_setzero_si512(); 4];
+        for (o, four) in out.iter_mut().zip(blocks.as_flattened().chunks_exact(64)) {
+            // SAFETY: 64 readable bytes; the load has no alignment rule.
+            *o = unsafe { _mm512_loadu_si512(four.as_ptr().cast()) };
+        }
+        out
+    }
+
+    /// One group's products Σ block_j · H^(16 − j), unreduced (R and F
+    /// of the R/F method), four blocks per instruction with the powers in
+    /// registers; of a group of `n` blocks, the fours of zero blocks before
+    /// them are skipped.
     #[target_feature(enable = "avx512f,vpclmulqdq,pclmulqdq")]
-    fn group_512(key: &WidePolyval, acc: __m128i, first: &[u8], second: &[u8]) -> __m128i {
-        let mut power = first_power(first, second);
+    fn group_512(powers: Powers512, group: &[u8; GROUP], n: usize) -> (__m128i, __m128i) {
         let mut r = _mm512_setzero_si512();
         let mut f = _mm512_setzero_si512();
-        let mut carry = _mm512_zextsi128_si512(acc);
-        for blocks in [first, second] {
-            for four in blocks.chunks(64) {
-                let lanes = four.len() / 16;
-                // Two 64-bit elements per block.
-                let mask = ((1u32 << (2 * lanes)) - 1) as __mmask8;
-                // SAFETY: the mask enables `lanes` blocks, all within
-                // `four`, and within the powers: `power + lanes` ≤ 16
-                // since the group holds at most 16 blocks; what it
-                // disables is neither read nor able to fault.
-                let (x, h, d) = unsafe {
-                    (
-                        _mm512_maskz_loadu_epi64(mask, four.as_ptr().cast()),
-                        _mm512_maskz_loadu_epi64(mask, key.h.as_ptr().add(power).cast()),
-                        _mm512_maskz_loadu_epi64(mask, key.d.as_ptr().add(power).cast()),
-                    )
-                };
-                let x = _mm512_xor_si512(x, carry);
-                carry = _mm512_setzero_si512();
-                r = _mm512_xor_si512(r, _mm512_clmulepi64_epi128::<0x10>(x, d));
-                r = _mm512_xor_si512(r, _mm512_clmulepi64_epi128::<0x11>(x, h));
-                f = _mm512_xor_si512(f, _mm512_clmulepi64_epi128::<0x00>(x, d));
-                f = _mm512_xor_si512(f, _mm512_clmulepi64_epi128::<0x01>(x, h));
-                power += lanes;
-            }
+        for (i, four) in group.chunks_exact(64).enumerate().skip((WIDTH - n) / 4) {
+            // SAFETY: 64 readable bytes; the load has no alignment rule.
+            let x = unsafe { _mm512_loadu_si512(four.as_ptr().cast()) };
+            let (h, d) = (powers.h[i], powers.d[i]);
+            r = _mm512_xor_si512(r, _mm512_clmulepi64_epi128::<0x10>(x, d));
+            r = _mm512_xor_si512(r, _mm512_clmulepi64_epi128::<0x11>(x, h));
+            f = _mm512_xor_si512(f, _mm512_clmulepi64_epi128::<0x00>(x, d));
+            f = _mm512_xor_si512(f, _mm512_clmulepi64_epi128::<0x01>(x, h));
         }
-        reduce(lanes_summed(r), lanes_summed(f))
+        (lanes_summed(r), lanes_summed(f))
     }
 
-    /// [`group_512`] 2 blocks per instruction.
+    /// [`group_512`] 2 blocks per instruction, the powers from memory
+    /// (AVX2 has 16 registers of 256 bits, too few to keep them).
     #[target_feature(enable = "avx2,vpclmulqdq,pclmulqdq")]
-    fn group_256(key: &WidePolyval, acc: __m128i, first: &[u8], second: &[u8]) -> __m128i {
-        let mut power = first_power(first, second);
+    fn group_256(key: &WidePolyval, group: &[u8; GROUP], n: usize) -> (__m128i, __m128i) {
         let mut r = _mm256_setzero_si256();
         let mut f = _mm256_setzero_si256();
-        let mut carry = _mm256_zextsi128_si256(acc);
-        for blocks in [first, second] {
-            for two in blocks.chunks(32) {
-                let (x, h, d) = match <&[u8; 32]>::try_from(two) {
-                    Ok(two) => (
-                        load_2(two),
-                        load_2(powers_2(&key.h, power)),
-                        load_2(powers_2(&key.d, power)),
-                    ),
-                    Err(_) => (
-                        _mm256_zextsi128_si256(load(two.try_into().expect("one block"))),
-                        _mm256_zextsi128_si256(load(&key.h[power])),
-                        _mm256_zextsi128_si256(load(&key.d[power])),
-                    ),
-                };
-                let x = _mm256_xor_si256(x, carry);
-                carry = _mm256_setzero_si256();
-                r = _mm256_xor_si256(r, _mm256_clmulepi64_epi128::<0x10>(x, d));
-                r = _mm256_xor_si256(r, _mm256_clmulepi64_epi128::<0x11>(x, h));
-                f = _mm256_xor_si256(f, _mm256_clmulepi64_epi128::<0x00>(x, d));
-                f = _mm256_xor_si256(f, _mm256_clmulepi64_epi128::<0x01>(x, h));
-                power += two.len() / 16;
-            }
+        for (i, two) in group.chunks_exact(32).enumerate().skip((WIDTH - n) / 2) {
+            let x = load_2(two.try_into().expect("two blocks"));
+            let h = load_2(powers_2(&key.h, 2 * i));
+            let d = load_2(powers_2(&key.d, 2 * i));
+            r = _mm256_xor_si256(r, _mm256_clmulepi64_epi128::<0x10>(x, d));
+            r = _mm256_xor_si256(r, _mm256_clmulepi64_epi128::<0x11>(x, h));
+            f = _mm256_xor_si256(f, _mm256_clmulepi64_epi128::<0x00>(x, d));
+            f = _mm256_xor_si256(f, _mm256_clmulepi64_epi128::<0x01>(x, h));
         }
         let sum = |v: __m256i| {
             _mm_xor_si128(
@@ -321,17 +314,7 @@ mod imp {
                 _mm256_extracti128_si256::<1>(v),
             )
         };
-        reduce(sum(r), sum(f))
-    }
-
-    /// Where a group of the blocks of `first` then `second` starts in the
-    /// powers: 16 − g for g blocks, so that the last meets H¹.
-    fn first_power(first: &[u8], second: &[u8]) -> usize {
-        let g = (first.len() + second.len()) / 16;
-        debug_assert!(
-            g <= WIDTH && first.len().is_multiple_of(16) && second.len().is_multiple_of(16)
-        );
-        WIDTH - g
+        (sum(r), sum(f))
     }
 
     /// The powers `at` and `at + 1` as one run of 32 bytes.
