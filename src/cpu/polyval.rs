@@ -222,10 +222,8 @@ mod imp {
         store(acc)
     }
 
-    /// `acc` · Hⁿ plus a group's unreduced products `(r, f)`, reduced.
-    /// The group's products are summed apart from the hash carried into
-    /// it, so that only this multiplication waits for the group before, not
-    /// the sum over the group's lanes.
+    /// `acc` · Hⁿ plus a group's unreduced products `(r, f)`, reduced: the
+    /// carried hash joining a group (why apart: the module's comment).
     #[target_feature(enable = "pclmulqdq")]
     fn carried(key: &WidePolyval, acc: __m128i, n: usize, (r, f): (__m128i, __m128i)) -> __m128i {
         let power = WIDTH - n;

@@ -166,9 +166,10 @@ mod tests {
 
     /// Each wide hash this CPU has is the crate's for every length to
     /// 1,040 bytes (65 blocks: 4 whole groups of 16, and every last group
-    /// from the lengths' block alone to 17 blocks) under 3 keys; under 50 keys for lengths to 100 bytes, those of 15
-    /// mod 16, and datagrams' sizes: 1,456 bytes (MTU 1,500), 4,132 (jumbo
-    /// frames, 4 KiB fragments) and 8,988.
+    /// from the lengths' block alone to 17 blocks) under 3 keys; under 50
+    /// keys for lengths to 100 bytes, those of 15 mod 16, and datagrams'
+    /// sizes: 1,456 bytes (MTU 1,500), 4,132 (jumbo frames, 4 KiB
+    /// fragments) and 8,988.
     #[test]
     fn the_wide_hash_is_the_crates() {
         let widths: Vec<Bits> = [Bits::B512, Bits::B256]
