@@ -11,11 +11,13 @@
 //! summed without the hash carried in from the group before, which joins
 //! them by a multiplication of its own just before the reduction: what one
 //! group waits for of the one before is that multiplication, not the sum
-//! over the group's lanes. The arithmetic is the
+//! over the group's lanes. The 512-bit arithmetic is the
 //! crate's, after its x86 backend (polyval 0.7, MIT or Apache-2.0): the
 //! R/F method, each power H kept with `D = swap(H) ⊕ H₀·P1`, four products
-//! per block and one multiplication to reduce; so the hash is the same
-//! value, and the tests compare the two.
+//! per block and one multiplication to reduce. The 256-bit one is
+//! Karatsuba's, three products per block and two multiplications to
+//! reduce (as in Gueron's AES-GCM-SIV code): each measured the faster at its
+//! width. Both give the crate's value, and the tests compare them with it.
 //!
 //! Built with Rust 1.89 or later on x86-64 (`ipmc_wide_clmul`, set by
 //! `build.rs`; the intrinsics are not stable before); elsewhere, and on a
@@ -42,8 +44,10 @@ mod imp {
         /// `h[i]` is H^(16 − i): a group of g blocks multiplies its block
         /// j by `h[16 − g + j]`, so that the last block meets H¹.
         h: [[u8; 16]; WIDTH],
-        /// Each power's `D = swap(H) ⊕ H₀·P1`.
+        /// Each power's `D = swap(H) ⊕ H₀·P1` (the R/F method's).
         d: [[u8; 16]; WIDTH],
+        /// Each power's `H₁ ⊕ H₀` in both halves (Karatsuba's).
+        k: [[u8; 16]; WIDTH],
         /// Bits per multiplication in [`WidePolyval::hash`].
         bits: Bits,
     }
@@ -102,6 +106,11 @@ mod imp {
             Bits::detected()
         }
 
+        /// Bits per multiplication in [`WidePolyval::hash`].
+        pub fn bits(&self) -> Bits {
+            self.bits
+        }
+
         /// POLYVAL of `bytes` zero-padded to whole blocks, then the block
         /// `last` (the MAC's lengths).
         pub fn hash(&self, bytes: &[u8], last: &[u8; 16]) -> [u8; 16] {
@@ -136,6 +145,7 @@ mod imp {
         let mut out = WidePolyval {
             h: [[0; 16]; WIDTH],
             d: [[0; 16]; WIDTH],
+            k: [[0; 16]; WIDTH],
             bits,
         };
         let h1 = load(key);
@@ -147,6 +157,7 @@ mod imp {
             }
             out.h[WIDTH - k] = store(power);
             out.d[WIDTH - k] = store(companion(power));
+            out.k[WIDTH - k] = store(halves_summed(power));
         }
         out
     }
@@ -159,6 +170,13 @@ mod imp {
             _mm_shuffle_epi32::<0x4e>(h),
             _mm_clmulepi64_si128::<0x10>(h, p),
         )
+    }
+
+    /// `H₁ ⊕ H₀` in both halves of a block: what Karatsuba's middle
+    /// product multiplies.
+    #[target_feature(enable = "sse2")]
+    fn halves_summed(h: __m128i) -> __m128i {
+        _mm_xor_si128(h, _mm_shuffle_epi32::<0x4e>(h))
     }
 
     /// `m · h` in POLYVAL's field (`d` is `h`'s companion).
@@ -256,7 +274,7 @@ mod imp {
     #[target_feature(enable = "avx2,vpclmulqdq,pclmulqdq")]
     fn hash_256(key: &WidePolyval, bytes: &[u8], last: &[u8; 16]) -> [u8; 16] {
         groups_hashed(bytes, last, |acc, g, n| {
-            carried(key, acc, n, group_256(key, g, n))
+            carried_karatsuba(key, acc, n, group_256(key, g, n))
         })
     }
 
@@ -291,20 +309,33 @@ mod imp {
         (lanes_summed(r), lanes_summed(f))
     }
 
-    /// [`group_512`] 2 blocks per instruction, the powers from memory
-    /// (AVX2 has 16 registers of 256 bits, too few to keep them).
+    /// A group's unreduced products in Karatsuba's form: Σ X₀·H₀ (`lo`),
+    /// Σ X₁·H₁ (`hi`) and Σ (X₀ ⊕ X₁)·(H₀ ⊕ H₁) (`mid`).
+    #[derive(Clone, Copy)]
+    struct Karatsuba {
+        lo: __m128i,
+        hi: __m128i,
+        mid: __m128i,
+    }
+
+    /// [`group_512`]'s products 2 blocks per instruction, the powers from
+    /// memory (AVX2 has 16 registers of 256 bits, too few to keep them),
+    /// by Karatsuba: three multiplications per block where the R/F method
+    /// takes four, which the 256-bit instruction's throughput rewards (at
+    /// 512 bits the R/F method measured faster: `docs/performance.md`).
     #[target_feature(enable = "avx2,vpclmulqdq,pclmulqdq")]
-    fn group_256(key: &WidePolyval, group: &[u8; GROUP], n: usize) -> (__m128i, __m128i) {
-        let mut r = _mm256_setzero_si256();
-        let mut f = _mm256_setzero_si256();
+    fn group_256(key: &WidePolyval, group: &[u8; GROUP], n: usize) -> Karatsuba {
+        let mut lo = _mm256_setzero_si256();
+        let mut hi = _mm256_setzero_si256();
+        let mut mid = _mm256_setzero_si256();
         for (i, two) in group.chunks_exact(32).enumerate().skip((WIDTH - n) / 2) {
             let x = load_2(two.try_into().expect("two blocks"));
             let h = load_2(powers_2(&key.h, 2 * i));
-            let d = load_2(powers_2(&key.d, 2 * i));
-            r = _mm256_xor_si256(r, _mm256_clmulepi64_epi128::<0x10>(x, d));
-            r = _mm256_xor_si256(r, _mm256_clmulepi64_epi128::<0x11>(x, h));
-            f = _mm256_xor_si256(f, _mm256_clmulepi64_epi128::<0x00>(x, d));
-            f = _mm256_xor_si256(f, _mm256_clmulepi64_epi128::<0x01>(x, h));
+            let k = load_2(powers_2(&key.k, 2 * i));
+            lo = _mm256_xor_si256(lo, _mm256_clmulepi64_epi128::<0x00>(x, h));
+            hi = _mm256_xor_si256(hi, _mm256_clmulepi64_epi128::<0x11>(x, h));
+            let x_halves = _mm256_xor_si256(x, _mm256_shuffle_epi32::<0x4e>(x));
+            mid = _mm256_xor_si256(mid, _mm256_clmulepi64_epi128::<0x00>(x_halves, k));
         }
         let sum = |v: __m256i| {
             _mm_xor_si128(
@@ -312,7 +343,43 @@ mod imp {
                 _mm256_extracti128_si256::<1>(v),
             )
         };
-        (sum(r), sum(f))
+        Karatsuba {
+            lo: sum(lo),
+            hi: sum(hi),
+            mid: sum(mid),
+        }
+    }
+
+    /// [`carried`] for products in Karatsuba's form: `acc` · Hⁿ added,
+    /// the middle product spread over the other two, and the 256 bits
+    /// reduced.
+    #[target_feature(enable = "pclmulqdq")]
+    fn carried_karatsuba(key: &WidePolyval, acc: __m128i, n: usize, p: Karatsuba) -> __m128i {
+        let power = WIDTH - n;
+        let (h, k) = (load(&key.h[power]), load(&key.k[power]));
+        let lo = _mm_xor_si128(p.lo, _mm_clmulepi64_si128::<0x00>(acc, h));
+        let hi = _mm_xor_si128(p.hi, _mm_clmulepi64_si128::<0x11>(acc, h));
+        let mid = _mm_xor_si128(p.mid, _mm_clmulepi64_si128::<0x00>(halves_summed(acc), k));
+        // (X₀ ⊕ X₁)(H₀ ⊕ H₁) less X₀H₀ and X₁H₁ is the middle 128 bits.
+        let mid = _mm_xor_si128(mid, _mm_xor_si128(lo, hi));
+        let lo = _mm_xor_si128(lo, _mm_slli_si128::<8>(mid));
+        let hi = _mm_xor_si128(hi, _mm_srli_si128::<8>(mid));
+        montgomery(lo, hi)
+    }
+
+    /// The 256-bit product `hi`·x¹²⁸ + `lo` times x⁻¹²⁸ modulo RFC 8452's
+    /// polynomial, POLYVAL's product: two folds of the low 64 bits by P1
+    /// (the reduction of Gueron's AES-GCM-SIV code).
+    #[target_feature(enable = "pclmulqdq")]
+    fn montgomery(lo: __m128i, hi: __m128i) -> __m128i {
+        let p = _mm_set_epi64x(P1 as i64, 0);
+        let fold = |x: __m128i| {
+            _mm_xor_si128(
+                _mm_shuffle_epi32::<0x4e>(x),
+                _mm_clmulepi64_si128::<0x10>(x, p),
+            )
+        };
+        _mm_xor_si128(fold(fold(lo)), hi)
     }
 
     /// The powers `at` and `at + 1` as one run of 32 bytes.
@@ -368,6 +435,10 @@ mod imp {
 
         pub fn available() -> Option<Bits> {
             None
+        }
+
+        pub fn bits(&self) -> Bits {
+            match self.0 {}
         }
 
         pub fn hash(&self, _bytes: &[u8], _last: &[u8; 16]) -> [u8; 16] {
