@@ -127,7 +127,7 @@ struct Message {
 /// a token bucket (`tbf`) when the network has one. On a host's link each
 /// point-to-point connection (a TCP socket) may have at most
 /// `Network::tcp_queue` bytes in that queue at once, as Linux's TCP small
-/// queues allow, and at most `Network::tcp_window` bytes sent and not yet
+/// queues allow, and at most `Network::window` bytes sent and not yet
 /// acknowledged; the rest waits in the connection. So a small message goes
 /// behind at most that much of another connection's data, long messages to
 /// different peers share the link in turns, and a connection whose
@@ -175,7 +175,7 @@ impl Limits {
     fn of(net: &Network) -> Self {
         Limits {
             queue: net.tcp_queue,
-            window: net.tcp_window,
+            window: net.window(),
         }
     }
 }
@@ -566,6 +566,14 @@ impl Engine {
             self.at(from + lasts, Event::Wake(h));
             return Ok(());
         }
+        if self.hosts[h].busy_until > now {
+            // Bytes paid for since this step was due (a message's segments
+            // sent or arriving): it runs once they are.
+            let at = self.hosts[h].busy_until;
+            self.hosts[h].wake_pending = Some(at);
+            self.at(at, Event::Wake(h));
+            return Ok(());
+        }
         let slow = h + self.net.slow_hosts >= self.hosts.len();
         let host = &mut self.hosts[h];
         host.wake_pending = None;
@@ -578,13 +586,14 @@ impl Engine {
         let (messages, p2p_bytes, sent_or_read, bytes) = {
             let mut s = host.io.socket.borrow_mut();
             let mut p = host.io.p2p.borrow_mut();
-            let m = (p.messages, p.bytes, s.messages, s.bytes);
-            (s.messages, s.bytes, p.messages, p.bytes) = (0, 0, 0, 0);
+            let m = (p.messages, p.last_segment_bytes, s.messages, s.bytes);
+            (s.messages, s.bytes, p.messages, p.last_segment_bytes) = (0, 0, 0, 0);
             m
         };
         let net = &self.net;
         let took = |datagrams: u64, bytes: u64| {
-            let cost = net.host_cost(messages, p2p_bytes, datagrams, bytes);
+            let cost =
+                net.host_cost(messages, datagrams, bytes) + net.p2p_byte_cost(p2p_bytes as usize);
             if slow {
                 (cost as f64 * net.slow_factor) as Ns
             } else {
@@ -730,6 +739,10 @@ impl Engine {
             .expect("a message in flight")
     }
 
+    /// Host `h` sends message `msg`'s data from `at`: its segments go onto
+    /// the link at once, and their bytes keep the host busy after `at`, as
+    /// the transport's copies overlap the wire (the next step waits for
+    /// them; this message does not).
     fn send_segments(&mut self, h: usize, at: Ns, msg: NetMsg) {
         let (dst, len) = {
             let m = self.message(msg);
@@ -742,6 +755,19 @@ impl Engine {
             let wire = network::segment_wire(payload);
             let last = i + 1 == n;
             self.send_packet(h, at, Some(dst), wire, Body::Segment { msg, last });
+        }
+        let cost = self.p2p_byte_cost(h, total);
+        let host = &mut self.hosts[h];
+        host.busy_until = host.busy_until.max(at) + cost;
+    }
+
+    /// Host `h`'s cost of `bytes` of point-to-point messages.
+    fn p2p_byte_cost(&self, h: usize, bytes: usize) -> Ns {
+        let cost = self.net.p2p_byte_cost(bytes);
+        if h + self.net.slow_hosts >= self.hosts.len() {
+            (cost as f64 * self.net.slow_factor) as Ns
+        } else {
+            cost
         }
     }
 
@@ -1076,6 +1102,18 @@ impl Engine {
     fn at_host(&mut self, h: usize, p: Rc<Packet>) {
         if p.is_stream() {
             self.acknowledge(h, &p);
+        }
+        if let Body::Segment { last, .. } = p.body {
+            // The transport copies a segment's bytes out as it arrives, the
+            // last one's in the step that finds the message complete.
+            let payload = network::segment_payload(p.wire);
+            if last {
+                self.hosts[h].io.p2p.borrow_mut().last_segment_bytes += payload as u64;
+            } else {
+                let cost = self.p2p_byte_cost(h, payload);
+                let host = &mut self.hosts[h];
+                host.busy_until = host.busy_until.max(self.now) + cost;
+            }
         }
         match &p.body {
             Body::Ack { bytes } => {

@@ -37,7 +37,8 @@ queue --trunk-queue bytes each way. ipmc runs its own driver; each --peer
 scatter-allgather above 2000 nodes) runs a model of Open MPI tuned's
 broadcast on the same network. Loss is per receiver and datagram, in bursts
 of mean length LEN (default 1: independent). The options after --bucket set
-a point-to-point connection's window and share of its host's link queue and
+a point-to-point connection's window (without it: 64 KiB, or what the link
+moves in 100 µs where that is more) and share of its host's link queue and
 a host's cost per point-to-point message, per datagram and per byte (of
 both; --datagram-byte-ps: of datagrams only); --slow-hosts makes the last N
 ranks' host costs F times as large (default 2), --stall-host stops rank H from
@@ -412,7 +413,10 @@ fn set_network(net: &mut Network, set: &[(String, String)]) -> Result<f64, Strin
             "--latency-us" if v >= 0.0 => net.latency_ns = (v * 1e3) as u64,
             "--queue" if v >= 0.0 => net.port_queue = v as usize,
             "--bucket" if v >= 0.0 => net.bucket = v as usize,
-            "--tcp-window" if v >= 1.0 => net.tcp_window = v as usize,
+            "--tcp-window" if v >= 1.0 => {
+                net.tcp_window = v as usize;
+                net.tcp_window_time_ns = 0;
+            }
             "--tcp-queue" if v >= 1.0 => net.tcp_queue = v as usize,
             "--message-us" if v >= 0.0 => net.per_message_ns = (v * 1e3) as u64,
             "--datagram-us" if v >= 0.0 => net.per_datagram_ns = (v * 1e3) as u64,

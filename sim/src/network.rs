@@ -66,6 +66,11 @@ pub struct Network {
     /// acknowledged (its window).
     pub tcp_queue: usize,
     pub tcp_window: usize,
+    /// Linux grows a connection's window with its link: the window is at
+    /// least the bytes the link moves in this time (0: `tcp_window` only).
+    /// Fitted at 10 Gbit/s (`docs/simulator.md`); 64 KiB, fitted at
+    /// 100 Mbit/s, is the larger up to 5 Gbit/s.
+    pub tcp_window_time_ns: Ns,
     /// Bytes of datagrams one system call sends (UDP segmentation, as the
     /// component's socket); 0: one datagram per call.
     pub call_bytes: usize,
@@ -114,6 +119,7 @@ impl Network {
             eager_limit: 65536,
             tcp_queue: 64 << 10,
             tcp_window: 64 << 10,
+            tcp_window_time_ns: 100_000,
             call_bytes: 65507,
             per_message_ns: 5_000,
             // Fitted at 10 Gbit/s, where the wire nearly sets the pace; at
@@ -150,6 +156,7 @@ impl Network {
             eager_limit: 65536,
             tcp_queue: 64 << 10,
             tcp_window: 64 << 10,
+            tcp_window_time_ns: 100_000,
             call_bytes: 0,
             per_message_ns: 20_000,
             per_datagram_ns: 20_000,
@@ -159,6 +166,14 @@ impl Network {
             slow_factor: 1.0,
             stall: None,
         }
+    }
+
+    /// A connection's window on this network's links (see
+    /// `tcp_window_time_ns`).
+    pub fn window(&self) -> usize {
+        let grown = u128::from(self.rate_bps) * u128::from(self.tcp_window_time_ns) / 8_000_000_000;
+        self.tcp_window
+            .max(usize::try_from(grown).unwrap_or(usize::MAX))
     }
 
     /// Time to put `wire` bytes on a host's link.
@@ -190,12 +205,18 @@ impl Network {
         len + MESSAGE_HEADER <= self.eager_limit
     }
 
-    /// A host's cost of `messages` point-to-point messages of `bytes` in
-    /// all, and `datagrams` datagrams of `datagram_bytes`.
-    pub fn host_cost(&self, messages: u64, bytes: u64, datagrams: u64, datagram_bytes: u64) -> Ns {
+    /// A host's cost of `messages` point-to-point messages and
+    /// `datagrams` datagrams of `datagram_bytes` in all.
+    pub fn host_cost(&self, messages: u64, datagrams: u64, datagram_bytes: u64) -> Ns {
         messages * self.per_message_ns
             + datagrams * self.per_datagram_ns
-            + (bytes * self.per_byte_ps + datagram_bytes * self.per_datagram_byte_ps) / 1000
+            + datagram_bytes * self.per_datagram_byte_ps / 1000
+    }
+
+    /// A host's cost of `bytes` of point-to-point messages sent or
+    /// received.
+    pub fn p2p_byte_cost(&self, bytes: usize) -> Ns {
+        bytes as u64 * self.per_byte_ps / 1000
     }
 }
 
@@ -231,6 +252,11 @@ pub fn tcp_payload(mtu: usize) -> usize {
 /// Bytes on the link of one TCP segment of `payload` bytes.
 pub fn segment_wire(payload: usize) -> usize {
     payload + IP_HEADER + TCP_HEADER + ETHERNET
+}
+
+/// The payload of a TCP segment of `wire` bytes on the wire.
+pub fn segment_payload(wire: usize) -> usize {
+    wire - (IP_HEADER + TCP_HEADER + ETHERNET)
 }
 
 /// Bytes of the point-to-point layer's own header on a message.

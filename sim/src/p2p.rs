@@ -80,9 +80,12 @@ pub struct P2pState {
     /// Receives matched to a rendezvous message whose data is on its way.
     bound: HashMap<NetMsg, usize>,
     pub out: Vec<Out>,
-    /// Messages and bytes since the host's cost was last charged.
+    /// Messages since the host's cost was last charged, and the bytes of
+    /// the last segments of those received (the engine charges a sent
+    /// message's bytes as it leaves and a received one's other segments as
+    /// they arrive: `send_segments` and `at_host`).
     pub messages: u64,
-    pub bytes: u64,
+    pub last_segment_bytes: u64,
 }
 
 impl P2pState {
@@ -121,7 +124,6 @@ impl P2pState {
         matched: bool,
     ) -> usize {
         self.messages += 1;
-        self.bytes += len as u64;
         let id = self.slot(Slot {
             is_recv: false,
             matched,
@@ -213,7 +215,6 @@ impl P2pState {
     }
 
     fn complete(&mut self, id: usize, len: usize, data: Vec<u8>) {
-        self.bytes += len as u64;
         let slot = self.slots[id].as_mut().expect("a live receive");
         debug_assert!(slot.is_recv);
         slot.len = len;

@@ -1,7 +1,7 @@
 //! The simulator's own checks: closed forms, conservation, completion and
 //! determinism.
 
-use ipmc_sim::engine::Engine;
+use ipmc_sim::engine::{Engine, Outcome};
 use ipmc_sim::network::{self, Network};
 use ipmc_sim::programs::{Op, Schedule};
 use ipmc_sim::scenario::{Algorithm, Scenario};
@@ -24,19 +24,63 @@ fn scenario(nodes: usize, size: usize, net: Network, algorithm: Algorithm) -> Sc
     s
 }
 
+/// One message of three full segments from rank 0 to rank 1, and one
+/// segment's time on the wire.
+fn three_full_segments(net: &Network) -> (Outcome, u64) {
+    let len = 3 * net.segment - network::MESSAGE_HEADER;
+    let out = scenario(2, len, net.clone(), Algorithm::Binomial)
+        .run()
+        .unwrap();
+    (out, net.serialize(network::segment_wire(net.segment)))
+}
+
 #[test]
 fn one_message_between_two_hosts_takes_the_closed_form() {
     let net = wire_only();
     // Three full segments: the receiver has the message one segment's time
     // after the sender put the last on its link, plus a latency per link.
-    let len = 3 * net.segment - network::MESSAGE_HEADER;
-    let out = scenario(2, len, net.clone(), Algorithm::Binomial)
-        .run()
-        .unwrap();
-    let seg = net.serialize(network::segment_wire(net.segment));
+    let (out, seg) = three_full_segments(&net);
     assert_eq!(out.returned_ns[0], 3 * seg, "the sender returns when sent");
     assert_eq!(out.returned_ns[1], 4 * seg + 2 * net.latency_ns);
     assert_eq!(out.completion_max_ns(), 4 * seg + 2 * net.latency_ns);
+}
+
+/// With a cost per byte the transport's copies overlap the wire: the
+/// sender's segments leave at once, and the receiver has the message one
+/// segment's copy after the last one arrived (the model charged a message's
+/// bytes before it left and after it had arrived, 1.5 to 2 × the measured
+/// times at 10 Gbit/s).
+#[test]
+fn a_messages_copies_overlap_the_wire() {
+    let net = Network {
+        per_byte_ps: 250,
+        ..wire_only()
+    };
+    let (out, seg) = three_full_segments(&net);
+    let copy = net.p2p_byte_cost(net.segment);
+    assert!(copy > 0);
+    assert_eq!(out.returned_ns[0], 3 * seg, "the sender returns when sent");
+    assert_eq!(out.returned_ns[1], 4 * seg + 2 * net.latency_ns + copy);
+}
+
+/// A connection's window grows with the link as Linux's does: 64 KiB at
+/// 100 Mbit/s, what the link moves in 100 µs at 10 Gbit/s, so that a
+/// message of 64 KiB does not wait there for an acknowledgement; a window
+/// given explicitly stays.
+#[test]
+fn the_window_grows_with_the_link() {
+    let slow = Network::emulated();
+    assert_eq!(slow.window(), 64 << 10);
+    let fast = Network {
+        rate_bps: 10_000_000_000,
+        ..Network::emulated()
+    };
+    assert_eq!(fast.window(), 125_000);
+    let fixed = Network {
+        tcp_window_time_ns: 0,
+        ..fast
+    };
+    assert_eq!(fixed.window(), 64 << 10);
 }
 
 #[test]
@@ -98,11 +142,7 @@ fn one_message_between_leaves_takes_the_closed_form() {
         trunk_rate_bps: wire_only().rate_bps,
         ..wire_only()
     };
-    let len = 3 * net.segment - network::MESSAGE_HEADER;
-    let out = scenario(2, len, net.clone(), Algorithm::Binomial)
-        .run()
-        .unwrap();
-    let seg = net.serialize(network::segment_wire(net.segment));
+    let (out, seg) = three_full_segments(&net);
     assert_eq!(out.returned_ns[1], 6 * seg + 4 * net.latency_ns);
 }
 
