@@ -574,7 +574,7 @@ impl Engine {
             self.at(at, Event::Wake(h));
             return Ok(());
         }
-        let slow = h + self.net.slow_hosts >= self.hosts.len();
+        let slow = self.is_slow(h);
         let host = &mut self.hosts[h];
         host.wake_pending = None;
         let status = host
@@ -761,10 +761,15 @@ impl Engine {
         host.busy_until = host.busy_until.max(at) + cost;
     }
 
+    /// Whether host `h` is one of `--slow-hosts`, the last ranks.
+    fn is_slow(&self, h: usize) -> bool {
+        h + self.net.slow_hosts >= self.hosts.len()
+    }
+
     /// Host `h`'s cost of `bytes` of point-to-point messages.
     fn p2p_byte_cost(&self, h: usize, bytes: usize) -> Ns {
         let cost = self.net.p2p_byte_cost(bytes);
-        if h + self.net.slow_hosts >= self.hosts.len() {
+        if self.is_slow(h) {
             (cost as f64 * self.net.slow_factor) as Ns
         } else {
             cost

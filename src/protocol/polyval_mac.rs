@@ -89,25 +89,22 @@ impl PolyvalMac {
         // Encrypted before the hash with 256 bits per multiplication,
         // after it otherwise: each order as it measured faster
         // (`docs/performance.md`, "Karatsuba at 256 bits").
+        let mask_first = self.wide.as_ref().is_some_and(|w| w.bits() == Bits::B256);
+        if mask_first {
+            self.aes.encrypt_block(&mut mask);
+        }
         let sum: [u8; 16] = match &self.wide {
-            Some(wide) if wide.bits() == Bits::B256 => {
-                self.aes.encrypt_block(&mut mask);
-                wide.hash(bytes, &lengths)
-            }
-            Some(wide) => {
-                let sum = wide.hash(bytes, &lengths);
-                self.aes.encrypt_block(&mut mask);
-                sum
-            }
+            Some(wide) => wide.hash(bytes, &lengths),
             None => {
                 let mut hash = self.hash.clone();
                 hash.update_padded(bytes);
                 hash.update(&[lengths.into()]);
-                let sum = hash.finalize().into();
-                self.aes.encrypt_block(&mut mask);
-                sum
+                hash.finalize().into()
             }
         };
+        if !mask_first {
+            self.aes.encrypt_block(&mut mask);
+        }
         let mut tag = [0u8; TAG_LEN];
         for ((t, s), m) in tag.iter_mut().zip(sum.iter()).zip(mask.iter()) {
             *t = s ^ m;
